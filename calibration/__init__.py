@@ -1,0 +1,1 @@
+"""Calibration: dependence model (k, eta), guarantee maps, composition and the exact audit."""

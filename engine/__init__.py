@@ -1,0 +1,1 @@
+"""dpsql engine: SQL in, private answers out."""
