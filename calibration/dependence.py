@@ -1,0 +1,56 @@
+"""Exact (k, eta) of a small joint pmf: the TV bound eta and the JOINT-reading group size k."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+
+INDEPENDENCE_TOLERANCE = 1e-12
+"""Largest absolute pmf difference still read as exact independence (float rounding only)."""
+
+
+def conditional_rows(pmf: np.ndarray, i: int) -> np.ndarray:
+    """Rows Pr[X_(i) = . | X_i = t] for every t with Pr[X_i = t] > 0, others flattened."""
+    table = np.moveaxis(pmf, i, 0).reshape(pmf.shape[i], -1)
+    mass = table.sum(axis=1)
+    keep = mass > 0
+    return table[keep] / mass[keep, None]
+
+
+def eta_of_pmf(pmf: np.ndarray) -> float:
+    """Max over i and value pairs of the TV distance between the others' conditionals (§3)."""
+    eta = 0.0
+    for i in range(pmf.ndim):
+        rows = conditional_rows(pmf, i)
+        for a, b in combinations(range(len(rows)), 2):
+            eta = max(eta, 0.5 * float(np.abs(rows[a] - rows[b]).sum()))
+    return min(eta, 1.0)
+
+
+def _split_is_independent(pmf: np.ndarray, rest: tuple[int, ...]) -> bool:
+    """True if the axes in rest, taken together, are independent of all other axes."""
+    inside = tuple(axis for axis in range(pmf.ndim) if axis not in rest)
+    product = pmf.sum(axis=rest, keepdims=True) * pmf.sum(axis=inside, keepdims=True)
+    return bool(np.max(np.abs(pmf - product)) <= INDEPENDENCE_TOLERANCE)
+
+
+def smallest_dependent_set(pmf: np.ndarray, i: int) -> tuple[int, ...]:
+    """Smallest D_i such that the others outside D_i are jointly independent of (X_i, X_D_i).
+
+    Validity of a set is not monotone in it (moving one independent record into D can
+    break the independence of the remainder from the enlarged group), so every subset
+    is tried in order of size; the full set of others (empty remainder) always qualifies.
+    """
+    others = tuple(axis for axis in range(pmf.ndim) if axis != i)
+    for size in range(len(others)):
+        for dependent in combinations(others, size):
+            rest = tuple(axis for axis in others if axis not in dependent)
+            if _split_is_independent(pmf, rest):
+                return dependent
+    return others
+
+
+def k_of_pmf(pmf: np.ndarray) -> int:
+    """Smallest k such that every individual has a D_i of at most k - 1 others (joint reading)."""
+    return 1 + max(len(smallest_dependent_set(pmf, i)) for i in range(pmf.ndim))
