@@ -1,1 +1,22 @@
-"""dpsql engine: SQL in, private answers out."""
+"""dpsql engine: SQL in, private answers out (parse, plan, calibrate, rewrite, run, noise)."""
+
+from .database import PrivateDatabase
+from .errors import BudgetExhausted, DpsqlError, InputError, LedgerError, PolicyError, QueryRefused
+from .policy import Policy, load_policy
+from .result import AggregateInfo, BudgetStatus, Explanation, QueryResult
+
+__all__ = [
+    "AggregateInfo",
+    "BudgetExhausted",
+    "BudgetStatus",
+    "DpsqlError",
+    "Explanation",
+    "InputError",
+    "LedgerError",
+    "Policy",
+    "PolicyError",
+    "PrivateDatabase",
+    "QueryRefused",
+    "QueryResult",
+    "load_policy",
+]

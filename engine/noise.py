@@ -1,0 +1,73 @@
+"""Noise through OpenDP: discrete Laplace for integer measurements, Laplace for float ones."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import opendp.prelude as dp
+
+from .errors import DpsqlError
+from .plan import Measurement
+
+dp.enable_features("contrib")
+
+INT_LIMIT = 2**62  # exact integers are saturated here (a 1-Lipschitz map) before i64 noise
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The noise for one measurement: its OpenDP measurement and what it costs and promises."""
+
+    measurement: Measurement
+    mechanism: str  # "discrete_laplace" | "laplace"
+    sensitivity: float | int
+    epsilon: float  # the share of the query's epsilon_dp this measurement spends
+    scale: float
+    opendp_measurement: dp.Measurement
+
+    def accuracy(self, alpha: float) -> float:
+        """Half-width a with Pr[|noise| > a] = alpha, from OpenDP's accuracy helpers."""
+        if self.scale == 0:
+            return 0.0
+        if self.mechanism == "discrete_laplace":
+            return dp.discrete_laplacian_scale_to_accuracy(self.scale, alpha)
+        return dp.laplacian_scale_to_accuracy(self.scale, alpha)
+
+    @property
+    def ci95(self) -> float:
+        return self.accuracy(0.05)
+
+
+def build_mechanism(measurement: Measurement, sensitivity: float | int,
+                    epsilon: float) -> Mechanism:
+    """Make the OpenDP measurement for a vector of group values with this L1 sensitivity, and
+    check OpenDP's own privacy map: it must not exceed the epsilon we mean to spend."""
+    integer = measurement.integer
+    scale = sensitivity / epsilon
+    if integer:
+        space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
+        d_in = int(sensitivity)
+    else:
+        space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float)
+        d_in = float(sensitivity)
+    for _ in range(64):
+        meas = dp.m.make_laplace(*space, scale=scale)
+        spent = meas.map(d_in)
+        if spent <= epsilon:
+            name = "discrete_laplace" if integer else "laplace"
+            return Mechanism(measurement, name, sensitivity, epsilon, scale, meas)
+        scale = math.nextafter(scale, math.inf)
+    raise DpsqlError(
+        f"internal check failed: OpenDP's privacy map for {measurement.label} stays above "
+        f"epsilon {epsilon}; nothing was charged"
+    )
+
+
+def release(mechanism: Mechanism, exact: list) -> list:
+    """Add noise to one measurement's exact values (one per group)."""
+    if mechanism.mechanism == "discrete_laplace":
+        values = [max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in exact]
+    else:
+        values = [float(v) for v in exact]
+    return list(mechanism.opendp_measurement(values))

@@ -1,0 +1,93 @@
+"""Parse SQL text with sqlglot into exactly one SELECT, refusing other statement shapes."""
+
+from __future__ import annotations
+
+import logging
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from .errors import QueryRefused
+
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+MAX_SQL_LENGTH = 20_000
+
+# Statement and clause shapes that are refused outright, with a name and an alternative.
+_REFUSED_NODES: dict[type, str] = {
+    exp.Join: "JOIN (queries read one private table; join public data before loading it)",
+    exp.Subquery: "subquery (write the aggregate directly on the table)",
+    exp.With: "WITH / common table expression (write the aggregate directly on the table)",
+    exp.Union: "UNION (run each SELECT as its own query)",
+    exp.Intersect: "INTERSECT (run each SELECT as its own query)",
+    exp.Except: "EXCEPT (run each SELECT as its own query)",
+    exp.Window: "window function (use GROUP BY on a public column)",
+    exp.Lateral: "LATERAL (queries read one private table)",
+    exp.Unnest: "UNNEST (queries read one private table)",
+    exp.Pivot: "PIVOT (use GROUP BY on a public column)",
+    exp.Qualify: "QUALIFY (use HAVING on the aggregate)",
+    exp.Into: "SELECT INTO (queries only read)",
+    exp.Lock: "locking clause (queries only read)",
+    exp.Placeholder: "parameter placeholder (write the value as a literal)",
+    exp.Parameter: "parameter (write the value as a literal)",
+}
+
+
+def parse_select(sql: str) -> exp.Select:
+    """Return the single SELECT statement in `sql`, or raise QueryRefused naming what is wrong."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise QueryRefused("empty query: expected one SELECT statement")
+    if len(sql) > MAX_SQL_LENGTH:
+        raise QueryRefused(f"query is {len(sql)} characters long; at most {MAX_SQL_LENGTH} accepted")
+    if "\x00" in sql:
+        raise QueryRefused("query contains a NUL character")
+    try:
+        statements = [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
+    except ParseError as exc:
+        raise QueryRefused(f"could not parse the SQL: {_parse_detail(exc)}") from None
+    except TokenError as exc:
+        raise QueryRefused(f"could not read the SQL: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise QueryRefused("query is nested too deeply to parse") from None
+    if not statements:
+        raise QueryRefused("empty query: expected one SELECT statement")
+    if len(statements) > 1:
+        raise QueryRefused(
+            f"{len(statements)} statements given; send one SELECT statement per query"
+        )
+    statement = statements[0]
+    if not isinstance(statement, exp.Select):
+        raise QueryRefused(f"{_statement_name(statement)} statement refused: only SELECT is supported")
+    for node in statement.walk():
+        if isinstance(node, exp.Select) and node is not statement:
+            raise QueryRefused("subquery refused (write the aggregate directly on the table)")
+        for node_type, name in _REFUSED_NODES.items():
+            if isinstance(node, node_type):
+                raise QueryRefused(f"{name.split(' (')[0]} refused" + _alternative(name))
+    return statement
+
+
+def _parse_detail(exc: ParseError) -> str:
+    """The first parse error as 'description at line L, column C', without token internals."""
+    if not exc.errors:
+        return str(exc).splitlines()[0]
+    first = exc.errors[0]
+    description = str(first.get("description", "syntax error"))
+    if " <Token" in description:
+        description = f"{description.split(' <Token')[0]} {first.get('highlight', '')!r}"
+    description = description.rstrip(".")
+    return f"{description} at line {first.get('line')}, column {first.get('col')}"
+
+
+def _alternative(name: str) -> str:
+    return f" ({name.split(' (', 1)[1]}" if " (" in name else ""
+
+
+def _statement_name(statement: exp.Expression) -> str:
+    """A readable name for a non-SELECT statement (DROP, COPY, PRAGMA, ATTACH, ...)."""
+    if isinstance(statement, exp.Command):
+        return str(statement.this).upper()
+    if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
+        return type(statement).__name__.upper()
+    return statement.key.upper()

@@ -1,0 +1,220 @@
+"""Load and validate the data owner's policy file (YAML) into typed values."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import PolicyError
+
+MODES = ("auto", "tight", "theorem2", "group", "independent")
+COLUMN_TYPES = ("int", "float", "str", "bool")
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column the analyst may reference, with its public bounds or domain."""
+
+    name: str
+    type: str
+    lower: float | None = None
+    upper: float | None = None
+    domain: tuple | None = None
+
+    @property
+    def numeric(self) -> bool:
+        return self.type in ("int", "float")
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def group_values(self) -> tuple | None:
+        """The public values this column may be grouped on, or None if it is not a key."""
+        if self.type == "bool":
+            return (False, True)
+        return self.domain
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A private table: its privacy unit, contribution bound and referenceable columns."""
+
+    name: str
+    privacy_unit: str | None
+    max_rows_per_unit: int
+    columns: Mapping[str, ColumnSpec]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The whole policy: budget, dependence model and tables (names lower-cased)."""
+
+    budget_epsilon: float
+    k: int
+    eta: float
+    mode: str
+    tables: Mapping[str, TableSpec]
+
+    def fingerprint(self) -> str:
+        """A stable digest of what makes spending comparable: budget and dependence model."""
+        text = json.dumps({"budget": self.budget_epsilon, "k": self.k, "eta": self.eta})
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy file and validate every field, naming the field path on error."""
+    path = Path(path)
+    if not path.is_file():
+        raise PolicyError(f"policy file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PolicyError(f"policy file {path} is not valid YAML: {first}") from None
+    return parse_policy(raw)
+
+
+def parse_policy(raw: Any) -> Policy:
+    """Validate an already-parsed policy mapping."""
+    top = _mapping(raw, "policy", required={"budget", "dependence", "tables"})
+    budget = _mapping(top["budget"], "budget", required={"epsilon"})
+    epsilon = _positive_number(budget["epsilon"], "budget.epsilon")
+    dep = _mapping(top["dependence"], "dependence", required={"k", "eta"}, optional={"mode"})
+    k = dep["k"]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise PolicyError(f"dependence.k: expected an integer >= 1, got {k!r}")
+    eta = _number(dep["eta"], "dependence.eta")
+    if not 0 <= eta <= 1:
+        raise PolicyError(f"dependence.eta: expected a number in [0, 1], got {eta!r}")
+    mode = dep.get("mode", "auto")
+    if mode not in MODES:
+        raise PolicyError(f"dependence.mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "independent" and k > 1 and eta > 0:
+        raise PolicyError(
+            "dependence.mode: 'independent' contradicts k > 1 and eta > 0 "
+            "(records are dependent); use auto, tight, theorem2 or group"
+        )
+    tables_raw = _mapping(top["tables"], "tables")
+    if not tables_raw:
+        raise PolicyError("tables: expected at least one table")
+    tables = {}
+    for name, spec in tables_raw.items():
+        table = _table(str(name), spec)
+        if table.name in tables:
+            raise PolicyError(f"tables.{name}: table listed twice (names are case-insensitive)")
+        tables[table.name] = table
+    return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables)
+
+
+def _table(name: str, raw: Any) -> TableSpec:
+    path = f"tables.{name}"
+    spec = _mapping(raw, path, required={"columns"}, optional={"privacy_unit", "max_rows_per_unit"})
+    unit = spec.get("privacy_unit")
+    if unit is not None and (not isinstance(unit, str) or not unit.strip()):
+        raise PolicyError(f"{path}.privacy_unit: expected a column name, got {unit!r}")
+    m = spec.get("max_rows_per_unit", 1)
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise PolicyError(f"{path}.max_rows_per_unit: expected an integer >= 1, got {m!r}")
+    if unit is None and m != 1:
+        raise PolicyError(
+            f"{path}.max_rows_per_unit: without a privacy_unit each row is one individual, "
+            f"so it must be 1 (got {m})"
+        )
+    cols_raw = _mapping(spec["columns"], f"{path}.columns")
+    if not cols_raw:
+        raise PolicyError(f"{path}.columns: expected at least one column")
+    columns: dict[str, ColumnSpec] = {}
+    for col_name, col_raw in cols_raw.items():
+        col = _column(str(col_name), col_raw, f"{path}.columns.{col_name}")
+        if col.name in columns:
+            raise PolicyError(f"{path}.columns.{col_name}: column listed twice")
+        columns[col.name] = col
+    unit_name = unit.lower() if unit else None
+    if unit_name is not None and unit_name in columns:
+        raise PolicyError(
+            f"{path}.columns.{unit}: the privacy unit may not be listed as a column "
+            "(it is only usable as COUNT(DISTINCT unit))"
+        )
+    return TableSpec(name.lower(), unit_name, m, columns)
+
+
+def _column(name: str, raw: Any, path: str) -> ColumnSpec:
+    spec = _mapping(raw, path, required={"type"}, optional={"lower", "upper", "domain"})
+    ctype = spec["type"]
+    if ctype not in COLUMN_TYPES:
+        raise PolicyError(f"{path}.type: expected one of {', '.join(COLUMN_TYPES)}, got {ctype!r}")
+    lower, upper, domain = spec.get("lower"), spec.get("upper"), spec.get("domain")
+    if ctype in ("str", "bool") and (lower is not None or upper is not None):
+        raise PolicyError(f"{path}: lower/upper bounds are only allowed on int or float columns")
+    if ctype in ("float", "bool") and domain is not None:
+        raise PolicyError(f"{path}.domain: a public domain is only allowed on int or str columns")
+    if (lower is None) != (upper is None):
+        raise PolicyError(f"{path}: give both lower and upper, or neither")
+    if lower is not None:
+        lower = _bound(lower, f"{path}.lower", ctype)
+        upper = _bound(upper, f"{path}.upper", ctype)
+        if lower > upper:
+            raise PolicyError(f"{path}: lower ({lower}) is greater than upper ({upper})")
+    if domain is not None:
+        domain = _domain(domain, f"{path}.domain", ctype)
+    return ColumnSpec(name.lower(), ctype, lower, upper, domain)
+
+
+def _bound(value: Any, path: str, ctype: str) -> float:
+    number = _number(value, path)
+    if ctype == "int" and number != int(number):
+        raise PolicyError(f"{path}: expected an integer bound for an int column, got {value!r}")
+    if abs(number) > 1e15:
+        raise PolicyError(f"{path}: expected a bound of magnitude at most 1e15, got {value!r}")
+    return int(number) if ctype == "int" else float(number)
+
+
+def _domain(values: Any, path: str, ctype: str) -> tuple:
+    if not isinstance(values, list) or not values:
+        raise PolicyError(f"{path}: expected a non-empty list of values")
+    want = str if ctype == "str" else int
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, want):
+            raise PolicyError(f"{path}: expected {ctype} values, got {v!r}")
+    if len(set(values)) != len(values):
+        raise PolicyError(f"{path}: values must be distinct")
+    if len(values) > 10_000:
+        raise PolicyError(f"{path}: at most 10000 values are supported, got {len(values)}")
+    return tuple(values)
+
+
+def _mapping(raw: Any, path: str, required: set[str] = frozenset(),
+             optional: set[str] | None = None) -> dict:
+    if not isinstance(raw, dict):
+        raise PolicyError(f"{path}: expected a mapping, got {type(raw).__name__}")
+    missing = sorted(required - raw.keys())
+    if missing:
+        raise PolicyError(f"{path}.{missing[0]}: required field is missing")
+    if optional is not None:
+        unknown = sorted(str(key) for key in raw.keys() - required - optional)
+        if unknown:
+            allowed = ", ".join(sorted(required | optional))
+            raise PolicyError(f"{path}.{unknown[0]}: unknown field (allowed: {allowed})")
+    return raw
+
+
+def _number(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PolicyError(f"{path}: expected a finite number, got {value!r}")
+    return value
+
+
+def _positive_number(value: Any, path: str) -> float:
+    number = _number(value, path)
+    if number <= 0:
+        raise PolicyError(f"{path}: expected a number > 0, got {value!r}")
+    return float(number)

@@ -1,0 +1,78 @@
+"""Post-processing on noisy values only: outputs (AVG = SUM/COUNT), HAVING, ORDER BY, LIMIT.
+
+Runs in a separate in-memory DuckDB that sees nothing but the noisy table, so everything
+here is post-processing and costs no privacy.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+from sqlglot import exp
+
+from .noise import Mechanism
+from .plan import OutputColumn, QueryPlan
+
+
+def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
+                mechanisms: dict[str, Mechanism]) -> pd.DataFrame:
+    """Group keys, noisy measurements, and each output's 95% half-width per group."""
+    frame = pd.DataFrame(keys, columns=[c.name for c in plan.group_by]) if plan.group_by \
+        else pd.DataFrame(index=range(len(next(iter(noisy.values())))))
+    for name, values in noisy.items():
+        frame[name] = values
+    for j, out in enumerate(plan.outputs):
+        frame[f"__ci{j}"] = _halfwidths(out, frame, mechanisms)
+    return frame
+
+
+def _halfwidths(out: OutputColumn, frame: pd.DataFrame,
+                mechanisms: dict[str, Mechanism]) -> np.ndarray:
+    n = len(frame)
+    if out.function in ("COUNT", "SUM"):
+        return np.full(n, mechanisms[out.measurements[0]].ci95)
+    if out.function != "AVG":
+        return np.full(n, np.nan)
+    total_name, count_name = out.measurements
+    total = frame[total_name].to_numpy(dtype=float)
+    count = frame[count_name].to_numpy(dtype=float)
+    # Both intervals at 97.5% hold together with probability >= 95% (union bound).
+    a_total = mechanisms[total_name].accuracy(0.025)
+    a_count = mechanisms[count_name].accuracy(0.025)
+    lo, hi = float(out.column.lower), float(out.column.upper)
+    mean = np.clip(total / np.maximum(count, 1.0), lo, hi)
+    positive = count - a_count > 0
+    denominators = (np.where(positive, count - a_count, 1.0), count + a_count)
+    corners = np.stack([(total + shift) / d for shift in (-a_total, a_total) for d in denominators])
+    low = np.where(positive, np.clip(corners.min(axis=0), lo, hi), lo)
+    high = np.where(positive, np.clip(corners.max(axis=0), lo, hi), hi)
+    return np.maximum(mean - low, high - mean)
+
+
+def finish(plan: QueryPlan, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Evaluate outputs, HAVING, ORDER BY and LIMIT; return (answer, half-widths)."""
+    items = []
+    for j, out in enumerate(plan.outputs):
+        items.append(exp.alias_(out.expression.copy(), f"__o{j}", quoted=True))
+        items.append(exp.column(f"__ci{j}", quoted=True))
+    query = exp.select(*items).from_("noisy")
+    if plan.having is not None:
+        query = query.where(plan.having.copy())
+    if plan.order:
+        query = query.order_by(*(o.copy() for o in plan.order))
+    if plan.limit is not None:
+        query = query.limit(plan.limit)
+    if plan.offset is not None:
+        query = query.offset(plan.offset)
+    conn = duckdb.connect(":memory:", config={"enable_external_access": False,
+                                              "error_on_division_by_zero": False})
+    try:
+        conn.register("noisy", frame)
+        result = conn.execute(query.sql("duckdb")).fetchdf()
+    finally:
+        conn.close()
+    names = [out.name for out in plan.outputs]
+    answer = result[[f"__o{j}" for j in range(len(names))]].set_axis(names, axis=1)
+    halfwidths = result[[f"__ci{j}" for j in range(len(names))]].set_axis(names, axis=1)
+    return answer.reset_index(drop=True), halfwidths.astype(float).reset_index(drop=True)

@@ -1,0 +1,108 @@
+"""Typed values returned to users: query results, explanations and budget status."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """The ledger's state in information-privacy (IP) and DP terms."""
+
+    total: float  # the policy's IP budget
+    spent_ip: float  # transcript level L(spent_dp) under the policy's dependence model
+    spent_dp: float  # sum of epsilon_dp of every released answer
+    remaining: float  # total - spent_ip
+    remaining_dp: float  # the DP epsilon still admissible: L^-1(total) - spent_dp
+
+
+@dataclass(frozen=True)
+class AggregateInfo:
+    """How one noisy quantity was produced."""
+
+    column: str  # the output column (or, for a hidden HAVING/ORDER BY aggregate, its label)
+    function: str  # COUNT, SUM or COUNT(DISTINCT unit)
+    mechanism: str  # discrete_laplace or laplace
+    sensitivity: float
+    epsilon_dp: float  # this aggregate's share of the query's epsilon_dp
+    scale: float
+    ci95_halfwidth: float
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """A private answer: the noisy table, its 95% intervals and what it cost."""
+
+    df: pd.DataFrame
+    ci95: pd.DataFrame  # per-cell 95% half-widths (NaN where none applies)
+    sql: str
+    epsilon: float
+    epsilon_dp: float
+    mode: str
+    k: int
+    eta: float
+    aggregates: tuple[AggregateInfo, ...]
+    budget: BudgetStatus
+    level_before: float
+    level_after: float
+
+    def to_dict(self) -> dict:
+        """The JSON form documented in DESIGN.md."""
+        return {
+            "sql": self.sql,
+            "columns": list(self.df.columns),
+            "rows": [[_plain(v) for v in row] for row in self.df.itertuples(index=False)],
+            "ci95": [[_plain(v) for v in row] for row in self.ci95.itertuples(index=False)],
+            "epsilon": self.epsilon,
+            "epsilon_dp": self.epsilon_dp,
+            "mode": self.mode,
+            "k": self.k,
+            "eta": self.eta,
+            "transcript_level_before": self.level_before,
+            "transcript_level_after": self.level_after,
+            "aggregates": [asdict(a) for a in self.aggregates],
+            "budget": asdict(self.budget),
+        }
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What a query would do and cost, computed without touching the data or the budget."""
+
+    sql: str
+    table: str
+    privacy_unit: str | None
+    max_rows_per_unit: int
+    group_by: tuple[str, ...]
+    groups: int
+    rewritten_sql: str
+    epsilon: float
+    epsilon_dp: float
+    mode: str
+    justification: str
+    k: int
+    eta: float
+    aggregates: tuple[AggregateInfo, ...]
+    budget: BudgetStatus
+    level_before: float
+    level_after: float
+    admissible: bool
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["aggregates"] = [asdict(a) for a in self.aggregates]
+        return out
+
+
+def _plain(value):
+    """JSON-friendly cell: numpy scalars to Python, NaN to None."""
+    if value is None:
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
