@@ -1,0 +1,181 @@
+"""The `dpsql` command line: query, explain and calibrate."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from calibration import CalibrationError, DependenceModel, compare_modes
+
+from .database import DEFAULT_ANALYST, PrivateDatabase
+from .errors import DpsqlError
+from .policy import MODES
+from .result import Explanation, QueryResult
+
+FORMATS = click.Choice(["table", "json", "csv"])
+
+
+def _common(func):
+    """Options shared by `query` and `explain`."""
+    options = [
+        click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data."),
+        click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML)."),
+        click.option("--ledger", required=True, help="sqlite ledger file recording the budget spent."),
+        click.option("--epsilon", required=True, type=float,
+                     help="Information-privacy level this answer must meet (> 0)."),
+        click.option("--mode", type=click.Choice(MODES), default=None,
+                     help="Calibration mode (default: the policy's)."),
+        click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
+                     help="Name recorded in the ledger."),
+        click.option("--format", "fmt", type=FORMATS, default="table", show_default=True),
+        click.argument("sql"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group(help="Differentially private SQL for dependent records.")
+def cli() -> None:
+    """Command group."""
+
+
+@cli.command(help="Answer a SQL query privately and charge the ledger.")
+@_common
+def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
+    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+        result = private.query(sql, epsilon=epsilon, mode=mode)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), allow_nan=False))
+    elif fmt == "csv":
+        click.echo(_csv(result), nl=False)
+    else:
+        _print_result(result)
+
+
+@cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
+@_common
+def explain(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
+    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+        explanation = private.explain(sql, epsilon=epsilon, mode=mode)
+    if fmt == "json":
+        click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
+    elif fmt == "csv":
+        raise click.UsageError("explain supports --format table or json")
+    else:
+        _print_explanation(explanation)
+
+
+@cli.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")
+@click.option("--epsilon", required=True, type=float, help="Information-privacy target (> 0).")
+@click.option("--k", "k", required=True, type=int, help="Largest group of dependent individuals.")
+@click.option("--eta", required=True, type=float, help="Total-variation dependence bound in [0, 1].")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def calibrate(epsilon, k, eta, fmt) -> None:
+    try:
+        options = compare_modes(epsilon, DependenceModel(k, eta))
+    except CalibrationError as exc:
+        raise DpsqlError(str(exc)) from None
+    if fmt == "json":
+        payload = {"epsilon": epsilon, "k": k, "eta": eta, "modes": [asdict(o) for o in options]}
+        click.echo(json.dumps(payload, allow_nan=False))
+        return
+    table = Table(title=f"Calibration for epsilon={epsilon:g}, k={k}, eta={eta:g}")
+    for name in ("mode", "applies", "epsilon_dp", "noise vs group", "justification"):
+        table.add_column(name)
+    for o in options:
+        table.add_row(o.mode, "yes" if o.applies else "no",
+                      "-" if o.epsilon_dp is None else f"{o.epsilon_dp:.4f}",
+                      "-" if o.noise_vs_group is None else f"{o.noise_vs_group:.3f}",
+                      o.justification)
+    _console().print(table)
+
+
+def _print_result(result: QueryResult) -> None:
+    table = Table()
+    for name in result.df.columns:
+        table.add_column(str(name), justify="right")
+    for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
+                       strict=True):
+        table.add_row(*(_cell(v, c) for v, c in zip(row, ci, strict=True)))
+    console = _console()
+    console.print(result.sql, markup=False, soft_wrap=True)
+    console.print(table)
+    console.print("± is the 95% interval half-width of the noise.")
+    console.print(
+        f"epsilon {result.epsilon:g} (information privacy under k={result.k}, eta={result.eta:g}) "
+        f"-> epsilon_dp {result.epsilon_dp:.4g} via the {result.mode} bound"
+    )
+    b = result.budget
+    console.print(
+        f"budget: transcript level {b.spent_ip:.4g} of {b.total:g} (was {result.level_before:.4g}); "
+        f"remaining {b.remaining:.4g} (epsilon_dp {b.remaining_dp:.4g} of DP-space budget left)"
+    )
+
+
+def _print_explanation(ex: Explanation) -> None:
+    console = _console()
+    unit = f"privacy unit {ex.privacy_unit}, at most {ex.max_rows_per_unit} row(s) each" \
+        if ex.privacy_unit else "each row is one individual"
+    console.print(f"table {ex.table} ({unit}); groups: {', '.join(ex.group_by) or 'none'} "
+                  f"({ex.groups} output row(s))")
+    console.print(f"epsilon {ex.epsilon:g} -> epsilon_dp {ex.epsilon_dp:.4g} via {ex.mode} "
+                  f"({ex.justification}); k={ex.k}, eta={ex.eta:g}")
+    table = Table(title="Noisy aggregates")
+    for name in ("column", "aggregate", "mechanism", "sensitivity", "epsilon_dp", "scale",
+                 "expected 95% error"):
+        table.add_column(name)
+    for a in ex.aggregates:
+        table.add_row(a.column, a.function, a.mechanism, f"{a.sensitivity:g}", f"{a.epsilon_dp:.4g}",
+                      f"{a.scale:.4g}", f"±{a.ci95_halfwidth:.4g}")
+    console.print(table)
+    console.print(f"transcript level {ex.level_before:.4g} -> {ex.level_after:.4g} of budget "
+                  f"{ex.budget.total:g}: " + ("admissible" if ex.admissible else "would be REFUSED"))
+    console.print("rewritten SQL:")
+    console.print(ex.rewritten_sql, markup=False, highlight=False, soft_wrap=True)
+
+
+def _cell(value, halfwidth: float) -> str:
+    if halfwidth != halfwidth:
+        return str(value)
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.4g} ± {halfwidth:.3g}"
+    return f"{value} ± {halfwidth:.3g}"
+
+
+def _csv(result: QueryResult) -> str:
+    frame = result.df.copy()
+    for name in result.ci95.columns:
+        if result.ci95[name].notna().any():
+            frame[f"{name}_ci95"] = result.ci95[name]
+    return frame.to_csv(index=False)
+
+
+def _console() -> Console:
+    return Console(width=max(100, Console().width), highlight=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one-line errors on stderr with exit 2 (bad input) or 3 (budget)."""
+    try:
+        cli.main(args=argv, prog_name="dpsql", standalone_mode=False)
+    except DpsqlError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

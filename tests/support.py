@@ -1,0 +1,55 @@
+"""Shared test data: a small synthetic people table in DuckDB and its policy."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import yaml
+
+STATES = ["CA", "NY", "TX", "WA"]
+
+BASE_POLICY = {
+    "budget": {"epsilon": 1000.0},
+    "dependence": {"k": 1, "eta": 0.0, "mode": "auto"},
+    "tables": {
+        "people": {
+            "privacy_unit": "person_id",
+            "max_rows_per_unit": 2,
+            "columns": {
+                "age": {"type": "int", "lower": 0, "upper": 100},
+                "income": {"type": "float", "lower": 0.0, "upper": 1000.0},
+                "state": {"type": "str", "domain": STATES},
+                "sick": {"type": "bool"},
+                "note": {"type": "str"},
+            },
+        }
+    },
+}
+
+
+def make_people(path: Path, units: int = 300, seed: int = 1) -> Path:
+    """A people table where units have 1 to 4 rows (some above the per-unit bound of 2)."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, 5, size=units)
+    person = np.repeat(np.arange(units), rows)
+    n = person.size
+    with duckdb.connect(str(path)) as conn:
+        conn.execute(
+            "CREATE TABLE people AS SELECT * FROM (SELECT unnest($1) AS person_id, unnest($2) AS state,"
+            " unnest($3) AS age, unnest($4) AS income, unnest($5) AS sick, unnest($6) AS note)",
+            [person.tolist(), np.array(STATES + ["ZZ"])[rng.integers(0, 5, n)].tolist(),
+             rng.integers(-5, 110, n).tolist(), np.round(rng.uniform(-50, 1200, n), 2).tolist(),
+             (rng.random(n) < 0.3).tolist(), ["row"] * n],
+        )
+    return path
+
+
+def write_policy(path: Path, changes: dict | None = None) -> Path:
+    """BASE_POLICY with top-level sections replaced by `changes`, written as YAML."""
+    policy = copy.deepcopy(BASE_POLICY)
+    policy.update(copy.deepcopy(changes or {}))
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    return path
