@@ -1,7 +1,7 @@
 """Rewrite a QueryPlan into the one DuckDB query that computes its exact measurements.
 
-The query filters, bounds each privacy unit to `max_rows_per_unit` rows (the kept rows are
-chosen by a keyed hash, so the same query always keeps the same rows), clamps numeric columns
+The query filters, bounds each privacy unit to `max_rows_per_unit` rows (those with the smallest
+keyed hash of their own content), clamps numeric columns
 to the policy bounds and joins the public domain so that every group appears, empty or not.
 """
 
@@ -11,8 +11,6 @@ from sqlglot import exp
 
 from .plan import Measurement, QueryPlan
 from .policy import ColumnSpec
-
-ROW_ID = "__row"
 
 
 def rewrite(plan: QueryPlan, hash_key: str) -> str:
@@ -67,7 +65,12 @@ def _bounded_rows(plan: QueryPlan, hash_key: str) -> exp.Select:
     if conditions:
         rows = rows.where(exp.and_(*conditions), copy=False)
     if table.privacy_unit is not None:
-        order_key = exp.func("HASH", exp.column("rowid"), exp.Literal.string(hash_key))
+        # Keep the rows with the smallest keyed hash of their own content: which rows a unit
+        # keeps depends only on that unit's rows (never on row positions, which other units'
+        # rows can shift), so changing one unit cannot change what another contributes.
+        # Rows that tie are identical in every column that is grouped on or aggregated, so
+        # the choice among them cannot change any aggregate.
+        order_key = exp.func("HASH", exp.Literal.string(hash_key), *(e.copy() for e in items))
         rank = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column(table.privacy_unit, quoted=True)],
