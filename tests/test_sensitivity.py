@@ -1,0 +1,72 @@
+"""Property: changing one privacy unit's rows moves each exact aggregate by at most its sensitivity."""
+
+from __future__ import annotations
+
+import duckdb
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from engine.execute import run
+from engine.parse import parse_select
+from engine.plan import build_plan
+from engine.policy import parse_policy
+from engine.rewrite import rewrite
+from engine.sensitivity import sensitivity
+from tests.support import BASE_POLICY, STATES
+
+POLICY = parse_policy(BASE_POLICY)
+QUERIES = [
+    "SELECT COUNT(*) FROM people",
+    "SELECT COUNT(age), SUM(age), SUM(income), COUNT(DISTINCT person_id) FROM people",
+    "SELECT state, COUNT(*), SUM(income), AVG(age), COUNT(DISTINCT person_id) FROM people GROUP BY state",
+    "SELECT sick, state, SUM(age), COUNT(income) FROM people WHERE age > 20 OR income < 100 "
+    "GROUP BY sick, state",
+]
+PLANS = [build_plan(parse_select(q), POLICY, q) for q in QUERIES]
+
+row = st.tuples(
+    st.sampled_from(STATES + ["ZZ", None]),
+    st.one_of(st.none(), st.integers(-20, 150)),
+    st.one_of(st.none(), st.floats(-200, 2000, allow_nan=False)),
+    st.booleans(),
+)
+unit_rows = st.lists(row, max_size=5)
+
+
+def _exact(table: dict[int, list[tuple]]) -> list[dict[str, list]]:
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age BIGINT, income DOUBLE, "
+                 "sick BOOLEAN, note VARCHAR)")
+    records = [(unit, *r, "x") for unit, rows in table.items() for r in rows]
+    if records:
+        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", records)
+    answers = [run(conn, rewrite(plan, "fixed-key"), len(plan.group_by)).values for plan in PLANS]
+    conn.close()
+    return answers
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    others=st.dictionaries(st.integers(0, 6), unit_rows, max_size=6),
+    unit=st.integers(0, 9),
+    before=unit_rows,
+    after=unit_rows,
+)
+# The worst cases, always run: a unit's rows moving between groups at the extremes of the bounds.
+@example(others={}, unit=0, before=[("CA", 150, 2000.0, True)] * 3, after=[("NY", -20, -200.0, False)] * 3)
+@example(others={1: [("TX", 5, 1.0, True)]}, unit=0, before=[], after=[("WA", 150, 2000.0, True)] * 4)
+def test_one_unit_moves_each_aggregate_within_its_sensitivity(others, unit, before, after):
+    first = {**others, unit: before}
+    second = {**others, unit: after}
+    for plan, a, b in zip(PLANS, _exact(first), _exact(second), strict=True):
+        for m in plan.measurements:
+            moved = sum(abs(float(x) - float(y)) for x, y in zip(a[m.name], b[m.name], strict=True))
+            bound = sensitivity(m, plan)
+            assert moved <= bound * (1 + 1e-9), (plan.sql, m.label, moved, bound)
+
+
+def test_bounding_is_tight_for_a_heavy_unit():
+    """A unit with many rows contributes exactly max_rows_per_unit (2) rows to COUNT(*)."""
+    heavy = {0: [("CA", 30, 10.0, False)] * 7}
+    assert _exact(heavy)[0]["__m0"] == [2]
+    assert _exact({})[0]["__m0"] == [0]
