@@ -174,15 +174,15 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
         name = item.alias if isinstance(item, exp.Alias) else _display_name(node)
         expression = post.rewrite(node, "SELECT", {})
         used = _measurements_in(expression, post)
-        function, column = _single_aggregate(node)
+        function, aggregate = _single_aggregate(node)
         unique = name
         suffix = 2
         while unique.lower() in names:
             unique = f"{name}_{suffix}"
             suffix += 1
         names.add(unique.lower())
-        outputs.append(OutputColumn(unique, expression, function, used,
-                                    post.scope.column(node.this) if column else None))
+        column = post.scope.column(aggregate.this) if function in ("SUM", "AVG") else None
+        outputs.append(OutputColumn(unique, expression, function, used, column))
     return outputs
 
 
@@ -192,15 +192,13 @@ def _display_name(node: exp.Expression) -> str:
     return node.sql(dialect="duckdb")
 
 
-def _single_aggregate(node: exp.Expression) -> tuple[str | None, bool]:
-    """('AVG', True) when the output is exactly one aggregate; True when it names a column."""
+def _single_aggregate(node: exp.Expression) -> tuple[str | None, exp.Expression | None]:
+    """('AVG', the Avg node) when the output is exactly one aggregate, else (None, None)."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if isinstance(node, exp.Count):
-        return "COUNT", False
-    if isinstance(node, (exp.Sum, exp.Avg)):
-        return node.key.upper(), True
-    return None, False
+    if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+        return node.key.upper(), node
+    return None, None
 
 
 def _measurements_in(expression: exp.Expression, post: _PostScope) -> tuple[str, ...]:
