@@ -193,3 +193,19 @@ def test_ledger_from_another_policy_is_refused(tmp_path, setup):
     with pytest.raises(Exception, match="was created for a policy with budget"):
         PrivateDatabase.connect(setup.db, policy=policy, ledger=setup.ledger)
     assert Ledger(setup.ledger, LedgerBinding(1000.0, 1, 0.0)).spent_dp() == pytest.approx(0.5)
+
+
+def test_identifiers_are_case_insensitive_and_may_be_quoted(setup):
+    with _connect(setup) as db:
+        res = db.query('SELECT "State", count(*) AS "N" FROM "People" AS P WHERE P."AGE" >= 0 '
+                       'GROUP BY "STATE"', epsilon=1.0)
+    assert list(res.df.columns) == ["state", "N"] and len(res.df) == 4
+
+
+def test_data_connection_is_read_only_and_locked(setup):
+    with _connect(setup) as db:
+        for statement in ("SET enable_external_access = true", "DROP TABLE people",
+                          "CREATE TABLE t AS SELECT 1", "INSTALL httpfs"):
+            with pytest.raises(duckdb.Error):
+                db._conn.execute(statement)
+        assert db._conn.execute("SELECT count(*) FROM people").fetchone()[0] > 0
