@@ -64,10 +64,9 @@ def _multinomial_log_pmf(counts: np.ndarray, probs: np.ndarray) -> np.ndarray:
     total = int(counts[0].sum())
     log_factorial = np.array([lgamma(j + 1.0) for j in range(total + 1)])
     log_coef = log_factorial[total] - log_factorial[counts].sum(axis=1)
-    with np.errstate(divide="ignore"):
-        log_probs = np.log(probs)
-    terms = np.where(counts > 0, counts * log_probs[None, :], 0.0)
-    return log_coef + terms.sum(axis=1)
+    terms = counts * np.log(np.where(probs > 0, probs, 1.0))[None, :]
+    impossible = ((counts > 0) & (probs == 0)[None, :]).any(axis=1)
+    return np.where(impossible, -np.inf, log_coef + terms.sum(axis=1))
 
 
 def household_eta(k: int, rho: float, marginal: np.ndarray) -> float:
