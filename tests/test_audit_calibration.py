@@ -8,6 +8,7 @@ the geometric mechanism at the calibrated eps_dp.
 from functools import reduce
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,3 +90,10 @@ def test_tight_bound_is_reached_when_eta_is_one() -> None:
     model = DependenceModel.from_joint_pmf(pmf)
     level = exact_audit(pmf, 0.5).level
     assert guarantee("tight", 0.5, model) - 1e-6 < level <= guarantee("tight", 0.5, model)
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None)
+@given(pmf=st.one_of(household_models(), random_models()), epsilon=st.floats(0.05, 5.0))
+def test_deep_search_stays_within_epsilon(pmf: np.ndarray, epsilon: float) -> None:
+    check_calibrated(pmf, epsilon)
