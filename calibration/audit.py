@@ -97,6 +97,10 @@ def exact_audit(
     weights[-1] += 1.0 / math.expm1(eps)
     scale = math.tanh(eps / 2.0)
 
+    with np.errstate(divide="ignore"):
+        log_values = np.log(np.bincount(values.ravel() - low, array.ravel(), minlength=size))
+    log_output = _log_sum_exp(log_values[None, :] + log_kernel)
+
     best = (-math.inf, 0, 0, 0)
     information = 0.0
     for i in range(array.ndim):
@@ -105,9 +109,7 @@ def exact_audit(
         present = np.flatnonzero(mass > 0)
         with np.errstate(divide="ignore"):
             log_given = np.log(table[present] / mass[present, None])
-            log_marginal = np.log(table.sum(axis=0))
         log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
-        log_output = _log_sum_exp(log_marginal[None, :] + log_kernel)
         log_ratio = log_joint - log_output[None, :]
         row, column = np.unravel_index(np.argmax(log_ratio), log_ratio.shape)
         if log_ratio[row, column] > best[0]:

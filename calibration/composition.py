@@ -30,7 +30,11 @@ def dp_budget(ip_budget: float, model: DependenceModel, mode: str = AUTO) -> flo
 def admits(
     spent_dp: float, new_dp: float, ip_budget: float, model: DependenceModel, mode: str = AUTO
 ) -> bool:
-    """True if adding a new_dp answer keeps the transcript within ip_budget.
+    """True if adding a new_dp answer keeps the transcript within ip_budget: the admission test.
+
+    Prefer it to comparing spent_dp + new_dp with dp_budget(ip_budget) by hand: it applies
+    the same map that reports the transcript's level, so admission and report cannot
+    disagree.
 
     Checks transcript_level(spent_dp + new_dp) <= ip_budget * (1 + 1e-12): the relative
     slack only absorbs the rounding of float sums of eps_dp (a query calibrated to spend

@@ -38,17 +38,27 @@ def _split_is_independent(pmf: np.ndarray, rest: tuple[int, ...]) -> bool:
 def smallest_dependent_set(pmf: np.ndarray, i: int) -> tuple[int, ...]:
     """Smallest D_i such that the others outside D_i are jointly independent of (X_i, X_D_i).
 
-    Validity of a set is not monotone in it (moving one independent record into D can
-    break the independence of the remainder from the enlarged group), so every subset
-    is tried in order of size; the full set of others (empty remainder) always qualifies.
+    Any valid D_i contains every j with X_j not independent of X_i (an outsider must be
+    independent of X_i on its own), so only supersets of those are searched. Validity is
+    not monotone in D (moving an independent record into D can break the independence of
+    the remainder from the enlarged group), so the supersets are tried in order of size;
+    the full set of others (empty remainder) always qualifies.
     """
     others = tuple(axis for axis in range(pmf.ndim) if axis != i)
-    for size in range(len(others)):
-        for dependent in combinations(others, size):
-            rest = tuple(axis for axis in others if axis not in dependent)
+    required = tuple(j for j in others if not _pair_is_independent(pmf, i, j))
+    optional = tuple(j for j in others if j not in required)
+    for size in range(len(optional)):
+        for extra in combinations(optional, size):
+            rest = tuple(axis for axis in optional if axis not in extra)
             if _split_is_independent(pmf, rest):
-                return dependent
+                return tuple(sorted(required + extra))
     return others
+
+
+def _pair_is_independent(pmf: np.ndarray, i: int, j: int) -> bool:
+    """True if X_i and X_j are independent (within the tolerance)."""
+    rest = tuple(axis for axis in range(pmf.ndim) if axis not in (i, j))
+    return _split_is_independent(pmf.sum(axis=rest), (1,))
 
 
 def k_of_pmf(pmf: np.ndarray) -> int:

@@ -9,7 +9,7 @@ from math import comb, lgamma
 import numpy as np
 
 from calibration.errors import CalibrationError
-from calibration.validation import require_int, require_pmf, require_real
+from calibration.validation import require_int, require_pmf, require_probability
 
 MAX_PMF_ENTRIES = 1 << 24
 """Largest household pmf household_pmf will build (d ** k entries)."""
@@ -26,7 +26,7 @@ def member_given_latent(rho: float, marginal: np.ndarray) -> np.ndarray:
 def household_inputs(k: object, rho: object, marginal: object) -> tuple[int, float, np.ndarray]:
     """Check the household parameters: k integer >= 1, rho in [0, 1], marginal a 1-D pmf."""
     size = require_int("k", k, 1)
-    share = require_real("rho", rho, 0.0, 1.0, open_low=False)
+    share = require_probability("rho", rho)
     probs = require_pmf("marginal", marginal)
     if probs.ndim != 1:
         raise CalibrationError(f"marginal must be a 1-D pmf over values, got shape {probs.shape}")
@@ -64,10 +64,9 @@ def _multinomial_log_pmf(counts: np.ndarray, probs: np.ndarray) -> np.ndarray:
     total = int(counts[0].sum())
     log_factorial = np.array([lgamma(j + 1.0) for j in range(total + 1)])
     log_coef = log_factorial[total] - log_factorial[counts].sum(axis=1)
-    with np.errstate(divide="ignore"):
-        log_probs = np.log(probs)
-    terms = np.where(counts > 0, counts * log_probs[None, :], 0.0)
-    return log_coef + terms.sum(axis=1)
+    terms = counts * np.log(np.where(probs > 0, probs, 1.0))[None, :]
+    impossible = ((counts > 0) & (probs == 0)[None, :]).any(axis=1)
+    return np.where(impossible, -np.inf, log_coef + terms.sum(axis=1))
 
 
 def household_eta(k: int, rho: float, marginal: np.ndarray) -> float:

@@ -8,7 +8,7 @@ import numpy as np
 
 from calibration.dependence import eta_of_pmf, k_of_pmf
 from calibration.household import household_eta
-from calibration.validation import require_int, require_pmf, require_real
+from calibration.validation import require_int, require_pmf, require_probability
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class DependenceModel:
     def __post_init__(self) -> None:
         """Validate and normalise k (integer >= 1) and eta (finite, in [0, 1])."""
         object.__setattr__(self, "k", require_int("k", self.k, 1))
-        object.__setattr__(self, "eta", require_real("eta", self.eta, 0.0, 1.0, open_low=False))
+        object.__setattr__(self, "eta", require_probability("eta", self.eta))
 
     @property
     def is_independent(self) -> bool:

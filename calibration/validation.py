@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Integral, Real
 
 import numpy as np
@@ -20,27 +21,31 @@ def require_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-def require_real(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
-    """Return value as float if it is a finite real in (low, high] or [low, high]."""
-    bracket = "(" if open_low else "["
-    accepted = f"a finite number in {bracket}{low:g}, {high:g}]"
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise CalibrationError(f"{name} must be {accepted}, got {value!r}")
-    number = float(value)
-    too_low = number <= low if open_low else number < low
-    if not math.isfinite(number) or too_low or number > high:
-        raise CalibrationError(f"{name} must be {accepted}, got {value!r}")
-    return number
+def require_probability(name: str, value: object) -> float:
+    """Return value as float if it is a finite number in [0, 1] (eta, rho)."""
+    return _require_real(name, value, "a finite number in [0, 1]", lambda x: 0 <= x <= 1)
 
 
 def require_epsilon(name: str, value: object) -> float:
     """Return value as float if it is a finite number > 0 (an IP or DP privacy level)."""
-    return require_real(name, value, 0.0, math.inf, open_low=True)
+    return _require_real(name, value, "a finite number > 0", lambda x: x > 0)
 
 
 def require_nonnegative(name: str, value: object) -> float:
     """Return value as float if it is a finite number >= 0 (a DP total, which may be empty)."""
-    return require_real(name, value, 0.0, math.inf, open_low=False)
+    return _require_real(name, value, "a finite number >= 0", lambda x: x >= 0)
+
+
+def _require_real(
+    name: str, value: object, accepted: str, ok: Callable[[float], bool]
+) -> float:
+    """Return value as float if it is a finite real (bools refused) for which ok holds."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise CalibrationError(f"{name} must be {accepted}, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or not ok(number):
+        raise CalibrationError(f"{name} must be {accepted}, got {value!r}")
+    return number
 
 
 def require_pmf(name: str, pmf: object) -> np.ndarray:
