@@ -7,7 +7,7 @@ import math
 import duckdb
 import pytest
 
-from calibration import DependenceModel, calibrate
+from calibration import DependenceModel, calibrate, transcript_level
 from engine import BudgetExhausted, InputError, PolicyError, PrivateDatabase, QueryRefused
 from engine.ledger import Ledger, LedgerBinding
 from tests.support import write_policy
@@ -209,3 +209,18 @@ def test_data_connection_is_read_only_and_locked(setup):
             with pytest.raises(duckdb.Error):
                 db._conn.execute(statement)
         assert db._conn.execute("SELECT count(*) FROM people").fetchone()[0] > 0
+
+
+def test_transcript_level_composes_in_dp_space(tmp_path, setup):
+    """Two answers at epsilon 0.5 under k=10, eta=0.001 are together about 2.31-private, not 1.0."""
+    policy = write_policy(tmp_path / "dep.yaml", {"dependence": {"k": 10, "eta": 0.001}})
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=tmp_path / "l.sqlite") as db:
+        first = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
+        ex = db.explain("SELECT COUNT(*) FROM people", epsilon=0.5)
+        second = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
+    model = DependenceModel(10, 0.001)
+    assert first.level_before == 0 and first.level_after == pytest.approx(0.5)
+    assert ex.level_before == pytest.approx(0.5) and ex.level_after == pytest.approx(second.level_after)
+    assert second.level_after == pytest.approx(transcript_level(2 * second.epsilon_dp, model))
+    assert second.level_after == pytest.approx(2.3055, abs=1e-3)
+    assert second.budget.spent_ip == pytest.approx(second.level_after)
