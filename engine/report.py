@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibration import DependenceModel, dp_budget, mutual_information_bound, transcript_level
+from calibration.composition import ADMISSION_TOLERANCE
 
 from .errors import InputError, LedgerError
 from .policy import Policy
@@ -107,8 +108,13 @@ class Report:
                 f"{len(self.answers)} (analysts in this ledger: {known}); the totals are for the "
                 "whole ledger, which is what the budget counts."
             )
-        if self.totals.difference:
-            notes.append(self.totals.difference)
+        t = self.totals
+        if t.transcript_level > t.budget * (1.0 + ADMISSION_TOLERANCE):
+            notes.append(f"The transcript's level {t.transcript_level:.4g} is over the budget of "
+                         f"{t.budget:g}: the ledger holds more spending than the accountant "
+                         "admits, so no further answer can be admitted.")
+        if t.difference:
+            notes.append(t.difference)
         if self.subtotals:
             notes.append(LEVELS_DO_NOT_ADD)
         return tuple(notes)

@@ -116,6 +116,15 @@ def test_independent_records_have_no_difference_to_explain(tmp_path):
     assert report.totals.difference is None
 
 
+def test_a_ledger_over_its_budget_says_so(tmp_path):
+    report = build_report(write_ledger(tmp_path / "l.sqlite", [("a", 2.0, "auto")] * 3))
+    assert report.totals.transcript_level > report.totals.budget
+    assert (report.totals.remaining, report.totals.remaining_dp) == (0.0, 0.0)
+    assert any("over the budget of 4" in note for note in report.notes())
+    assert not any("over the budget" in note for note in build_report(
+        write_ledger(tmp_path / "ok.sqlite", [("a", 2.0, "auto")])).notes())
+
+
 def test_analyst_filter_shows_their_answers_and_keeps_global_totals(tmp_path):
     path = write_ledger(tmp_path / "l.sqlite", [("alice", 0.5, "auto"), ("bob", 0.5, "auto")])
     whole, alice = build_report(path), build_report(path, analyst="alice")
