@@ -125,6 +125,7 @@ def report_command(ledger, policy_path, analyst, fmt, output, plot_path) -> None
 
 
 def _render_report(report: Report, fmt: str, output: str | None) -> str:
+    """The report as text; a file gets a fixed width, a terminal its own."""
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"
     if fmt == "markdown":
@@ -135,6 +136,7 @@ def _render_report(report: Report, fmt: str, output: str | None) -> str:
 
 
 def _write(path: str, data: bytes) -> None:
+    """Write an output file, turning an OS failure into one line naming the file."""
     try:
         with open(path, "wb") as handle:
             handle.write(data)
