@@ -1,4 +1,4 @@
-"""The `dpsql` command line: query, explain and calibrate."""
+"""The `dpsql` command line: query, explain, calibrate and report."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ from rich.table import Table
 from calibration import CalibrationError, DependenceModel, compare_modes
 
 from .database import DEFAULT_ANALYST, PrivateDatabase
-from .errors import DpsqlError
-from .policy import MODES
+from .errors import DpsqlError, InputError
+from .policy import MODES, load_policy
+from .report import Report, build_report
+from .report_plot import plot_png
+from .report_render import render_html, render_markdown, render_table
 from .result import Explanation, QueryResult
 
 FORMATS = click.Choice(["table", "json", "csv"])
@@ -95,6 +98,50 @@ def calibrate(epsilon, k, eta, fmt) -> None:
                       "-" if o.noise_vs_group is None else f"{o.noise_vs_group:.3f}",
                       o.justification)
     _console().print(table)
+
+
+@cli.command(name="report", help="Report the budget spent: per answer, per analyst, totals and "
+             "what the transcript guarantees.")
+@click.option("--ledger", required=True, help="The sqlite ledger to report on (never modified).")
+@click.option("--policy", "policy_path", default=None,
+              help="Policy (YAML) to check against the ledger's binding (default: the ledger's own).")
+@click.option("--analyst", default=None, help="Show only this analyst's answers; totals stay global.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "html"]),
+              default="table", show_default=True)
+@click.option("--output", default=None, help="Write the report to this file instead of standard output.")
+@click.option("--plot", "plot_path", default=None, help="Also write the cumulative spend plot (.png).")
+def report_command(ledger, policy_path, analyst, fmt, output, plot_path) -> None:
+    if plot_path is not None and not plot_path.lower().endswith(".png"):
+        raise InputError(f"--plot must name a .png file, got {plot_path!r}")
+    policy = None if policy_path is None else load_policy(policy_path)
+    report = build_report(ledger, policy=policy, analyst=analyst)
+    text = _render_report(report, fmt, output)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        _write(output, text.encode("utf-8"))
+    if plot_path is not None:
+        _write(plot_path, plot_png(report))
+
+
+def _render_report(report: Report, fmt: str, output: str | None) -> str:
+    """The report as text; a file gets a fixed width, a terminal its own."""
+    if fmt == "json":
+        return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"
+    if fmt == "markdown":
+        return render_markdown(report)
+    if fmt == "html":
+        return render_html(report)
+    return render_table(report, width=120 if output else max(100, Console().width))
+
+
+def _write(path: str, data: bytes) -> None:
+    """Write an output file, turning an OS failure into one line naming the file."""
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _print_result(result: QueryResult) -> None:

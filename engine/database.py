@@ -25,6 +25,7 @@ from .noise import Mechanism, build_mechanism, release
 from .parse import parse_select
 from .plan import QueryPlan, build_plan
 from .policy import MODES, Policy, load_policy
+from .report import Report, build_report
 from .result import AggregateInfo, BudgetStatus, Explanation, QueryResult
 from .rewrite import rewrite
 from .sensitivity import sensitivity
@@ -79,6 +80,10 @@ class PrivateDatabase:
     def budget(self) -> BudgetStatus:
         """What the ledger has spent and what is left."""
         return self._status(self.ledger.spent_dp())
+
+    def report(self, analyst: str | None = None) -> Report:
+        """What the ledger has spent, by whom, and what the transcript guarantees."""
+        return build_report(self.ledger.path, policy=self.policy, analyst=analyst)
 
     def explain(self, sql: str, epsilon: float, mode: str | None = None) -> Explanation:
         """The plan, rewritten SQL, sensitivities, epsilon_dp and expected error; spends nothing."""

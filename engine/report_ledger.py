@@ -1,0 +1,139 @@
+"""A read-only, consistent snapshot of a budget ledger, for reports.
+
+The ledger is opened through a `mode=ro` URI, so a report can never create, migrate or
+lock it for writing, and every read happens in one transaction, so a process charging
+the ledger meanwhile cannot make the binding and the answers disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .errors import LedgerError
+from .ledger import SCHEMA_VERSION, LedgerBinding
+
+_AGGREGATE_KEYS = ("column", "function", "mechanism", "sensitivity", "epsilon_dp", "scale")
+
+
+@dataclass(frozen=True)
+class AggregateRecord:
+    """How one noisy aggregate of a released answer was produced."""
+
+    column: str
+    function: str
+    mechanism: str
+    sensitivity: float
+    epsilon_dp: float
+    scale: float
+
+    def describe(self) -> str:
+        """One readable phrase: the column, its aggregate, mechanism, sensitivity and scale."""
+        return (f"{self.column} = {self.function}: {self.mechanism}, sensitivity "
+                f"{self.sensitivity:.4g}, scale {self.scale:.4g}")
+
+
+@dataclass(frozen=True)
+class LedgerAnswer:
+    """One released answer as the ledger recorded it."""
+
+    id: int
+    time: datetime
+    analyst: str
+    sql: str
+    epsilon: float  # the information-privacy level asked for this answer
+    epsilon_dp: float  # the DP level its noise was calibrated to
+    mode: str
+    k: int
+    eta: float
+    aggregates: tuple[AggregateRecord, ...]
+
+
+@dataclass(frozen=True)
+class LedgerSnapshot:
+    """A ledger's binding and all its answers, read in one transaction."""
+
+    path: Path
+    binding: LedgerBinding
+    answers: tuple[LedgerAnswer, ...]
+
+
+def read_ledger(path: str | Path) -> LedgerSnapshot:
+    """Read a ledger without writing to it; a missing, foreign or corrupt file is a LedgerError."""
+    path = Path(path)
+    if not path.exists():
+        raise LedgerError(f"ledger file not found: {path} (a report never creates a ledger)")
+    if not path.is_file():
+        raise LedgerError(f"ledger path {path} is not a file; expected a dpsql ledger (sqlite)")
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True,
+                               isolation_level=None, timeout=60)
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open ledger {path}: {exc}") from None
+    try:
+        conn.execute("BEGIN")
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"meta", "charges"} <= tables:
+            raise LedgerError(f"{path} is not a dpsql ledger: it has no meta and charges tables")
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        rows = conn.execute(
+            "SELECT id, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates "
+            "FROM charges ORDER BY id"
+        ).fetchall()
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read ledger {path}: {exc}") from None
+    finally:
+        conn.close()
+    return LedgerSnapshot(path, _binding(path, meta), tuple(_answer(path, row) for row in rows))
+
+
+def _binding(path: Path, meta: dict) -> LedgerBinding:
+    """The budget and dependence model the ledger was created under."""
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise LedgerError(f"{path} is not a dpsql ledger of schema version {SCHEMA_VERSION} "
+                          f"(it has {meta.get('schema_version')!r})")
+    try:
+        budget, k, eta = float(meta["budget"]), int(meta["k"]), float(meta["eta"])
+    except (KeyError, ValueError) as exc:
+        raise LedgerError(f"ledger {path} has no valid budget, k and eta binding ({exc})") from None
+    if not (math.isfinite(budget) and budget > 0 and k >= 1 and 0 <= eta <= 1):
+        raise LedgerError(f"ledger {path} is bound to an impossible policy: budget={budget}, "
+                          f"k={k}, eta={eta}")
+    return LedgerBinding(budget=budget, k=k, eta=eta)
+
+
+def _answer(path: Path, row: tuple) -> LedgerAnswer:
+    """One charges row, checked, so a damaged row is named rather than misreported."""
+    ident, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates = row
+    where = f"ledger {path}, answer {ident}"
+    for name, value in (("epsilon", epsilon), ("epsilon_dp", epsilon_dp)):
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise LedgerError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
+    try:
+        when = datetime.fromisoformat(time)
+    except (TypeError, ValueError):
+        raise LedgerError(f"{where}: time must be an ISO 8601 timestamp, got {time!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return LedgerAnswer(id=ident, time=when, analyst=str(analyst), sql=str(sql),
+                        epsilon=float(epsilon), epsilon_dp=float(epsilon_dp), mode=str(mode),
+                        k=int(k), eta=float(eta), aggregates=_aggregates(where, aggregates))
+
+
+def _aggregates(where: str, text: str) -> tuple[AggregateRecord, ...]:
+    """Parse the JSON list of aggregates a charge recorded."""
+    try:
+        items = json.loads(text)
+        return tuple(AggregateRecord(
+            column=str(item["column"]), function=str(item["function"]),
+            mechanism=str(item["mechanism"]), sensitivity=float(item["sensitivity"]),
+            epsilon_dp=float(item["epsilon_dp"]), scale=float(item["scale"]),
+        ) for item in items)
+    except (TypeError, ValueError, KeyError):
+        raise LedgerError(f"{where}: aggregates must be a JSON list of objects with "
+                          f"{', '.join(_AGGREGATE_KEYS)}") from None
