@@ -13,6 +13,7 @@ from .errors import QueryRefused
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 MAX_SQL_LENGTH = 20_000
+MAX_DEPTH = 100  # deeper expressions are refused before any recursive step can overflow the stack
 
 # Statement and clause shapes that are refused outright, with a name and an alternative.
 _REFUSED_NODES: dict[type, str] = {
@@ -59,13 +60,27 @@ def parse_select(sql: str) -> exp.Select:
     statement = statements[0]
     if not isinstance(statement, exp.Select):
         raise QueryRefused(f"{_statement_name(statement)} statement refused: only SELECT is supported")
+    _check_depth(statement)
     for node in statement.walk():
+        # Comments are dropped so that no analyst text is ever emitted into executed SQL.
+        node.comments = None
         if isinstance(node, exp.Select) and node is not statement:
             raise QueryRefused("subquery refused (write the aggregate directly on the table)")
         for node_type, name in _REFUSED_NODES.items():
             if isinstance(node, node_type):
                 raise QueryRefused(f"{name.split(' (')[0]} refused" + _alternative(name))
     return statement
+
+
+def _check_depth(statement: exp.Expression) -> None:
+    """Refuse expressions nested deeper than MAX_DEPTH (measured without recursion)."""
+    stack = [(statement, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise QueryRefused(f"query is nested more than {MAX_DEPTH} levels deep; "
+                               "flatten it (e.g. IN (...) instead of a chain of OR)")
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
 def _parse_detail(exc: ParseError) -> str:
