@@ -123,7 +123,8 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
     table = source.this
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         what = table.this if isinstance(table, exp.Table) else table
-        name = what.sql_name() if isinstance(what, exp.Func) else type(what).__name__
+        name = what.name if isinstance(what, exp.Anonymous) else (
+            what.sql_name() if isinstance(what, exp.Func) else type(what).__name__)
         raise QueryRefused(f"table function or file reader {name} refused: FROM must name a table")
     if table.args.get("catalog") or (table.text("db") and table.text("db").lower() != "main"):
         raise QueryRefused(f"qualified table name {table.sql()} refused: name the table alone")
@@ -133,6 +134,9 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
     name = table.name.lower()
     spec = policy.tables.get(name)
     if spec is None:
+        if any(mark in table.name for mark in "/\\:.*"):
+            raise QueryRefused(f"file path or URL {table.name!r} refused in FROM: files are never "
+                               f"read; name a table ({', '.join(sorted(policy.tables))})")
         raise QueryRefused(f"unknown table {table.name!r} (tables: {', '.join(sorted(policy.tables))})")
     aliases = {name}
     if table.alias:
@@ -610,10 +614,28 @@ def _type_of(node: exp.Expression, where: str, leaf, recurse, shallow: bool = Fa
                 f"CAST to {node.to.sql(dialect='duckdb')} refused: cast to INTEGER, BIGINT, DOUBLE, "
                 "VARCHAR or BOOLEAN"
             )
-        child(node.this)
+        operand = child(node.this)
+        if target in ("int", "float") and operand == "str":
+            _check_cast_constant(node.this)
         return target
     _check_known(node, where)
     raise QueryRefused(f"{_construct_name(node)} refused in {where}")
+
+
+def _check_cast_constant(operand: exp.Expression) -> None:
+    """Text cast to a number may not smuggle in NaN, infinity or a huge value: a string literal
+    must read as a number within the literal bounds, and other constant text is refused."""
+    if isinstance(operand, exp.Literal) and operand.is_string:
+        try:
+            value = float(operand.this)
+        except ValueError:
+            return  # TRY_CAST gives NULL for text that is not a number
+        if not math.isfinite(value) or abs(value) > MAX_LITERAL:
+            raise QueryRefused(f"CAST of {operand.sql()} to a number refused: NaN, infinity and "
+                               f"magnitudes above {MAX_LITERAL:.0e} are not accepted")
+    elif operand.find(exp.Column) is None:
+        raise QueryRefused(f"CAST of the constant {_short(operand)} to a number refused: "
+                           "write the number as a literal")
 
 
 def _check_known(node: exp.Expression, where: str) -> None:
