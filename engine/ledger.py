@@ -194,9 +194,11 @@ class Ledger:
                 detail = ", ".join(f"{name} {getattr(stored, name)!r} -> "
                                    f"{getattr(self.binding, name)!r}" for name in lenient)
                 raise LedgerError(
-                    f"ledger {self.path} is bound to a stricter policy than this one ({detail}); past "
-                    "spending is never re-interpreted more leniently: keep the policy (a smaller "
-                    "budget or larger k or eta is accepted), or start a new ledger"
+                    f"ledger {self.path} was created for a policy with budget {stored.budget!r}, "
+                    f"k {stored.k}, eta {stored.eta!r} (or tightened to it since), and this policy "
+                    f"is more lenient ({detail}); past spending is never re-interpreted more "
+                    "leniently: keep the policy (a smaller budget or larger k or eta is "
+                    "accepted), or start a new ledger"
                 )
             if stored != self.binding:
                 conn.executemany("UPDATE meta SET value = ? WHERE key = ?",

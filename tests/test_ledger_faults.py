@@ -99,7 +99,7 @@ LENIENT = [LedgerBinding(5.0, 10, 0.001), LedgerBinding(4.0, 9, 0.001),
 def test_lenient_policy_change_is_refused(tmp_path, lenient):
     path = tmp_path / "ledger.sqlite"
     total = _charged_ledger(path)
-    with pytest.raises(LedgerError, match="stricter policy than this one"):
+    with pytest.raises(LedgerError, match="this policy is more lenient"):
         Ledger(path, lenient)
     ledger = Ledger(path, BINDING)
     assert ledger.spent_dp() == total
@@ -116,7 +116,7 @@ def test_stricter_policy_change_is_recorded_and_cannot_be_undone(tmp_path):
     with contextlib.closing(sqlite3.connect(path)) as conn:
         history = conn.execute("SELECT budget, k, eta FROM bindings ORDER BY id").fetchall()
     assert history == [(4.0, 10, 0.001), (3.0, 12, 0.01)]
-    with pytest.raises(LedgerError, match="stricter policy"):
+    with pytest.raises(LedgerError, match="is more lenient"):
         Ledger(path, BINDING)
 
 
