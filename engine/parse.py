@@ -6,13 +6,18 @@ import logging
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
 from .errors import QueryRefused
 
+_DUCKDB = Dialect.get_or_raise("duckdb")
+_QUERY_STARTS = {"SELECT", "WITH", "FROM", "(", "VALUES", "TABLE"}
+
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 MAX_SQL_LENGTH = 20_000
+MAX_DEPTH = 100  # deeper expressions are refused before any recursive step can overflow the stack
 
 # Statement and clause shapes that are refused outright, with a name and an alternative.
 _REFUSED_NODES: dict[type, str] = {
@@ -45,6 +50,9 @@ def parse_select(sql: str) -> exp.Select:
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
     except ParseError as exc:
+        keyword = _first_keyword(sql)
+        if keyword not in _QUERY_STARTS:
+            raise QueryRefused(f"{keyword} statement refused: only SELECT is supported") from None
         raise QueryRefused(f"could not parse the SQL: {_parse_detail(exc)}") from None
     except TokenError as exc:
         raise QueryRefused(f"could not read the SQL: {str(exc).splitlines()[0]}") from None
@@ -58,14 +66,29 @@ def parse_select(sql: str) -> exp.Select:
         )
     statement = statements[0]
     if not isinstance(statement, exp.Select):
-        raise QueryRefused(f"{_statement_name(statement)} statement refused: only SELECT is supported")
+        raise QueryRefused(f"{_statement_name(statement, sql)} statement refused: "
+                           "only SELECT is supported")
+    _check_depth(statement)
     for node in statement.walk():
+        # Comments are dropped so that no analyst text is ever emitted into executed SQL.
+        node.comments = None
         if isinstance(node, exp.Select) and node is not statement:
             raise QueryRefused("subquery refused (write the aggregate directly on the table)")
         for node_type, name in _REFUSED_NODES.items():
             if isinstance(node, node_type):
                 raise QueryRefused(f"{name.split(' (')[0]} refused" + _alternative(name))
     return statement
+
+
+def _check_depth(statement: exp.Expression) -> None:
+    """Refuse expressions nested deeper than MAX_DEPTH (measured without recursion)."""
+    stack = [(statement, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise QueryRefused(f"query is nested more than {MAX_DEPTH} levels deep; "
+                               "flatten it (e.g. IN (...) instead of a chain of OR)")
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
 def _parse_detail(exc: ParseError) -> str:
@@ -84,10 +107,19 @@ def _alternative(name: str) -> str:
     return f" ({name.split(' (', 1)[1]}" if " (" in name else ""
 
 
-def _statement_name(statement: exp.Expression) -> str:
+def _statement_name(statement: exp.Expression, sql: str) -> str:
     """A readable name for a non-SELECT statement (DROP, COPY, PRAGMA, ATTACH, ...)."""
     if isinstance(statement, exp.Command):
         return str(statement.this).upper()
     if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
         return type(statement).__name__.upper()
-    return statement.key.upper()
+    return _first_keyword(sql)
+
+
+def _first_keyword(sql: str) -> str:
+    """The statement's first word as the analyst wrote it (comments skipped), upper-cased."""
+    try:
+        tokens = _DUCKDB.tokenize(sql)
+    except TokenError:
+        return "unreadable"
+    return tokens[0].text.upper()[:40] if tokens else "empty"

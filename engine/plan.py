@@ -123,7 +123,8 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
     table = source.this
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         what = table.this if isinstance(table, exp.Table) else table
-        name = what.sql_name() if isinstance(what, exp.Func) else type(what).__name__
+        name = what.name if isinstance(what, exp.Anonymous) else (
+            what.sql_name() if isinstance(what, exp.Func) else type(what).__name__)
         raise QueryRefused(f"table function or file reader {name} refused: FROM must name a table")
     if table.args.get("catalog") or (table.text("db") and table.text("db").lower() != "main"):
         raise QueryRefused(f"qualified table name {table.sql()} refused: name the table alone")
@@ -133,6 +134,9 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
     name = table.name.lower()
     spec = policy.tables.get(name)
     if spec is None:
+        if any(mark in table.name for mark in "/\\:.*"):
+            raise QueryRefused(f"file path or URL {table.name!r} refused in FROM: files are never "
+                               f"read; name a table ({', '.join(sorted(policy.tables))})")
         raise QueryRefused(f"unknown table {table.name!r} (tables: {', '.join(sorted(policy.tables))})")
     aliases = {name}
     if table.alias:
@@ -313,26 +317,25 @@ class _Scope:
         return None
 
     def rewrite_scalar(self, node: exp.Expression) -> exp.Expression:
-        """Copy a checked expression into the form executed: plain quoted names, casts as
-        TRY_CAST, and numeric columns under arithmetic as DOUBLE, so that no integer overflow
-        or bad cast can raise an error whose message or occurrence depends on the data."""
-        return self._rewrite(node.copy(), under_arithmetic=False)
+        """Copy a checked expression into the form executed: plain quoted names, fractional
+        literals and arithmetic as DOUBLE, casts as TRY_CAST (see `_harden`), so that no
+        overflow, decimal precision or bad cast can raise an error whose message or
+        occurrence depends on the data."""
+        return _harden(self._bind_names(node.copy()))
 
-    def _rewrite(self, node: exp.Expression, under_arithmetic: bool) -> exp.Expression:
+    def _bind_names(self, node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column):
-            spec = self.table.columns[node.name.lower()]
-            ref = exp.column(spec.name, quoted=True)
-            return exp.cast(ref, "DOUBLE") if spec.numeric and under_arithmetic else ref
-        arithmetic = under_arithmetic if isinstance(node, exp.Paren) else isinstance(
-            node, _ARITHMETIC + (exp.Neg, exp.Abs, exp.Round, exp.Floor, exp.Ceil))
+            return exp.column(self.table.columns[node.name.lower()].name, quoted=True)
+        if isinstance(node, exp.Literal) and not node.is_string and not _is_round_digits(node) \
+                and not node.this.replace("_", "").isdigit():
+            # DuckDB reads 1.5 as a DECIMAL, whose casts and arithmetic can overflow.
+            return _as_double(node)
         for key, child in list(node.args.items()):
             if isinstance(child, exp.Expression):
-                node.set(key, self._rewrite(child, arithmetic))
+                node.set(key, self._bind_names(child))
             elif isinstance(child, list):
-                node.set(key, [self._rewrite(c, arithmetic) if isinstance(c, exp.Expression)
-                               else c for c in child])
-        if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
-            return exp.TryCast(this=node.this, to=node.args["to"])
+                node.set(key, [self._bind_names(c) if isinstance(c, exp.Expression) else c
+                               for c in child])
         return node
 
 
@@ -352,7 +355,26 @@ class _PostScope:
 
     def rewrite(self, node: exp.Expression, where: str,
                 aliases: dict[str, OutputColumn]) -> exp.Expression:
-        """Check `node` and rewrite it over group keys and noisy measurement columns."""
+        """Check `node` and rewrite it over group keys and noisy measurement columns.
+
+        The rewritten expression is type-checked like a row-level one (measurements are
+        numbers, group keys have their column's type) and hardened, so evaluating it on
+        noisy values can neither fail nor overflow."""
+        rewritten = self._rewrite(node, where, aliases)
+        _type_of(rewritten, where, self._leaf_type, self._type)
+        return _harden(rewritten)
+
+    def _type(self, node: exp.Expression, where: str) -> str:
+        return _type_of(node, where, self._leaf_type, self._type)
+
+    def _leaf_type(self, node: exp.Expression, where: str) -> str | None:
+        if not isinstance(node, exp.Column):
+            return None
+        key = next((col for col in self.group_by if col.name == node.name), None)
+        return key.type if key is not None else "float"
+
+    def _rewrite(self, node: exp.Expression, where: str,
+                 aliases: dict[str, OutputColumn]) -> exp.Expression:
         if isinstance(node, exp.AggFunc):
             return self._aggregate(node, where)
         if isinstance(node, exp.Column):
@@ -380,10 +402,10 @@ class _PostScope:
         rewritten = node.copy()
         for child_key, child in list(node.args.items()):
             if isinstance(child, exp.Expression):
-                rewritten.set(child_key, self.rewrite(child, where, aliases))
+                rewritten.set(child_key, self._rewrite(child, where, aliases))
             elif isinstance(child, list):
                 rewritten.set(child_key, [
-                    self.rewrite(c, where, aliases) if isinstance(c, exp.Expression) else c
+                    self._rewrite(c, where, aliases) if isinstance(c, exp.Expression) else c
                     for c in child
                 ])
         return rewritten
@@ -443,6 +465,48 @@ class _PostScope:
                 "(values are clamped to the policy's bounds, not to expressions)"
             )
         return self.scope.column(arg)
+
+
+_DOUBLE = exp.DataType.Type.DOUBLE
+_NUMERIC_OPERATORS = _ARITHMETIC + (exp.Neg, exp.Abs, exp.Round, exp.Floor, exp.Ceil)
+
+
+def _as_double(node: exp.Expression) -> exp.Expression:
+    """TRY_CAST(node AS DOUBLE), unless it is one already: DOUBLE arithmetic never raises."""
+    if isinstance(node, exp.TryCast) and node.to.this == _DOUBLE:
+        return node
+    return exp.TryCast(this=node, to=exp.DataType.build("DOUBLE"))
+
+
+def _is_round_digits(node: exp.Expression) -> bool:
+    return isinstance(node.parent, exp.Round) and node.arg_key == "decimals"
+
+
+def _harden(node: exp.Expression) -> exp.Expression:
+    """Make a checked expression total: it cannot raise on any value it is evaluated on.
+
+    Every operand of arithmetic is DOUBLE (no integer or decimal overflow; division by zero
+    gives NULL on the locked connections), SUBSTRING positions are TRY_CAST to INTEGER (inside
+    the range DuckDB accepts), and CAST becomes TRY_CAST. A runtime error would otherwise
+    reveal, by occurring or not, something about the exact data. Idempotent."""
+    for key, child in list(node.args.items()):
+        if isinstance(child, exp.Expression):
+            node.set(key, _harden(child))
+        elif isinstance(child, list):
+            node.set(key, [_harden(c) if isinstance(c, exp.Expression) else c for c in child])
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+        return exp.TryCast(this=node.this, to=node.args["to"])
+    if isinstance(node, _NUMERIC_OPERATORS):
+        for key in ("this", "expression"):
+            if isinstance(node.args.get(key), exp.Expression):
+                node.set(key, _as_double(node.args[key]))
+    if isinstance(node, exp.Substring):
+        for key in ("start", "length"):
+            value = node.args.get(key)
+            if value is not None and not (isinstance(value, exp.TryCast)
+                                          and value.to.this == exp.DataType.Type.INT):
+                node.set(key, exp.TryCast(this=value, to=exp.DataType.build("INT")))
+    return node
 
 
 def _type_of(node: exp.Expression, where: str, leaf, recurse, shallow: bool = False) -> str:
@@ -548,10 +612,28 @@ def _type_of(node: exp.Expression, where: str, leaf, recurse, shallow: bool = Fa
                 f"CAST to {node.to.sql(dialect='duckdb')} refused: cast to INTEGER, BIGINT, DOUBLE, "
                 "VARCHAR or BOOLEAN"
             )
-        child(node.this)
+        operand = child(node.this)
+        if target in ("int", "float") and operand == "str":
+            _check_cast_constant(node.this)
         return target
     _check_known(node, where)
     raise QueryRefused(f"{_construct_name(node)} refused in {where}")
+
+
+def _check_cast_constant(operand: exp.Expression) -> None:
+    """Text cast to a number may not smuggle in NaN, infinity or a huge value: a string literal
+    must read as a number within the literal bounds, and other constant text is refused."""
+    if isinstance(operand, exp.Literal) and operand.is_string:
+        try:
+            value = float(operand.this)
+        except ValueError:
+            return  # TRY_CAST gives NULL for text that is not a number
+        if not math.isfinite(value) or abs(value) > MAX_LITERAL:
+            raise QueryRefused(f"CAST of {operand.sql()} to a number refused: NaN, infinity and "
+                               f"magnitudes above {MAX_LITERAL:.0e} are not accepted")
+    elif operand.find(exp.Column) is None:
+        raise QueryRefused(f"CAST of the constant {_short(operand)} to a number refused: "
+                           "write the number as a literal")
 
 
 def _check_known(node: exp.Expression, where: str) -> None:

@@ -98,11 +98,11 @@ class Explanation:
 
 
 def _plain(value):
-    """JSON-friendly cell: numpy scalars to Python, NaN to None."""
+    """JSON-friendly cell: numpy scalars to Python, NaN and ±inf to None (JSON has neither)."""
     if value is None:
         return None
     if hasattr(value, "item"):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

@@ -1,0 +1,206 @@
+"""Random SQL syntax trees, valid and invalid, built with sqlglot: the engine either refuses
+with a clean one-line DpsqlError and charges nothing, or answers with noise and records
+exactly one charge. No other exception escapes, and at a large noise scale no COUNT or SUM
+answer equals the exact aggregate."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+
+from engine import PrivateDatabase, execute
+from engine.errors import DpsqlError
+from tests.support import write_policy
+
+NUMERIC = ["age", "income"]
+COLUMNS = ["age", "income", "state", "sick", "note", "person_id", "rowid", "nosuch"]
+FUNCTIONS = ["ABS", "ROUND", "FLOOR", "CEIL", "LOWER", "UPPER", "TRIM", "LENGTH", "SUBSTRING",
+             "COALESCE", "LEAST", "GREATEST", "RANDOM", "HASH", "ERROR", "READ_CSV", "NOW",
+             "REGEXP_MATCHES", "CURRENT_SETTING", "MD5"]
+CAST_TYPES = ["INTEGER", "BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "TINYINT", "DECIMAL(38, 2)",
+              "BLOB"]
+TEXT = st.text(alphabet=st.sampled_from("aZ%_'\"\\;-*/ \u00e9\u200b0."), max_size=8)
+
+literals = st.one_of(
+    st.integers(-(2**70), 2**70).map(lambda v: exp.Literal.number(v)),
+    st.sampled_from(["1.5", "1e15", "1e16", "-0.0", "1e308", "0.000001"]).map(exp.Literal.number),
+    st.sampled_from(["0", "1", "100", "-5"]).map(exp.Literal.number),
+    TEXT.map(exp.Literal.string),
+    st.sampled_from(["nan", "inf", "-Infinity", "1e400", "CA", "NY"]).map(exp.Literal.string),
+    st.booleans().map(lambda b: exp.Boolean(this=b)),
+    st.just(exp.Null()),
+)
+columns = st.sampled_from(COLUMNS).map(lambda name: exp.column(name))
+
+
+def _combine(children):
+    binary = st.sampled_from([exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.EQ,
+                              exp.NEQ, exp.GT, exp.LT, exp.GTE, exp.And, exp.Or, exp.Like,
+                              exp.NullSafeEQ])
+    return st.one_of(
+        st.builds(lambda op, a, b: op(this=a, expression=b), binary, children, children),
+        st.builds(lambda a: exp.Not(this=a), children),
+        st.builds(lambda a: exp.Neg(this=a), children),
+        st.builds(lambda a: exp.Paren(this=a), children),
+        st.builds(lambda a: exp.Is(this=a, expression=exp.Null()), children),
+        st.builds(lambda a, b, c: exp.Between(this=a, low=b, high=c), children, children, children),
+        st.builds(lambda a, items: exp.In(this=a, expressions=items), children,
+                  st.lists(children, min_size=1, max_size=4)),
+        st.builds(lambda name, args: exp.Anonymous(this=name, expressions=args), st.sampled_from(FUNCTIONS),
+                  st.lists(children, min_size=1, max_size=3)),
+        st.builds(lambda a, to: exp.cast(a, to), children, st.sampled_from(CAST_TYPES)),
+        st.builds(lambda c, a, b: exp.Case().when(c, a).else_(b), children, children, children),
+    )
+
+
+scalars = st.recursive(st.one_of(literals, columns), _combine, max_leaves=12)
+aggregates = st.one_of(
+    st.just(exp.Count(this=exp.Star())),
+    st.builds(lambda c: exp.Count(this=c), columns),
+    st.builds(lambda c: exp.Count(this=exp.Distinct(expressions=[c])), columns),
+    st.builds(lambda c: exp.Sum(this=c), st.one_of(st.sampled_from(NUMERIC).map(exp.column),
+                                                   columns, scalars)),
+    st.builds(lambda c: exp.Avg(this=c), st.one_of(st.sampled_from(NUMERIC).map(exp.column),
+                                                   columns)),
+    st.builds(lambda c: exp.Max(this=c), columns),
+)
+outputs = st.recursive(st.one_of(aggregates, aggregates, literals, columns),
+                       _combine, max_leaves=6)
+
+
+def _typed_num(children):
+    op = st.sampled_from([exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv])
+    return st.one_of(
+        st.builds(lambda o, a, b: o(this=a, expression=b), op, children, children),
+        st.builds(lambda a: exp.Neg(this=a), children),
+        st.builds(lambda name, a: exp.func(name, a), st.sampled_from(["ABS", "FLOOR", "CEIL"]),
+                  children),
+        st.builds(lambda a, d: exp.Round(this=a, decimals=exp.Literal.number(d)), children,
+                  st.integers(-3, 3)),
+        st.builds(lambda a: exp.cast(a, "BIGINT"), children),
+    )
+
+
+NUMBERS = st.recursive(
+    st.one_of(st.sampled_from(NUMERIC).map(exp.column),
+              st.integers(-(10**15), 10**15).map(exp.Literal.number),
+              st.floats(-1e6, 1e6).map(lambda v: exp.Literal.number(repr(v)))),
+    _typed_num, max_leaves=8)
+STRINGS = st.one_of(
+    st.sampled_from(["state", "note"]).map(exp.column), TEXT.map(exp.Literal.string),
+    st.builds(lambda n, a: exp.func(n, exp.column(a)), st.sampled_from(["LOWER", "UPPER", "TRIM"]),
+              st.sampled_from(["state", "note"])),
+    st.builds(lambda a, b: exp.Substring(this=exp.column("note"), start=a, length=b), NUMBERS,
+              NUMBERS),
+    st.builds(lambda a: exp.cast(a, "VARCHAR"), NUMBERS))
+CONDITIONS = st.recursive(
+    st.one_of(
+        st.just(exp.column("sick")),
+        st.builds(lambda o, a, b: o(this=a, expression=b),
+                  st.sampled_from([exp.EQ, exp.NEQ, exp.GT, exp.LT, exp.GTE]), NUMBERS, NUMBERS),
+        st.builds(lambda o, a, b: o(this=a, expression=b), st.sampled_from([exp.EQ, exp.Like]),
+                  STRINGS, STRINGS),
+        st.builds(lambda a, items: exp.In(this=a, expressions=items), NUMBERS,
+                  st.lists(NUMBERS, min_size=1, max_size=3)),
+        st.builds(lambda a: exp.Is(this=a, expression=exp.Null()), NUMBERS)),
+    lambda c: st.one_of(st.builds(lambda a, b: exp.And(this=a, expression=b), c, c),
+                        st.builds(lambda a, b: exp.Or(this=a, expression=b), c, c),
+                        st.builds(lambda a: exp.Not(this=a), c)),
+    max_leaves=6)
+SUPPORTED = st.one_of(
+    st.just(exp.Count(this=exp.Star())),
+    st.just(exp.Count(this=exp.Distinct(expressions=[exp.column("person_id")]))),
+    st.builds(lambda c: exp.Count(this=exp.column(c)), st.sampled_from(["age", "note", "sick"])),
+    st.builds(lambda c: exp.Sum(this=exp.column(c)), st.sampled_from(NUMERIC)),
+    st.builds(lambda c: exp.Avg(this=exp.column(c)), st.sampled_from(NUMERIC)))
+
+
+@st.composite
+def valid_queries(draw) -> str:
+    """Well-typed queries the engine should mostly answer."""
+    group = draw(st.lists(st.sampled_from(["state", "sick"]), max_size=2, unique=True))
+    items = draw(st.lists(SUPPORTED, min_size=1, max_size=3))
+    query = exp.select(*[exp.column(g) for g in group], *items).from_("people")
+    if draw(st.booleans()):
+        query = query.where(draw(CONDITIONS))
+    if group:
+        query = query.group_by(*group)
+    return query.sql(dialect="duckdb")
+
+
+@st.composite
+def queries(draw) -> str:
+    items = draw(st.lists(st.one_of(aggregates, aggregates, outputs), min_size=1, max_size=3))
+    group = draw(st.lists(st.sampled_from(["state", "sick", "state", "age", "person_id"]),
+                          max_size=2, unique=True))
+    source = draw(st.sampled_from(["people", "people", "people", "people AS p", "nosuch",
+                                   "read_csv('/etc/passwd')", "information_schema.tables"]))
+    query = exp.select(*[exp.column(g) for g in group if draw(st.booleans())], *items).from_(source)
+    if draw(st.booleans()):
+        query = query.where(draw(scalars))
+    if group:
+        query = query.group_by(*group)
+    if draw(st.integers(0, 3)) == 0:
+        query = query.having(draw(outputs))
+    if draw(st.integers(0, 3)) == 0:
+        query = query.order_by(draw(st.one_of(outputs, st.just(exp.Literal.number(1)))))
+    if draw(st.integers(0, 3)) == 0:
+        query = query.limit(draw(st.integers(-2, 5)))
+    sql = query.sql(dialect="duckdb")
+    return draw(st.sampled_from([sql, sql, sql, sql + "; SELECT 1", sql.replace("SELECT", "SELEC")]))
+
+
+@pytest.fixture(scope="module")
+def engine(people_db, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz")
+    policy = write_policy(root / "policy.yaml", {"budget": {"epsilon": 1e6}})
+    db = PrivateDatabase.connect(people_db, policy, root / "ledger.sqlite")
+    yield db, root / "ledger.sqlite"
+    db.close()
+
+
+def _charges(ledger) -> list[tuple]:
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        return conn.execute("SELECT sql, epsilon_dp FROM charges ORDER BY id").fetchall()
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.filter_too_much])
+@given(sql=st.one_of(queries(), valid_queries()), epsilon=st.sampled_from([1e-7, 1e-7, 0.5]))
+def test_random_sql_is_refused_cleanly_or_answered_and_charged(engine, sql, epsilon):
+    db, ledger = engine
+    before = _charges(ledger)
+    try:
+        result = db.query(sql, epsilon=epsilon)
+    except DpsqlError as exc:
+        message = str(exc)
+        assert message and "\n" not in message and "Traceback" not in message
+        assert _charges(ledger) == before
+        event(f"refused: {type(exc).__name__}")
+        return
+    event("answered")
+    after = _charges(ledger)
+    assert after[:-1] == before and after[-1] == (sql, result.epsilon_dp)
+    if epsilon < 1e-3:
+        _assert_not_exact(db, sql, epsilon, result)
+
+
+def _assert_not_exact(db, sql, epsilon, result) -> None:
+    """With scale >= 1e6 the chance that a COUNT or SUM comes out exact is about 1e-6."""
+    prepared = db._prepare(sql, epsilon, None)
+    plan = prepared.plan
+    assert all(m.scale >= 1e6 for m in prepared.mechanisms.values())
+    exact = execute.run(db._conn, prepared.sql, len(plan.group_by))
+    if plan.having is not None or plan.limit is not None or plan.offset is not None or plan.order:
+        return  # rows are filtered or reordered by noisy values; outputs are not aligned
+    for out in plan.outputs:
+        if out.function in ("COUNT", "SUM"):
+            noisy = result.df[out.name].tolist()
+            truth = exact.values[out.measurements[0]]
+            assert len(noisy) == len(truth)
+            assert all(n != t for n, t in zip(noisy, truth, strict=True)), (out.name, noisy, truth)

@@ -1,0 +1,107 @@
+"""The hostile corpus: every query in tests/hostile/queries.jsonl is refused with exit code 2
+and a one-line message naming the construct, charges nothing and never reaches DuckDB."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import cli, execute
+from engine.database import PrivateDatabase
+
+CORPUS = Path(__file__).parent / "hostile" / "queries.jsonl"
+ENTRIES = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+REQUIRED_CATEGORIES = {
+    "file_reader", "statement", "multi", "subquery", "cte", "setop", "window", "nondeterministic",
+    "catalog", "star", "raw_column", "probing", "group_by", "unit_aggregate", "clamp_literal",
+    "nan_inf", "identifier", "join", "misc", "garbage",
+}
+
+
+def test_corpus_is_large_and_covers_every_category():
+    assert len(ENTRIES) >= 150
+    assert {e["category"] for e in ENTRIES} == REQUIRED_CATEGORIES
+    for entry in ENTRIES:
+        assert set(entry) == {"category", "sql", "expect"} and entry["expect"]
+    assert len({e["sql"] for e in ENTRIES}) == len(ENTRIES), "duplicate corpus entries"
+
+
+@pytest.fixture(scope="module")
+def shared(people_db, tmp_path_factory):
+    from tests.support import write_policy
+
+    root = tmp_path_factory.mktemp("hostile")
+    return people_db, write_policy(root / "policy.yaml"), root / "ledger.sqlite"
+
+
+@pytest.fixture
+def duckdb_spy(monkeypatch) -> list[str]:
+    """Record every attempt to run analyst-derived SQL on the data connection."""
+    calls: list[str] = []
+    real_run, real_binds = execute.run, PrivateDatabase._check_binds
+
+    def run(conn, sql, n_keys):
+        calls.append(f"run: {sql}")
+        return real_run(conn, sql, n_keys)
+
+    def check_binds(self, plan, rewritten, mechanisms):
+        calls.append(f"explain: {rewritten}")
+        return real_binds(self, plan, rewritten, mechanisms)
+
+    monkeypatch.setattr(execute, "run", run)
+    monkeypatch.setattr(PrivateDatabase, "_check_binds", check_binds)
+    return calls
+
+
+def _cli(shared, sql: str) -> int:
+    db, policy, ledger = shared
+    args = ["query", "--db", str(db), "--policy", str(policy), "--ledger", str(ledger),
+            "--epsilon", "0.5", "--", sql]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    return exit_info.value.code
+
+
+def _charges(ledger: Path) -> int:
+    with sqlite3.connect(ledger) as conn:
+        return conn.execute("SELECT COUNT(*) FROM charges").fetchone()[0]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e['category']}-{i}" for i, e in enumerate(ENTRIES)])
+def test_refused_before_duckdb_with_exit_2(entry, shared, duckdb_spy, capsys):
+    code = _cli(shared, entry["sql"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert entry["expect"] in err, err
+    assert duckdb_spy == []
+    assert _charges(shared[2]) == 0
+
+
+def test_spies_see_an_accepted_query(shared, duckdb_spy, capsys, tmp_path):
+    """The harness would notice a query reaching DuckDB: an accepted one does."""
+    db, policy, _ = shared
+    code = _cli((db, policy, tmp_path / "ledger.sqlite"), "SELECT COUNT(*) FROM people")
+    assert code == 0, capsys.readouterr().err
+    assert [c.split(":")[0] for c in duckdb_spy] == ["explain", "run"]
+    assert _charges(tmp_path / "ledger.sqlite") == 1
+
+
+@pytest.mark.parametrize("index", [0, 20, 70, 140, 200])
+def test_real_process_exit_code(index, shared):
+    entry = ENTRIES[index]
+    db, policy, ledger = shared
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "query", "--db", str(db), "--policy", str(policy),
+         "--ledger", str(ledger), "--epsilon", "0.5", "--", entry["sql"]],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert entry["expect"] in proc.stderr and proc.stderr.count("\n") == 1
+    assert proc.stdout == ""
+    assert _charges(ledger) == 0

@@ -1,0 +1,123 @@
+"""The noise the engine releases has the distribution it claims, and nothing else adds noise.
+
+Goodness of fit at ALPHA = 0.001 on DRAWS = 20,000 draws: a correct sampler fails with
+probability 0.001 per test; a sampler whose scale is 25% off is rejected with near certainty
+(the same test, against the wrong scale, is required to reject)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from engine.noise import build_mechanism, release
+from engine.plan import Measurement
+from engine.policy import ColumnSpec
+
+ALPHA = 0.001
+DRAWS = 20_000
+WRONG = 1.25  # a scale this far off must be detected
+
+COUNT = Measurement("count", None, "__m0")
+FLOAT_SUM = Measurement("sum", ColumnSpec("income", "float", 0.0, 10.0), "__m1")
+
+
+def _discrete_laplace_pvalue(noise: np.ndarray, scale: float) -> float:
+    """Chi-square test of integer noise against the discrete Laplace pmf with this scale.
+
+    pmf(x) = (1 - a) / (1 + a) * a^|x|, a = exp(-1/scale); values with an expected count
+    below 5 are pooled into the two tails."""
+    a = math.exp(-1 / scale)
+    limit = 0
+    while DRAWS * (1 - a) / (1 + a) * a ** (limit + 1) >= 5:
+        limit += 1
+    support = np.arange(-limit, limit + 1)
+    pmf = (1 - a) / (1 + a) * a ** np.abs(support)
+    tail = (1 - pmf.sum()) / 2
+    observed = [np.sum(noise < -limit)] + [np.sum(noise == v) for v in support] + \
+        [np.sum(noise > limit)]
+    expected = DRAWS * np.concatenate([[tail], pmf, [tail]])
+    return stats.chisquare(observed, expected).pvalue
+
+
+@pytest.mark.parametrize("epsilon", [0.2, 1.0])
+def test_discrete_laplace_matches_its_scale(epsilon):
+    mechanism = build_mechanism(COUNT, 1, epsilon)
+    assert mechanism.mechanism == "discrete_laplace"
+    exact = 1234
+    noise = np.array(release(mechanism, [exact] * DRAWS)) - exact
+    assert noise.dtype.kind == "i"
+    assert _discrete_laplace_pvalue(noise, mechanism.scale) > ALPHA
+    assert _discrete_laplace_pvalue(noise, mechanism.scale * WRONG) < ALPHA
+    assert _discrete_laplace_pvalue(noise, mechanism.scale / WRONG) < ALPHA
+
+
+@pytest.mark.parametrize("epsilon", [0.2, 1.0])
+def test_laplace_matches_its_scale(epsilon):
+    mechanism = build_mechanism(FLOAT_SUM, 10.0, epsilon)
+    assert mechanism.mechanism == "laplace"
+    exact = 1234.5
+    noise = np.array(release(mechanism, [exact] * DRAWS)) - exact
+    assert stats.kstest(noise, stats.laplace(scale=mechanism.scale).cdf).pvalue > ALPHA
+    assert stats.kstest(noise, stats.laplace(scale=mechanism.scale * WRONG).cdf).pvalue < ALPHA
+    assert stats.kstest(noise, stats.laplace(scale=mechanism.scale / WRONG).cdf).pvalue < ALPHA
+
+
+def test_scale_is_sensitivity_over_epsilon_and_opendp_agrees():
+    for measurement, sensitivity in ((COUNT, 4), (FLOAT_SUM, 20.0)):
+        mechanism = build_mechanism(measurement, sensitivity, 0.5)
+        assert mechanism.scale == pytest.approx(sensitivity / 0.5, rel=1e-12)
+        assert mechanism.opendp_measurement.map(sensitivity) <= 0.5
+
+
+def test_release_returns_opendp_output_untouched():
+    """No arithmetic happens on the noisy values after the sampler: the released list is the
+    OpenDP measurement's own output."""
+    marker = object()
+    for measurement, sensitivity in ((COUNT, 1), (FLOAT_SUM, 10.0)):
+        mechanism = build_mechanism(measurement, sensitivity, 1.0)
+        seen = []
+
+        def fake(values, seen=seen):
+            seen.append(values)
+            return [marker]
+
+        patched = dataclasses.replace(mechanism, opendp_measurement=fake)
+        released = release(patched, [7])
+        assert len(released) == 1 and released[0] is marker
+        assert seen == [[7]] or seen == [[7.0]]
+
+
+def test_huge_exact_counts_saturate_instead_of_overflowing():
+    mechanism = build_mechanism(COUNT, 1, 1.0)
+    released = release(mechanism, [2**70, -(2**70)])
+    assert abs(released[0] - 2**62) < 1000 and abs(released[1] + 2**62) < 1000
+
+
+_FORBIDDEN_MODULES = {"random", "numpy.random"}
+
+
+def test_no_engine_module_draws_randomness_outside_opendp():
+    """No answer can be produced by adding numpy or Python random floats: no engine module
+    imports `random` or `numpy.random` or touches `np.random`; `secrets` only in the ledger,
+    for its row-selection key, which is not noise."""
+    engine = Path(__file__).parent.parent / "engine"
+    for source in sorted(engine.glob("*.py")):
+        tree = ast.parse(source.read_text(), filename=str(source))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                names = {node.module or ""} | {f"{node.module}.{a.name}" for a in node.names}
+            else:
+                names = set()
+            assert not names & _FORBIDDEN_MODULES, f"{source.name} imports {names}"
+            if "secrets" in names:
+                assert source.name == "ledger.py", f"{source.name} imports secrets"
+            if isinstance(node, ast.Attribute) and node.attr == "random":
+                pytest.fail(f"{source.name}:{node.lineno} uses .random")
