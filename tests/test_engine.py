@@ -61,7 +61,7 @@ def test_results_vary_between_runs_but_centre_on_the_truth(setup, people_db):
     ).fetchone()[0]
     with _connect(setup) as db:
         values = [db.query("SELECT COUNT(*) FROM people", epsilon=2.0).df.iloc[0, 0] for _ in range(40)]
-    assert len(set(values)) > 5
+    assert len(set(values)) >= 3  # discrete Laplace at scale 1: P(fewer) is about 1e-7
     # scale 2/2 = 1: the mean of 40 draws is within 1.5 of the truth with overwhelming probability
     assert abs(sum(values) / len(values) - exact) < 1.5
 
