@@ -3,6 +3,7 @@
 from .database import PrivateDatabase
 from .errors import BudgetExhausted, DpsqlError, InputError, LedgerError, PolicyError, QueryRefused
 from .policy import Policy, load_policy
+from .report import Report, ReportTotals
 from .result import AggregateInfo, BudgetStatus, Explanation, QueryResult
 
 __all__ = [
@@ -18,5 +19,7 @@ __all__ = [
     "PrivateDatabase",
     "QueryRefused",
     "QueryResult",
+    "Report",
+    "ReportTotals",
     "load_policy",
 ]
