@@ -12,7 +12,7 @@ from sqlglot import exp
 from .plan import Measurement, QueryPlan
 from .policy import ColumnSpec
 
-ROW_ID = "__row"
+_HEAVY = "__heavy"
 
 
 def rewrite(plan: QueryPlan, hash_key: str) -> str:
@@ -47,7 +47,7 @@ def rewrite(plan: QueryPlan, hash_key: str) -> str:
     return query.sql("duckdb")
 
 
-def _bounded_rows(plan: QueryPlan, hash_key: str) -> exp.Select:
+def _bounded_rows(plan: QueryPlan, hash_key: str) -> exp.Query:
     """Filtered rows (with in-domain group keys), at most m per privacy unit."""
     table = plan.table
     needed: dict[str, ColumnSpec] = {col.name: col for col in plan.group_by}
@@ -66,17 +66,47 @@ def _bounded_rows(plan: QueryPlan, hash_key: str) -> exp.Select:
     rows = exp.select(*items).from_(exp.to_table(table.name, quoted=True))
     if conditions:
         rows = rows.where(exp.and_(*conditions), copy=False)
-    if table.privacy_unit is not None:
-        order_key = exp.func("HASH", exp.column("rowid"), exp.Literal.string(hash_key))
-        rank = exp.Window(
-            this=exp.RowNumber(),
-            partition_by=[exp.column(table.privacy_unit, quoted=True)],
-            order=exp.Order(expressions=[exp.Ordered(this=order_key)]),
-        )
-        rows = rows.qualify(
-            exp.LTE(this=rank, expression=exp.Literal.number(table.max_rows_per_unit)), copy=False
-        )
-    return rows
+    if table.privacy_unit is None or _bounding_is_void(plan):
+        return rows
+    return _bounded(rows, table.name, table.privacy_unit, table.max_rows_per_unit, hash_key)
+
+
+def _bounding_is_void(plan: QueryPlan) -> bool:
+    """Ungrouped COUNT(DISTINCT unit) alone: every unit keeps >= 1 row, so bounding changes nothing."""
+    return not plan.group_by and all(m.kind == "count_distinct" for m in plan.measurements)
+
+
+def _bounded(rows: exp.Select, table: str, unit: str, limit: int, hash_key: str) -> exp.Query:
+    """Keep every row of units with at most `limit` filtered rows; rank only the other units.
+
+    Same rows as ranking every unit by HASH(rowid, key): a unit within the limit keeps all its
+    rows either way. The per-unit count is one hash aggregate, materialised once; the window (a
+    sort per unit) runs only on the rows of heavy units, which the skew keeps few. rowid breaks
+    hash ties, so the choice is deterministic even then.
+    """
+    unit_col = exp.column(unit, quoted=True)
+    heavy = (
+        rows.select(unit_col.copy(), append=False)
+        .group_by(unit_col.copy(), copy=False)
+        .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(limit)),
+                copy=False)
+    )
+    on = exp.NullSafeEQ(this=exp.column(unit, table, quoted=True),
+                        expression=exp.column(unit, _HEAVY, quoted=True))
+    light = rows.join(exp.to_table(_HEAVY, quoted=True), on=on, join_type="ANTI")
+    row_id = exp.column("rowid", table, quoted=False)
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[unit_col.copy()],
+        order=exp.Order(expressions=[
+            exp.Ordered(this=exp.func("HASH", row_id, exp.Literal.string(hash_key))),
+            exp.Ordered(this=row_id.copy()),
+        ]),
+    )
+    ranked = rows.join(exp.to_table(_HEAVY, quoted=True), on=on.copy(), join_type="SEMI").qualify(
+        exp.LTE(this=rank, expression=exp.Literal.number(limit)), copy=False
+    )
+    return exp.union(light, ranked, distinct=False).with_(_HEAVY, as_=heavy, materialized=True)
 
 
 def _aggregate(m: Measurement, unit: str | None) -> exp.Expression:
