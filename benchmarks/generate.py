@@ -9,9 +9,8 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-REGIONS = tuple(f"R{i:02d}" for i in range(50))
-AGE_BOUNDS = (0, 100)
-INCOME_BOUNDS = (0.0, 200_000.0)
+from benchmarks.workload import REGIONS
+
 CHUNK_UNITS = 2_000_000
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
