@@ -71,11 +71,46 @@ def _speed_section(out: Path, quick: bool) -> list[str]:
     return lines
 
 
+def _findings(out: Path, quick: bool) -> list[str]:
+    """Headline figures computed from the stored results: targets met or not, accuracy gain."""
+    lines = ["## Headlines", ""]
+    for path in sorted(out.glob("speed_*.json"), key=lambda p: int(p.stem.split("_")[1])):
+        data = json.loads(path.read_text())
+        for policy, target in (("row_level", 1.5), ("per_unit", 3.0)):
+            ratios = {r["template"]: r["ratio"] for r in data["results"] if r["policy"] == policy}
+            over = sorted(t for t, v in ratios.items() if v > target)
+            verdict = "all within" if not over else f"{len(over)} of {len(ratios)} over"
+            lines.append(f"* {data['rows']:,} rows, {policy}: ratio {min(ratios.values()):.2f} to "
+                         f"{max(ratios.values()):.2f} (target {target}: {verdict}).")
+    measured = {int(p.stem.split("_")[1]) for p in out.glob("speed_*.json")}
+    if not quick:
+        for rows in (10_000_000, 50_000_000):
+            if rows not in measured:
+                lines.append(f"* {rows:,} rows: not measured in this run.")
+    stored = _load(out, "accuracy.json")
+    if stored is not None:
+        cell = {r["mode"]: r for r in stored["rows"] if r["epsilon"] == 1.0 and r["k"] == 10
+                and r["eta"] == 0.001 and r["aggregate"] == "COUNT"}
+        lines.append(f"* Accuracy, k = 10, η = 0.001, ε = 1, COUNT: tight calibration's RMSE is "
+                     f"{cell['tight']['ratio_to_group']:.3f} of group privacy's measured "
+                     f"({cell['tight']['analytic_ratio_to_group']:.3f} analytic), "
+                     f"ε_dp {cell['tight']['epsilon_dp']:.3f} against {cell['group']['epsilon_dp']:.3f}.")
+    return lines + [""]
+
+
 def _plan_section(out: Path) -> list[str]:
     plan = _load(out, "plan.json")
     if plan is None:
         return []
     return ["## The bounding plan", "",
+            "Kept rows: per privacy unit, the (at most) m filtered rows with the smallest "
+            "HASH(rowid, ledger key), rowid breaking ties; exactly the rows the earlier plan (a "
+            "ROW_NUMBER window over every unit) kept, checked on random tables by "
+            "`tests/test_rewrite_bounding.py`. The plan: one hash aggregate counts filtered rows "
+            "per unit and keeps the units over m (materialised once); rows of the other units pass "
+            "through an ANTI join untouched; only rows of units over m (a SEMI join) are ranked by "
+            "the window. An ungrouped COUNT(DISTINCT unit) alone skips bounding, which cannot "
+            "change it. The per-unit hash aggregate is the floor of this plan.", "",
             f"Rewritten SQL for `{TEMPLATES['grouped_count_sum_avg']}` under per-unit bounding "
             f"(m = {MAX_ROWS_PER_UNIT}), and DuckDB's `EXPLAIN ANALYZE` of it at "
             f"{plan['rows']:,} rows (produced by the speed command above):", "",
@@ -89,7 +124,14 @@ def _smartnoise_section(out: Path) -> list[str]:
         return lines + ["Not measured in this run.", ""]
     sizes = " ".join(p.stem.split("_")[1] for p in files)
     lines += [f"Command: `{COMMAND} smartnoise --smartnoise-sizes {sizes}` (after the speed "
-              "part, whose dpsql figures it reuses).", ""]
+              "part, whose dpsql figures it reuses). The script creates "
+              "`benchmarks/.venv-smartnoise` and pip-installs smartnoise-sql there (it pins its own "
+              "opendp and pandas), exports the table to CSV, and runs `smartnoise_runner.py` in that "
+              "environment: `snsql.from_df` over a pandas DataFrame (SmartNoise's pandas reader "
+              "runs the SQL in an in-memory SQLite), `Privacy(epsilon=1, delta=1e-6)`, the same "
+              "bounds, `max_ids` = m for per_unit (`row_privacy` for row_level), "
+              "`censor_dims: false` so every group is kept as in dpsql. Times are medians of the "
+              "same number of repetitions after a warm-up; errors use the same measure.", ""]
     for path in files:
         data = json.loads(path.read_text())
         speed = _load(out, f"speed_{data['rows']}.json")
@@ -208,6 +250,7 @@ def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
         "the plain query without clamping or bounding, so it includes their bias.",
         "",
     ]
+    lines += _findings(out, quick)
     lines += _speed_section(out, quick)
     lines += _plan_section(out)
     if not quick:
