@@ -113,7 +113,7 @@ def _plan_section(out: Path) -> list[str]:
             "change it. The per-unit hash aggregate is the floor of this plan.", "",
             f"Rewritten SQL for `{TEMPLATES['grouped_count_sum_avg']}` under per-unit bounding "
             f"(m = {MAX_ROWS_PER_UNIT}), and DuckDB's `EXPLAIN ANALYZE` of it at "
-            f"{plan['rows']:,} rows (produced by the speed command above):", "",
+            f"{plan['rows']:,} rows (command: `{plan.get('command', COMMAND + ' speed')}`):", "",
             "```sql", plan["sql"], "```", "", "```", plan["profile"].rstrip(), "```", ""]
 
 
