@@ -31,6 +31,7 @@ from .rewrite import rewrite
 from .sensitivity import sensitivity
 
 DEFAULT_ANALYST = "analyst"
+PLAN_CACHE_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class _Prepared:
     plan: QueryPlan
     calibration: Calibration
     mechanisms: dict[str, Mechanism]
-    sql: str
+    sql: str  # the rewritten query run on the data
+    post_sql: str  # the post-processing query run on the noisy values
 
 
 class PrivateDatabase:
@@ -53,6 +55,10 @@ class PrivateDatabase:
         self.ledger = ledger
         self.analyst = _check_analyst(analyst)
         self.model = DependenceModel(policy.k, policy.eta)
+        self._post = postprocess.connect()
+        self._bounded_tables: dict[str, str | None] = {}
+        self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
+        self._post_checked: set[str] = set()
 
     @classmethod
     def connect(cls, db: str | Path, policy: str | Path | Policy, ledger: str | Path,
@@ -74,6 +80,7 @@ class PrivateDatabase:
         self.close()
 
     def close(self) -> None:
+        self._post.close()
         self._conn.close()
         self.ledger.close()
 
@@ -88,6 +95,7 @@ class PrivateDatabase:
     def explain(self, sql: str, epsilon: float, mode: str | None = None) -> Explanation:
         """The plan, rewritten SQL, sensitivities, epsilon_dp and expected error; spends nothing."""
         prepared = self._prepare(sql, epsilon, mode)
+        execute.check_binds(self._conn, prepared.sql)
         plan, cal = prepared.plan, prepared.calibration
         spent = self.ledger.spent_dp()
         return Explanation(
@@ -123,7 +131,7 @@ class PrivateDatabase:
         noisy = {name: release(mech, exact.values[name])
                  for name, mech in prepared.mechanisms.items()}
         frame = postprocess.noisy_frame(plan, exact.keys, noisy, prepared.mechanisms)
-        answer, halfwidths = postprocess.finish(plan, frame)
+        answer, halfwidths = postprocess.finish(self._post, plan, prepared.post_sql, frame)
         return QueryResult(
             df=answer, ci95=halfwidths, sql=sql, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
             mode=cal.mode, k=self.policy.k, eta=self.policy.eta, aggregates=infos,
@@ -138,7 +146,7 @@ class PrivateDatabase:
         mode = self.policy.mode if mode is None else mode
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        plan = build_plan(parse_select(sql), self.policy, sql)
+        plan, rewritten, post_sql = self._plan(sql)
         try:
             cal = calibrate(epsilon, self.model, mode)
         except CalibrationError as exc:
@@ -146,26 +154,46 @@ class PrivateDatabase:
         share = cal.epsilon_dp / len(plan.measurements)
         mechanisms = {m.name: build_mechanism(m, sensitivity(m, plan), share)
                       for m in plan.measurements}
-        rewritten = rewrite(plan, self.ledger.hash_key)
-        self._check_binds(plan, rewritten, mechanisms)
-        return _Prepared(plan, cal, mechanisms, rewritten)
+        self._check_post_processing(plan, post_sql, mechanisms)
+        return _Prepared(plan, cal, mechanisms, rewritten, post_sql)
 
-    def _check_binds(self, plan: QueryPlan, rewritten: str,
-                     mechanisms: dict[str, Mechanism]) -> None:
-        """Bind both queries without running on data, so a failure cannot depend on values."""
-        try:
-            self._conn.execute("EXPLAIN " + rewritten)
-        except duckdb.Error as exc:
-            raise InputError(f"the query cannot be run: {str(exc).splitlines()[0]}") from None
+    def _plan(self, sql: str) -> tuple[QueryPlan, str, str]:
+        """Plan, rewritten SQL and post-processing SQL of a query text. They depend only on the
+        text and the policy, so repeated texts reuse them, like a prepared statement."""
+        cached = self._plans.get(sql)
+        if cached is None:
+            plan = build_plan(parse_select(sql), self.policy, sql)
+            cached = (plan, rewrite(plan, self._bounded(plan)), postprocess.query_sql(plan))
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[sql] = cached
+        return cached
+
+    def _bounded(self, plan: QueryPlan) -> str | None:
+        """The bounded copy of the plan's table (or None if no unit is over the bound),
+        made on first use: the data is read-only, so it stays valid for the connection."""
+        name = plan.table.name
+        if name not in self._bounded_tables:
+            self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,
+                                                             self.ledger.hash_key)
+        return self._bounded_tables[name]
+
+    def _check_post_processing(self, plan: QueryPlan, post_sql: str,
+                               mechanisms: dict[str, Mechanism]) -> None:
+        """Run the post-processing on zeros before anything is charged, so that it cannot fail
+        after the charge; a query that passed once is not checked again."""
+        if post_sql in self._post_checked:
+            return
         zeros = {m.name: [0] * plan.group_count if plan.group_by else [0]
                  for m in plan.measurements}
-        keys = _all_keys(plan)
+        frame = postprocess.noisy_frame(plan, _all_keys(plan), zeros, mechanisms)
         try:
-            postprocess.finish(plan, postprocess.noisy_frame(plan, keys, zeros, mechanisms))
+            postprocess.finish(self._post, plan, post_sql, frame)
         except duckdb.Error as exc:
             raise InputError(
                 f"HAVING/ORDER BY/SELECT expression cannot be evaluated: {str(exc).splitlines()[0]}"
             ) from None
+        self._post_checked.add(post_sql)
 
     def _status(self, spent: float) -> BudgetStatus:
         total = self.policy.budget_epsilon

@@ -13,7 +13,8 @@ from pathlib import Path
 import duckdb
 
 from .errors import InputError, PolicyError
-from .policy import Policy
+from .policy import Policy, TableSpec
+from .rewrite import bounded_table_sql, heavy_units_sql
 
 _LOCKED = {
     "enable_external_access": False,
@@ -107,9 +108,39 @@ def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
         names = [d[0] for d in cursor.description]
         rows = cursor.fetchall()
     except duckdb.Error:
-        # The message could quote data values, so it is never shown.
+        check_binds(conn, sql)
+        # It binds, so it failed on the data: the message could quote values, so it is never shown.
         raise InputError("the query failed while running on the data; nothing was charged") \
             from None
     keys = [tuple(row[:n_keys]) for row in rows]
     values = {name: [row[i] for row in rows] for i, name in enumerate(names) if i >= n_keys}
     return ExactAnswer(keys, values)
+
+
+def check_binds(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Bind `sql` without running it; a failure here cannot depend on data values."""
+    try:
+        conn.execute("EXPLAIN " + sql)
+    except duckdb.Error as exc:
+        raise InputError(f"the query cannot be run: {str(exc).splitlines()[0]}; nothing was charged") \
+            from None
+
+
+def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str) -> str | None:
+    """Make, once per connection, the bounded copy of `table` that queries read.
+
+    Returns the temporary table holding each unit's kept rows (unit and policy columns), or
+    None when no unit exceeds the limit (or the table has no privacy unit), in which case
+    queries read the table as it is."""
+    if table.privacy_unit is None:
+        return None
+    target = f"__dpsql_bounded_{table.name}"
+    try:
+        if conn.execute(heavy_units_sql(table)).fetchone()[0] == 0:
+            return None
+        conn.execute(f"DROP TABLE IF EXISTS temp.{duckdb_identifier(target)}")
+        conn.execute(bounded_table_sql(table, hash_key, target))
+    except duckdb.Error:
+        raise InputError("bounding rows per privacy unit failed on the data; nothing was charged") \
+            from None
+    return target

@@ -50,28 +50,42 @@ def _halfwidths(out: OutputColumn, frame: pd.DataFrame,
     return np.maximum(mean - low, high - mean)
 
 
-def finish(plan: QueryPlan, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Evaluate outputs, HAVING, ORDER BY and LIMIT; return (answer, half-widths)."""
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB for post-processing: no files, no extensions, settings locked."""
+    return duckdb.connect(":memory:", config={
+        "enable_external_access": False, "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False, "error_on_division_by_zero": False,
+        "lock_configuration": True,
+    })
+
+
+def query_sql(plan: QueryPlan) -> str:
+    """The post-processing query over the table `noisy`: outputs, their half-widths, HAVING,
+    ORDER BY, LIMIT and OFFSET."""
     items = []
     for j, out in enumerate(plan.outputs):
-        items.append(exp.alias_(out.expression.copy(), f"__o{j}", quoted=True))
+        items.append(exp.alias_(out.expression, f"__o{j}", quoted=True))
         items.append(exp.column(f"__ci{j}", quoted=True))
     query = exp.select(*items).from_("noisy")
     if plan.having is not None:
-        query = query.where(plan.having.copy())
+        query = query.where(plan.having)
     if plan.order:
-        query = query.order_by(*(o.copy() for o in plan.order))
+        query = query.order_by(*plan.order)
     if plan.limit is not None:
-        query = query.limit(plan.limit)
+        query = query.limit(plan.limit, copy=False)
     if plan.offset is not None:
-        query = query.offset(plan.offset)
-    conn = duckdb.connect(":memory:", config={"enable_external_access": False,
-                                              "error_on_division_by_zero": False})
+        query = query.offset(plan.offset, copy=False)
+    return query.sql("duckdb")
+
+
+def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
+           frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run the post-processing `sql` on the noisy frame; return (answer, half-widths)."""
+    conn.register("noisy", frame)
     try:
-        conn.register("noisy", frame)
-        result = conn.execute(query.sql("duckdb")).fetchdf()
+        result = conn.execute(sql).fetchdf()
     finally:
-        conn.close()
+        conn.unregister("noisy")
     names = [out.name for out in plan.outputs]
     answer = result[[f"__o{j}" for j in range(len(names))]].set_axis(names, axis=1)
     halfwidths = result[[f"__ci{j}" for j in range(len(names))]].set_axis(names, axis=1)

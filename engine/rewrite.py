@@ -1,8 +1,8 @@
 """Rewrite a QueryPlan into the one DuckDB query that computes its exact measurements.
 
-The query filters, bounds each privacy unit to `max_rows_per_unit` rows (those with the smallest
-keyed hash of their own content), clamps numeric columns
-to the policy bounds and joins the public domain so that every group appears, empty or not.
+The query reads the rows per-unit bounding keeps (computed once per table, see
+`bounded_table_sql`), filters, clamps numeric columns to the policy bounds and joins the public
+domain so that every group appears, empty or not.
 """
 
 from __future__ import annotations
@@ -10,16 +10,18 @@ from __future__ import annotations
 from sqlglot import exp
 
 from .plan import Measurement, QueryPlan
-from .policy import ColumnSpec
+from .policy import ColumnSpec, TableSpec
 
 
-def rewrite(plan: QueryPlan, hash_key: str) -> str:
-    """Return DuckDB SQL yielding one row per group: group keys, then each measurement."""
-    source = _bounded_rows(plan, hash_key)
+def rewrite(plan: QueryPlan, bounded: str | None) -> str:
+    """Return DuckDB SQL yielding one row per group: group keys, then each measurement.
+
+    `bounded` names the temporary table holding the rows per-unit bounding keeps (see
+    `bounded_table_sql`), or is None when no unit has more rows than the policy allows."""
+    source = _bounded_rows(plan, bounded)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregated = exp.select(*keys, *(_aggregate(m, plan.table.privacy_unit) for m in plan.measurements)).from_(
-        source.subquery("rows", copy=False), copy=False
-    )
+    aggregates = (_aggregate(m, plan.table.privacy_unit) for m in plan.measurements)
+    aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
     if keys:
         aggregated = aggregated.group_by(*keys, copy=False)
     values = [
@@ -38,47 +40,87 @@ def rewrite(plan: QueryPlan, hash_key: str) -> str:
     domain_keys = [exp.column(col.name, "domain", quoted=True) for col in plan.group_by]
     query = (
         exp.select(*(exp.alias_(k, k.name, quoted=True) for k in domain_keys), *values)
-        .from_(domain)
-        .join(aggregated.subquery("agg", copy=False), on=on, join_type="left")
-        .order_by(*domain_keys)
+        .from_(domain, copy=False)
+        .join(aggregated.subquery("agg", copy=False), on=on, join_type="left", copy=False)
+        .order_by(*domain_keys, copy=False)
     )
     return query.sql("duckdb")
 
 
-def _bounded_rows(plan: QueryPlan, hash_key: str) -> exp.Select:
-    """Filtered rows (with in-domain group keys), at most m per privacy unit."""
+def heavy_units_sql(table: TableSpec) -> str:
+    """How many privacy units have more rows than the policy allows."""
+    return exp.select(exp.Count(this=exp.Star())).from_(_heavy_units(table).subquery("heavy")).sql("duckdb")
+
+
+def bounded_table_sql(table: TableSpec, hash_key: str, target: str) -> str:
+    """Create the temporary table `target`: the unit and policy columns of the rows each
+    privacy unit keeps under its bound.
+
+    Each unit keeps the `max_rows_per_unit` rows with the smallest keyed hash of their own
+    content (the unit and every column the policy lists), ties broken by rowid. The choice
+    depends only on the unit's own rows, never on other units' rows or on row positions, so
+    changing one unit cannot change what another contributes; rows that tie on the hash are
+    identical in every column a query may read, so which of them is kept cannot change any
+    answer. Only units over the limit are ranked: one aggregate finds them, and the window
+    sorts just their rows.
+    """
+    unit = exp.column(table.privacy_unit, "t", quoted=True)
+    content = [unit.copy()] + [exp.column(name, "t", quoted=True) for name in sorted(table.columns)]
+    row_id = exp.column("rowid", "t")
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[unit.copy()],
+        order=exp.Order(expressions=[
+            exp.Ordered(this=exp.func("HASH", exp.Literal.string(hash_key), *content)),
+            exp.Ordered(this=row_id.copy()),
+        ]),
+    )
+    on = exp.NullSafeEQ(this=unit.copy(), expression=exp.column(table.privacy_unit, "heavy", quoted=True))
+    ranked = (
+        exp.select(exp.alias_(row_id.copy(), "rid"), exp.alias_(rank, "rank"))
+        .from_(exp.to_table(table.name, quoted=True).as_("t"))
+        .join(_heavy_units(table).subquery("heavy"), on=on, join_type="semi")
+    )
+    dropped = exp.select("rid").from_(ranked.subquery("ranked")).where(
+        exp.GT(this=exp.column("rank"), expression=exp.Literal.number(table.max_rows_per_unit)))
+    kept = (
+        exp.select(*[c.copy() for c in content])
+        .from_(exp.to_table(table.name, quoted=True).as_("t"))
+        .join(dropped.subquery("dropped"), join_type="anti",
+              on=exp.EQ(this=row_id.copy(), expression=exp.column("rid", "dropped")))
+    )
+    return f"CREATE TEMP TABLE {exp.to_identifier(target, quoted=True).sql('duckdb')} AS " \
+        + kept.sql("duckdb")
+
+
+def _heavy_units(table: TableSpec) -> exp.Select:
+    unit = exp.column(table.privacy_unit, quoted=True)
+    return (
+        exp.select(unit).from_(exp.to_table(table.name, quoted=True)).group_by(unit.copy())
+        .having(exp.GT(this=exp.Count(this=exp.Star()),
+                       expression=exp.Literal.number(table.max_rows_per_unit)))
+    )
+
+
+def _bounded_rows(plan: QueryPlan, source: str | None) -> exp.Select:
+    """Filtered rows of the table, or of its bounded copy when some unit is over the bound.
+
+    Rows whose group key is outside the public domain form groups that the domain join
+    leaves out; bounding happened before, on the whole table, so they cannot displace
+    in-domain rows."""
     table = plan.table
     needed: dict[str, ColumnSpec] = {col.name: col for col in plan.group_by}
     for m in plan.measurements:
         if m.column is not None:
             needed[m.column.name] = m.column
     items: list[exp.Expression] = [exp.column(name, quoted=True) for name in needed]
-    if table.privacy_unit is not None:
+    if any(m.kind == "count_distinct" for m in plan.measurements):
         items.append(exp.column(table.privacy_unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
-    conditions = [plan.where.copy()] if plan.where is not None else []
-    for col in plan.group_by:
-        values = [_literal(v) for v in col.group_values]
-        conditions.append(exp.In(this=exp.column(col.name, quoted=True), expressions=values))
-    rows = exp.select(*items).from_(exp.to_table(table.name, quoted=True))
-    if conditions:
-        rows = rows.where(exp.and_(*conditions), copy=False)
-    if table.privacy_unit is not None:
-        # Keep the rows with the smallest keyed hash of their own content: which rows a unit
-        # keeps depends only on that unit's rows (never on row positions, which other units'
-        # rows can shift), so changing one unit cannot change what another contributes.
-        # Rows that tie are identical in every column that is grouped on or aggregated, so
-        # the choice among them cannot change any aggregate.
-        order_key = exp.func("HASH", exp.Literal.string(hash_key), *(e.copy() for e in items))
-        rank = exp.Window(
-            this=exp.RowNumber(),
-            partition_by=[exp.column(table.privacy_unit, quoted=True)],
-            order=exp.Order(expressions=[exp.Ordered(this=order_key)]),
-        )
-        rows = rows.qualify(
-            exp.LTE(this=rank, expression=exp.Literal.number(table.max_rows_per_unit)), copy=False
-        )
+    rows = exp.select(*items).from_(exp.to_table(source or table.name, quoted=True), copy=False)
+    if plan.where is not None:
+        rows = rows.where(plan.where.copy(), copy=False)
     return rows
 
 
@@ -115,10 +157,10 @@ def _domain(group_by: tuple[ColumnSpec, ...]) -> exp.Expression:
     ]
     keys = [exp.alias_(exp.column(col.name, f"d{i}", quoted=True), col.name, quoted=True)
             for i, col in enumerate(group_by)]
-    query = exp.select(*keys).from_(tables[0])
+    query = exp.select(*keys).from_(tables[0], copy=False)
     for table in tables[1:]:
-        query = query.join(table, join_type="cross")
-    return query.subquery("domain")
+        query = query.join(table, join_type="cross", copy=False)
+    return query.subquery("domain", copy=False)
 
 
 def _literal(value) -> exp.Expression:

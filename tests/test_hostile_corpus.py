@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from engine import cli, execute
-from engine.database import PrivateDatabase
 
 CORPUS = Path(__file__).parent / "hostile" / "queries.jsonl"
 ENTRIES = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
@@ -43,18 +42,23 @@ def shared(people_db, tmp_path_factory):
 def duckdb_spy(monkeypatch) -> list[str]:
     """Record every attempt to run analyst-derived SQL on the data connection."""
     calls: list[str] = []
-    real_run, real_binds = execute.run, PrivateDatabase._check_binds
+    real_run, real_binds, real_bound = execute.run, execute.check_binds, execute.bound_units
 
     def run(conn, sql, n_keys):
         calls.append(f"run: {sql}")
         return real_run(conn, sql, n_keys)
 
-    def check_binds(self, plan, rewritten, mechanisms):
-        calls.append(f"explain: {rewritten}")
-        return real_binds(self, plan, rewritten, mechanisms)
+    def check_binds(conn, sql):
+        calls.append(f"explain: {sql}")
+        return real_binds(conn, sql)
+
+    def bound_units(conn, table, key):
+        calls.append(f"bound: {table.name}")
+        return real_bound(conn, table, key)
 
     monkeypatch.setattr(execute, "run", run)
-    monkeypatch.setattr(PrivateDatabase, "_check_binds", check_binds)
+    monkeypatch.setattr(execute, "check_binds", check_binds)
+    monkeypatch.setattr(execute, "bound_units", bound_units)
     return calls
 
 
@@ -88,7 +92,7 @@ def test_spies_see_an_accepted_query(shared, duckdb_spy, capsys, tmp_path):
     db, policy, _ = shared
     code = _cli((db, policy, tmp_path / "ledger.sqlite"), "SELECT COUNT(*) FROM people")
     assert code == 0, capsys.readouterr().err
-    assert [c.split(":")[0] for c in duckdb_spy] == ["explain", "run"]
+    assert [c.split(":")[0] for c in duckdb_spy] == ["bound", "run"]
     assert _charges(tmp_path / "ledger.sqlite") == 1
 
 

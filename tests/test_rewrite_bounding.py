@@ -1,0 +1,91 @@
+"""Per-unit bounding: at most m rows per unit, chosen by a keyed hash of each unit's own rows."""
+
+from __future__ import annotations
+
+import copy
+
+import duckdb
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import execute
+from engine.parse import parse_select
+from engine.plan import build_plan
+from engine.policy import parse_policy
+from engine.rewrite import rewrite
+from tests.support import BASE_POLICY, STATES
+
+rows_strategy = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.integers(0, 12)),
+        st.sampled_from(STATES + ["ZZ"]),
+        st.one_of(st.none(), st.integers(-5, 110)),
+        st.one_of(st.none(), st.floats(-50, 1200, allow_nan=False)),
+        st.booleans(),
+    ),
+    min_size=0, max_size=60,
+)
+COLUMNS = "person_id, state, age, income, sick, note"
+
+
+def _table(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
+    conn = duckdb.connect(":memory:")
+    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age INTEGER, "
+                 "income DOUBLE, sick BOOLEAN, note VARCHAR)")
+    if rows:
+        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, 'row')", rows)
+    return conn
+
+
+def _table_spec(limit: int):
+    raw = copy.deepcopy(BASE_POLICY)
+    raw["tables"]["people"]["max_rows_per_unit"] = limit
+    return parse_policy(raw)
+
+
+def _kept(conn, limit: int, key: str) -> list[tuple]:
+    """The rows a query sees after bounding, as sorted content tuples."""
+    bounded = execute.bound_units(conn, _table_spec(limit).tables["people"], key)
+    return sorted(conn.execute(f"SELECT {COLUMNS} FROM {bounded or 'people'}").fetchall(), key=repr)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy, limit=st.integers(1, 4), key=st.text("abcdef0123456789", min_size=1, max_size=8))
+def test_each_unit_keeps_min_of_its_rows_and_the_limit(rows, limit, key):
+    conn = _table(rows)
+    kept = _kept(conn, limit, key)
+    for unit in {r[0] for r in rows}:
+        have = sum(1 for r in rows if r[0] == unit)
+        assert sum(1 for r in kept if r[0] == unit) == min(have, limit)
+    reference = conn.execute(
+        f"SELECT {COLUMNS} FROM people QUALIFY row_number() OVER (PARTITION BY person_id ORDER BY "
+        f"hash('{key}', person_id, age, income, note, sick, state), rowid) <= {limit}").fetchall()
+    assert kept == sorted(reference, key=repr)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy, other=rows_strategy, limit=st.integers(1, 3))
+def test_what_a_unit_keeps_does_not_depend_on_other_units(rows, other, limit):
+    """Adding another unit's rows anywhere (shifting every rowid) leaves each unit's kept rows alone."""
+    intruder = [(99, *r[1:]) for r in other]
+    alone = _kept(_table(rows), limit, "k")
+    mixed = _kept(_table(intruder + rows), limit, "k")
+    assert [r for r in mixed if r[0] != 99] == alone
+
+
+def test_null_units_are_one_unit_and_queries_skip_dropped_rows():
+    conn = _table([(None, "CA", 1, 1.0, True)] * 5 + [(1, "NY", 2, 2.0, False)] * 4
+                  + [(2, "TX", 3, 3.0, False)] * 2)
+    policy = _table_spec(3)
+    bounded = execute.bound_units(conn, policy.tables["people"], "k")
+    sql = "SELECT COUNT(*) FROM people"
+    plan = build_plan(parse_select(sql), policy, sql)
+    assert execute.run(conn, rewrite(plan, bounded), 0).values["__m0"] == [3 + 3 + 2]
+
+
+def test_no_unit_over_the_limit_means_the_table_is_read_as_it_is():
+    conn = _table([(1, "CA", 1, 1.0, True), (2, "NY", 2, 2.0, False)])
+    policy = _table_spec(1)
+    assert execute.bound_units(conn, policy.tables["people"], "k") is None
+    sql = "SELECT COUNT(*) FROM people"
+    assert "__dpsql_bounded" not in rewrite(build_plan(parse_select(sql), policy, sql), None)
