@@ -117,12 +117,12 @@ def bounding_plan(data: Dataset) -> BoundingPlan:
     conn = execute.open_data(data.path, parsed)
     try:
         timed = measure(lambda: execute.bound_units(conn, table, key))
-        bounded = timed.value
-        count = conn.execute(f'SELECT count(*) FROM "{bounded or "people"}"').fetchone()[0]
+        source = "dpsql_bounded.people" if timed.value else "people"
+        count = conn.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
         profile = conn.execute("EXPLAIN ANALYZE " + sql).fetchall()[0][1]
     finally:
         conn.close()
-    return BoundingPlan(bounded_table_sql(table, key, "__dpsql_bounded_people"), timed.seconds * 1e3,
+    return BoundingPlan(bounded_table_sql(table, key), timed.seconds * 1e3,
                         count, sql, profile)
 
 

@@ -56,7 +56,7 @@ class PrivateDatabase:
         self.analyst = _check_analyst(analyst)
         self.model = DependenceModel(policy.k, policy.eta)
         self._post = postprocess.connect()
-        self._bounded_tables: dict[str, str | None] = {}
+        self._bounded_tables: dict[str, bool] = {}
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
         self._post_checked: set[str] = set()
 
@@ -169,9 +169,9 @@ class PrivateDatabase:
             self._plans[sql] = cached
         return cached
 
-    def _bounded(self, plan: QueryPlan) -> str | None:
-        """The bounded copy of the plan's table (or None if no unit is over the bound),
-        made on first use: the data is read-only, so it stays valid for the connection."""
+    def _bounded(self, plan: QueryPlan) -> bool:
+        """Whether queries on the plan's table read its bounded copy, made on first use: the
+        data is read-only, so the copy stays valid for the connection."""
         name = plan.table.name
         if name not in self._bounded_tables:
             self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,

@@ -14,7 +14,7 @@ import duckdb
 
 from .errors import InputError, PolicyError
 from .policy import Policy, TableSpec
-from .rewrite import bounded_table_sql, heavy_units_sql
+from .rewrite import BOUNDED_CATALOG, bounded_table_sql, heavy_units_sql
 
 _LOCKED = {
     "enable_external_access": False,
@@ -126,21 +126,25 @@ def check_binds(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
             from None
 
 
-def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str) -> str | None:
-    """Make, once per connection, the bounded copy of `table` that queries read.
+def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str) -> bool:
+    """Make, once per connection, the bounded copy of `table` that queries then read.
 
-    Returns the temporary table holding each unit's kept rows (unit and policy columns), or
-    None when no unit exceeds the limit (or the table has no privacy unit), in which case
-    queries read the table as it is."""
+    The copy (unit and policy columns of each unit's kept rows) goes into an in-memory catalog
+    that DuckDB compresses on checkpoint, so it costs less memory than the rows it holds and
+    scans as fast as the table itself. Returns False when the table has no privacy unit or no
+    unit exceeds the limit: queries then read the table as it is."""
     if table.privacy_unit is None:
-        return None
-    target = f"__dpsql_bounded_{table.name}"
+        return False
     try:
         if conn.execute(heavy_units_sql(table)).fetchone()[0] == 0:
-            return None
-        conn.execute(f"DROP TABLE IF EXISTS temp.{duckdb_identifier(target)}")
-        conn.execute(bounded_table_sql(table, hash_key, target))
+            return False
+        attached = conn.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                                [BOUNDED_CATALOG]).fetchone()[0]
+        if not attached:
+            conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
+        conn.execute(bounded_table_sql(table, hash_key))
+        conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error:
         raise InputError("bounding rows per privacy unit failed on the data; nothing was charged") \
             from None
-    return target
+    return True

@@ -13,11 +13,11 @@ from .plan import Measurement, QueryPlan
 from .policy import ColumnSpec, TableSpec
 
 
-def rewrite(plan: QueryPlan, bounded: str | None) -> str:
+def rewrite(plan: QueryPlan, bounded: bool) -> str:
     """Return DuckDB SQL yielding one row per group: group keys, then each measurement.
 
-    `bounded` names the temporary table holding the rows per-unit bounding keeps (see
-    `bounded_table_sql`), or is None when no unit has more rows than the policy allows."""
+    With `bounded`, the rows come from the bounded copy of the table (see
+    `bounded_table_sql`); without, from the table itself (no unit is over the bound)."""
     source = _bounded_rows(plan, bounded)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
     aggregates = (_aggregate(m, plan.table.privacy_unit) for m in plan.measurements)
@@ -52,9 +52,18 @@ def heavy_units_sql(table: TableSpec) -> str:
     return exp.select(exp.Count(this=exp.Star())).from_(_heavy_units(table).subquery("heavy")).sql("duckdb")
 
 
-def bounded_table_sql(table: TableSpec, hash_key: str, target: str) -> str:
-    """Create the temporary table `target`: the unit and policy columns of the rows each
-    privacy unit keeps under its bound.
+BOUNDED_CATALOG = "dpsql_bounded"
+
+
+def bounded_table(table: TableSpec) -> exp.Table:
+    """Where the bounded copy of `table` lives: a compressed in-memory catalog."""
+    return exp.Table(this=exp.to_identifier(table.name, quoted=True),
+                     db=exp.to_identifier("main"), catalog=exp.to_identifier(BOUNDED_CATALOG))
+
+
+def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
+    """Create `bounded_table(table)`: the unit and policy columns of the rows each privacy
+    unit keeps under its bound.
 
     Each unit keeps the `max_rows_per_unit` rows with the smallest keyed hash of their own
     content (the unit and every column the policy lists), ties broken by rowid. The choice
@@ -89,8 +98,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str, target: str) -> str:
         .join(dropped.subquery("dropped"), join_type="anti",
               on=exp.EQ(this=row_id.copy(), expression=exp.column("rid", "dropped")))
     )
-    return f"CREATE TEMP TABLE {exp.to_identifier(target, quoted=True).sql('duckdb')} AS " \
-        + kept.sql("duckdb")
+    return f"CREATE OR REPLACE TABLE {bounded_table(table).sql('duckdb')} AS {kept.sql('duckdb')}"
 
 
 def _heavy_units(table: TableSpec) -> exp.Select:
@@ -102,7 +110,7 @@ def _heavy_units(table: TableSpec) -> exp.Select:
     )
 
 
-def _bounded_rows(plan: QueryPlan, source: str | None) -> exp.Select:
+def _bounded_rows(plan: QueryPlan, bounded: bool) -> exp.Select:
     """Filtered rows of the table, or of its bounded copy when some unit is over the bound.
 
     Rows whose group key is outside the public domain form groups that the domain join
@@ -118,7 +126,8 @@ def _bounded_rows(plan: QueryPlan, source: str | None) -> exp.Select:
         items.append(exp.column(table.privacy_unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
-    rows = exp.select(*items).from_(exp.to_table(source or table.name, quoted=True), copy=False)
+    source_table = bounded_table(table) if bounded else exp.to_table(table.name, quoted=True)
+    rows = exp.select(*items).from_(source_table, copy=False)
     if plan.where is not None:
         rows = rows.where(plan.where.copy(), copy=False)
     return rows
