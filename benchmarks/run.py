@@ -10,7 +10,7 @@ from pathlib import Path
 
 from benchmarks import speed
 from benchmarks.generate import dataset
-from benchmarks.workload import MAX_ROWS_PER_UNIT
+from benchmarks.workload import MAX_ROWS_PER_UNIT, POLICIES
 
 OUT = Path(__file__).resolve().parent / "out"
 FULL_SIZES = (1_000_000, 10_000_000, 50_000_000)
@@ -30,6 +30,7 @@ def run_speed(out: Path, sizes: list[int], reps: int) -> None:
         _write(out, f"speed_{rows}.json", {
             "rows": rows, "units": data.units, "heavy_units": data.heavy_units[MAX_ROWS_PER_UNIT],
             "results": rows_json, "breakdown": speed.breakdown(data),
+            "first_query_ms": {policy: speed.first_query_ms(data, policy) for policy in POLICIES},
         })
         print(f"speed {rows}: done", flush=True)
     plan = speed.bounding_plan(dataset(max(sizes)))

@@ -54,6 +54,14 @@ def relative_error(noisy: dict[tuple, float], exact: dict[tuple, float]) -> floa
     return statistics.fmean(errors) if errors else 0.0
 
 
+def first_query_ms(data: Dataset, policy: str) -> float:
+    """The first query on a new connection: for per_unit it includes making the bounded copy."""
+    parsed = parse_policy(policy_dict(policy))
+    with tempfile.TemporaryDirectory() as tmp, \
+            PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite") as db:
+        return measure(lambda: db.query(TEMPLATES["count"], EPSILON)).seconds * 1e3
+
+
 def bench_policy(data: Dataset, policy: str, reps: int) -> list[SpeedRow]:
     """Time every template under one policy: warm-up, then engine and plain alternately."""
     parsed = parse_policy(policy_dict(policy))
