@@ -189,11 +189,21 @@ def _print_explanation(ex: Explanation) -> None:
 
 
 def _cell(value, halfwidth: float) -> str:
-    if halfwidth != halfwidth:
-        return str(value)
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:.4g} ± {halfwidth:.3g}"
-    return f"{value} ± {halfwidth:.3g}"
+    if halfwidth != halfwidth:  # no interval: a group key, or arithmetic over aggregates
+        return _number(value) if isinstance(value, float) else str(value)
+    return f"{_number(value)} ± {_number(halfwidth)}"
+
+
+def _number(value) -> str:
+    """A readable number: integers as they are, floats with digits that fit their size."""
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 1:
+        return f"{value:,.2f}"
+    return f"{value:.3g}"
 
 
 def _csv(result: QueryResult) -> str:
