@@ -129,7 +129,8 @@ def _plan_section(out: Path) -> list[str]:
             "(count rows per unit, rank the heavy ones, then aggregate) costs a hash aggregate "
             "over every unit on every query, and an anti join against the dropped rowids costs a "
             "hash probe per row; both measured several times slower than reading the copy.", "",
-            f"One-time set-up at {plan['rows']:,} rows: {plan['setup_ms']:,.0f} ms, "
+            f"One-time set-up at {plan['rows']:,} rows: {plan['setup_ms']:,.0f} ms, peak "
+            f"{plan.get('setup_peak_mb', float('nan')):,.0f} MB of resident memory above the start, "
             f"{plan['kept_rows']:,} rows kept "
             f"(command: `{plan.get('command', COMMAND + ' speed')}`):", "",
             "```sql", plan["setup_sql"], "```", "",

@@ -108,6 +108,7 @@ class BoundingPlan:
 
     setup_sql: str  # creates the bounded copy of the table, once per table and connection
     setup_ms: float
+    setup_peak_mb: float  # resident memory above the start while making the copy
     kept_rows: int
     sql: str  # the rewritten query for the grouped template
     profile: str  # DuckDB's EXPLAIN ANALYZE of it
@@ -131,7 +132,7 @@ def bounding_plan(data: Dataset) -> BoundingPlan:
     finally:
         conn.close()
     return BoundingPlan(bounded_table_sql(table, key), timed.seconds * 1e3,
-                        count, sql, profile)
+                        timed.peak_extra_bytes / 2**20, count, sql, profile)
 
 
 def run(data: Dataset, reps: int) -> list[dict]:
