@@ -64,12 +64,12 @@ def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
 def explain(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
+    if fmt == "csv":
+        raise click.UsageError("explain supports --format table or json")
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
-    elif fmt == "csv":
-        raise click.UsageError("explain supports --format table or json")
     else:
         _print_explanation(explanation)
 

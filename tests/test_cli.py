@@ -116,3 +116,10 @@ def test_installed_entry_point_runs_as_a_process(setup):
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == "error: 2 statements given; send one SELECT statement per query"
+
+
+def test_explain_refuses_csv_before_touching_the_data(capsys, tmp_path, setup):
+    code, out, err = _run(capsys, "explain", "--db", str(tmp_path / "missing.duckdb"), "--policy",
+                          str(setup.policy), "--ledger", str(setup.ledger), "--epsilon", "1",
+                          "--format", "csv", "SELECT COUNT(*) FROM people")
+    assert code == 2 and out == "" and "explain supports --format table or json" in err
