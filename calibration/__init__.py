@@ -1,7 +1,7 @@
 """Calibration: dependence model (k, eta), guarantee maps, composition and the exact audit.
 
 Turns an analyst's information-privacy epsilon into the DP eps_dp that sets the noise,
-for records that depend on each other within groups of at most k (THEORY.md).
+for records that depend on each other within groups of at most k (docs/theory.md).
 """
 
 from calibration.audit import Audit, exact_audit
@@ -12,13 +12,25 @@ from calibration.information import mutual_information_bound
 from calibration.inversion import Calibration, ModeOption, calibrate, compare_modes
 from calibration.maps import MODES, guarantee
 from calibration.model import DependenceModel
+from calibration.validation import (
+    BUDGET_RANGE,
+    EPSILON_RANGE,
+    MAX_K,
+    EpsilonOutOfRange,
+    require_budget,
+    require_epsilon,
+)
 
 __all__ = [
+    "BUDGET_RANGE",
+    "EPSILON_RANGE",
+    "MAX_K",
     "MODES",
     "Audit",
     "Calibration",
     "CalibrationError",
     "DependenceModel",
+    "EpsilonOutOfRange",
     "ModeOption",
     "admits",
     "calibrate",
@@ -28,5 +40,7 @@ __all__ = [
     "guarantee",
     "household_pmf",
     "mutual_information_bound",
+    "require_budget",
+    "require_epsilon",
     "transcript_level",
 ]

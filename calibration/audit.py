@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.errors import CalibrationError
-from calibration.validation import require_epsilon, require_pmf
+from calibration.validation import require_pmf, require_positive
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def exact_audit(
     Nothing is truncated.
     """
     array = require_pmf("pmf", pmf)
-    eps = require_epsilon("eps_dp", eps_dp)
+    eps = require_positive("eps_dp", eps_dp)
     values = query_values(array.shape, query)
     low, high = int(values.min()), int(values.max())
     size = high - low + 1

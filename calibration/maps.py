@@ -25,6 +25,9 @@ SOURCES = {
 
 LN2 = math.log(2.0)
 
+EXPM1_LIMIT = 700.0
+"""Largest argument given to math.expm1 (it overflows just above 709.78)."""
+
 
 def require_model(model: object) -> DependenceModel:
     """Return model if it is a DependenceModel."""
@@ -81,17 +84,21 @@ def theorem2_map(eps_dp: float, model: DependenceModel) -> float:
 def tight_map(eps_dp: float, model: DependenceModel) -> float:
     """Lemma 6's bound before its last two relaxations: ln((1 - eta) e^eps_dp + eta e^(k eps_dp)).
 
-    Computed as a log-sum-exp so that large k * eps_dp does not overflow and small eta
-    keeps its precision; equals eps_dp at eta = 0 and k * eps_dp at eta = 1.
+    Written as eps_dp + ln(1 + eta (e^((k-1) eps_dp) - 1)) with log1p/expm1, so it is exactly
+    0 at eps_dp = 0, keeps full relative precision near 0 and for tiny eta, and never falls
+    below eps_dp; when e^((k-1) eps_dp) would overflow, the same sum is taken in log space.
+    Equals eps_dp at eta = 0 and k * eps_dp at eta = 1.
     """
     if model.eta == 0.0:
         return eps_dp
     if model.eta == 1.0:
         return model.k * eps_dp
-    low = math.log1p(-model.eta) + eps_dp
-    high = math.log(model.eta) + model.k * eps_dp
-    top = max(low, high)
-    return top + math.log1p(math.exp(min(low, high) - top))
+    spread = (model.k - 1) * eps_dp
+    if spread < EXPM1_LIMIT:
+        return eps_dp + math.log1p(model.eta * math.expm1(spread))
+    # ln(eta (e^spread - 1)) = ln eta + spread + ln(1 - e^-spread), then ln(1 + e^u) stably.
+    u = math.log(model.eta) + spread + math.log1p(-math.exp(-spread))
+    return eps_dp + (u + math.log1p(math.exp(-u)) if u > 0.0 else math.log1p(math.exp(u)))
 
 
 MAPS: dict[str, Callable[[float, DependenceModel], float]] = {
