@@ -4,7 +4,7 @@ Turns an analyst's information-privacy epsilon into the DP eps_dp that sets the 
 for records that depend on each other within groups of at most k (docs/theory.md).
 """
 
-from calibration.audit import Audit, exact_audit
+from calibration.audit import Audit, exact_audit, exact_audit_vector
 from calibration.composition import admits, dp_budget, transcript_level
 from calibration.errors import CalibrationError
 from calibration.household import household_pmf
@@ -37,6 +37,7 @@ __all__ = [
     "compare_modes",
     "dp_budget",
     "exact_audit",
+    "exact_audit_vector",
     "guarantee",
     "household_pmf",
     "mutual_information_bound",
