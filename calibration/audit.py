@@ -1,4 +1,4 @@
-"""Exact audit of a geometric-mechanism COUNT on a small joint pmf (THEORY §6)."""
+"""Exact audit of a geometric-mechanism COUNT on a small joint pmf (docs/theory.md §9)."""
 
 from __future__ import annotations
 

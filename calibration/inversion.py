@@ -91,8 +91,8 @@ def bisect_largest(
     """Largest x in [low, high] with level(x) <= epsilon for increasing level, to the last ulp.
 
     Needs level(low) <= epsilon; the invariant holds throughout, so the answer errs on the
-    private side. Halving the float interval ends in at most about 2100 steps (the bits of
-    two doubles' exponents and mantissas), whatever the inputs.
+    private side. The interval halves until its ends are adjacent floats: at most about 1100
+    steps (from 1e12 down to the smallest subnormal), whatever the inputs.
     """
     while True:
         middle = 0.5 * (low + high)

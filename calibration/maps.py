@@ -1,4 +1,4 @@
-"""Guarantee maps L(eps_dp): an eps_dp-DP mechanism is L(eps_dp)-IP under the model (THEORY §4)."""
+"""Guarantee maps L(eps_dp): an eps_dp-DP mechanism is L(eps_dp)-IP under the model (docs/theory.md §4)."""
 
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ def theorem2_map(eps_dp: float, model: DependenceModel) -> float:
     ln 2 + max(eps_dp, k eps_dp - b), is continuous, strictly increasing and never below
     ln 2 + eps_dp, so it cannot certify a target <= ln 2. It is kept as the paper states
     it, not capped by the group map: where it is worse than group privacy (b' < ln 2)
-    the mode reports more noise than group, as THEORY's reference table does, and auto
-    then picks another mode.
+    the mode reports more noise than group (docs/theory.md §4), and auto then picks
+    another mode.
     """
     b = math.inf if model.eta == 0.0 else -math.log(model.eta)
     return LN2 + max(eps_dp, model.k * eps_dp - b)

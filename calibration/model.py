@@ -13,7 +13,7 @@ from calibration.validation import MAX_K, require_int, require_pmf, require_prob
 
 @dataclass(frozen=True)
 class DependenceModel:
-    """Each record depends on at most k - 1 others (joint reading, THEORY §3), with TV bound eta.
+    """Each record depends on at most k - 1 others (joint reading, docs/theory.md §3), with TV bound eta.
 
     k: for every individual i there is a set D_i of at most k - 1 others such that all the
     remaining individuals, taken together, are independent of (X_i, X_D_i).
