@@ -101,7 +101,7 @@ def exact_audit(
         log_values = np.log(np.bincount(values.ravel() - low, array.ravel(), minlength=size))
     log_output = _log_sum_exp(log_values[None, :] + log_kernel)
 
-    best = (-math.inf, 0, 0, 0)
+    best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
     information = 0.0
     for i in range(array.ndim):
         table = _value_table(array, values, i, low, size)
@@ -111,7 +111,7 @@ def exact_audit(
             log_given = np.log(table[present] / mass[present, None])
         log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
         log_ratio = log_joint - log_output[None, :]
-        row, column = np.unravel_index(np.argmax(log_ratio), log_ratio.shape)
+        row, column = (int(v) for v in np.unravel_index(np.argmax(log_ratio), log_ratio.shape))
         if log_ratio[row, column] > best[0]:
             best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
         given_output = scale * np.exp(log_joint) * weights[None, :]
@@ -172,7 +172,7 @@ def exact_audit_vector(pmf: np.ndarray, eps_dp: float, values: np.ndarray) -> Au
             f"vector audit would enumerate {int(np.prod(sizes))} outputs; at most "
             f"{MAX_VECTOR_OUTPUTS} are"
         )
-    outputs = np.stack(np.indices(tuple(sizes)), axis=-1).reshape(-1, len(sizes)) + low
+    outputs = np.moveaxis(np.indices(tuple(sizes)), 0, -1).reshape(-1, len(sizes)) + low
     log_kernel = -eps * np.abs(outputs[:, None, :] - distinct[None, :, :]).sum(axis=-1)
     tail = 1.0 / math.expm1(eps)
     edge_weight = (1.0 + tail * ((outputs == low) + (outputs == high))).prod(axis=1)
@@ -183,7 +183,7 @@ def exact_audit_vector(pmf: np.ndarray, eps_dp: float, values: np.ndarray) -> Au
         log_values = np.log(np.bincount(which, mass, minlength=len(distinct)))
     log_output = _log_sum_exp(log_values[None, :] + log_kernel)
 
-    best = (-math.inf, 0, 0, 0)
+    best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
     information = 0.0
     for i in range(array.ndim):
         member = np.indices(array.shape)[i].reshape(-1)
@@ -197,7 +197,7 @@ def exact_audit_vector(pmf: np.ndarray, eps_dp: float, values: np.ndarray) -> Au
             log_given = np.log(table[present] / marginal[present, None])
         log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
         log_ratio = log_joint - log_output[None, :]
-        row, column = np.unravel_index(np.argmax(log_ratio), log_ratio.shape)
+        row, column = (int(v) for v in np.unravel_index(np.argmax(log_ratio), log_ratio.shape))
         if log_ratio[row, column] > best[0]:
             best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
         given_output = scale * np.exp(log_joint) * edge_weight[None, :]

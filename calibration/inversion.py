@@ -170,7 +170,10 @@ def _compare(target: float, model: DependenceModel) -> tuple[ModeOption, ...]:
 
 def _best(options: tuple[ModeOption, ...]) -> ModeOption:
     """The applicable option with the largest eps_dp; ties go to the earlier (simpler) mode."""
-    return max((option for option in options if option.applies), key=lambda o: o.epsilon_dp)
+    return max(
+        (option for option in options if option.applies),
+        key=lambda o: -math.inf if o.epsilon_dp is None else o.epsilon_dp,
+    )
 
 
 def calibrate(epsilon: float, model: DependenceModel, mode: str = AUTO) -> Calibration:

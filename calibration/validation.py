@@ -54,11 +54,13 @@ class EpsilonOutOfRange(CalibrationError):
 
 def require_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
     """Return value as int if it is an integer >= minimum (and <= maximum; bools refused)."""
-    bad = isinstance(value, bool) or not isinstance(value, Integral) or value < minimum
-    if bad or (maximum is not None and value > maximum):  # type: ignore[operator]
-        accepted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    accepted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    if isinstance(value, bool) or not isinstance(value, Integral):
         raise CalibrationError(f"{name} must be an integer {accepted}, got {shown(value)}")
-    return int(value)  # type: ignore[arg-type]
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
+        raise CalibrationError(f"{name} must be an integer {accepted}, got {shown(value)}")
+    return number
 
 
 def require_probability(name: str, value: object) -> float:

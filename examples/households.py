@@ -183,8 +183,8 @@ def _cell(value, halfwidth: float) -> str:
 def audit_line(result, count: str | None) -> str:
     """What the generator implies for this answer: its exact audited level, or why none."""
     if count is None:
-        return ("reads only age and income, drawn per person independently of everyone else: "
-                f"Proposition 4 gives level <= epsilon_dp = {result.epsilon_dp:.4f}")
+        return ("reads only age and income, drawn per person independently of everyone\n"
+                f"  else: Proposition 4 gives level <= epsilon_dp = {result.epsilon_dp:.4f}")
     (aggregate,) = result.aggregates
     level = audited_level(count, 1.0 / aggregate.scale)
     return f"exact audit on the generator: level {level:.4f} <= epsilon {result.epsilon}"
@@ -204,7 +204,7 @@ def main() -> None:
     for stale in args.out.glob("ledger.sqlite*"):
         stale.unlink()
     implied = implied_model()
-    print(f"The generator implies k = {implied.k}, eta = {implied.eta:.4g} (computed exactly); "
+    print(f"The generator implies k = {implied.k}, eta = {implied.eta:.4g} (computed exactly);\n"
           f"the policy declares k = {declared['dependence']['k']}, "
           f"eta = {declared['dependence']['eta']:g}.")
 
@@ -212,9 +212,10 @@ def main() -> None:
         for question, sql, epsilon, count in QUERIES:
             result = private.query(sql, epsilon=epsilon)
             print(f"\n{question}\n  {sql}")
-            print(f"  epsilon {result.epsilon} (information privacy, declared k={result.k}, "
-                  f"eta={result.eta:g}) -> epsilon_dp {result.epsilon_dp:.4f} via the "
-                  f"{result.mode} bound")
+            print(f"  epsilon {result.epsilon} (information privacy) -> epsilon_dp "
+                  f"{result.epsilon_dp:.4f} via the {result.mode} bound")
+            print(f"  declared k={result.k}, eta={result.eta:g}; "
+                  f"the generator implies k={implied.k}, eta={implied.eta:g}")
             print(f"  {audit_line(result, count)}")
             for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
                                strict=True):
@@ -222,7 +223,7 @@ def main() -> None:
                 print("   ", " | ".join(f"{name}={cell}" for name, cell in zip(result.df.columns, cells,
                                                                                strict=True)))
         status = private.budget()
-        print(f"\nBudget: {status.spent_ip:.3f} of {status.total} spent as the whole transcript's "
+        print(f"\nBudget: {status.spent_ip:.3f} of {status.total} spent as the whole transcript's\n"
               f"information-privacy level (sum of epsilon_dp {status.spent_dp:.3f}); "
               f"{status.remaining:.3f} left.")
 
