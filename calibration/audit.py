@@ -1,4 +1,4 @@
-"""Exact audit of a geometric-mechanism COUNT on a small joint pmf (THEORY §6)."""
+"""Exact audit of a geometric-mechanism COUNT on a small joint pmf (docs/theory.md §9)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.errors import CalibrationError
-from calibration.validation import require_epsilon, require_pmf
+from calibration.validation import require_pmf, require_positive
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def exact_audit(
     Nothing is truncated.
     """
     array = require_pmf("pmf", pmf)
-    eps = require_epsilon("eps_dp", eps_dp)
+    eps = require_positive("eps_dp", eps_dp)
     values = query_values(array.shape, query)
     low, high = int(values.min()), int(values.max())
     size = high - low + 1
@@ -101,7 +101,7 @@ def exact_audit(
         log_values = np.log(np.bincount(values.ravel() - low, array.ravel(), minlength=size))
     log_output = _log_sum_exp(log_values[None, :] + log_kernel)
 
-    best = (-math.inf, 0, 0, 0)
+    best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
     information = 0.0
     for i in range(array.ndim):
         table = _value_table(array, values, i, low, size)
@@ -111,7 +111,7 @@ def exact_audit(
             log_given = np.log(table[present] / mass[present, None])
         log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
         log_ratio = log_joint - log_output[None, :]
-        row, column = np.unravel_index(np.argmax(log_ratio), log_ratio.shape)
+        row, column = (int(v) for v in np.unravel_index(np.argmax(log_ratio), log_ratio.shape))
         if log_ratio[row, column] > best[0]:
             best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
         given_output = scale * np.exp(log_joint) * weights[None, :]
@@ -137,3 +137,77 @@ def _describe_output(column: int, low: int, size: int) -> int | str:
     if column == 0:
         return f"<= {low}"
     return low + column
+
+
+MAX_VECTOR_OUTPUTS = 1_000_000
+"""Largest output window (product of the coordinates' ranges) exact_audit_vector enumerates."""
+
+
+def exact_audit_vector(pmf: np.ndarray, eps_dp: float, values: np.ndarray) -> Audit:
+    """Exact IP level and max_i I(X_i; Y) of independent geometric noise on an integer vector query.
+
+    values has the pmf's shape plus one trailing axis: f(x) is a vector of d integers (a
+    grouped COUNT, one coordinate per group), and Y_c = f_c(X) + noise_c with independent
+    two-sided geometric noise exp(-eps_dp |r_c - f_c|) per coordinate. The kernel is a
+    product over coordinates, so the tail argument of exact_audit holds coordinate by
+    coordinate: the ratio is constant once r_c leaves [min f_c, max f_c], and only that box
+    of outputs is enumerated, with each tail's mass summed in closed form.
+    """
+    array = require_pmf("pmf", pmf)
+    eps = require_positive("eps_dp", eps_dp)
+    vectors = np.asarray(values, dtype=float)
+    if vectors.shape[:-1] != array.shape or vectors.ndim != array.ndim + 1:
+        raise CalibrationError(
+            f"vector query values must have shape {array.shape} + (d,), got {vectors.shape}"
+        )
+    if not np.all(np.isfinite(vectors)) or np.any(vectors != np.round(vectors)):
+        raise CalibrationError("query values must be integers (the geometric mechanism's support)")
+    flat = vectors.reshape(-1, vectors.shape[-1]).astype(np.int64)
+    distinct, which = np.unique(flat, axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    low, high = distinct.min(axis=0), distinct.max(axis=0)
+    sizes = high - low + 1
+    if int(np.prod(sizes)) > MAX_VECTOR_OUTPUTS:
+        raise CalibrationError(
+            f"vector audit would enumerate {int(np.prod(sizes))} outputs; at most "
+            f"{MAX_VECTOR_OUTPUTS} are"
+        )
+    outputs = np.moveaxis(np.indices(tuple(sizes)), 0, -1).reshape(-1, len(sizes)) + low
+    log_kernel = -eps * np.abs(outputs[:, None, :] - distinct[None, :, :]).sum(axis=-1)
+    tail = 1.0 / math.expm1(eps)
+    edge_weight = (1.0 + tail * ((outputs == low) + (outputs == high))).prod(axis=1)
+    scale = math.tanh(eps / 2.0) ** len(sizes)
+
+    mass = array.reshape(-1)
+    with np.errstate(divide="ignore"):
+        log_values = np.log(np.bincount(which, mass, minlength=len(distinct)))
+    log_output = _log_sum_exp(log_values[None, :] + log_kernel)
+
+    best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
+    information = 0.0
+    for i in range(array.ndim):
+        member = np.indices(array.shape)[i].reshape(-1)
+        table = np.array(
+            [np.bincount(which[member == t], mass[member == t], minlength=len(distinct))
+             for t in range(array.shape[i])]
+        )
+        marginal = table.sum(axis=1)
+        present = np.flatnonzero(marginal > 0)
+        with np.errstate(divide="ignore"):
+            log_given = np.log(table[present] / marginal[present, None])
+        log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
+        log_ratio = log_joint - log_output[None, :]
+        row, column = (int(v) for v in np.unravel_index(np.argmax(log_ratio), log_ratio.shape))
+        if log_ratio[row, column] > best[0]:
+            best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
+        given_output = scale * np.exp(log_joint) * edge_weight[None, :]
+        information = max(information, float((marginal[present, None] * given_output * log_ratio).sum()))
+
+    level, individual, value, column = best
+    return Audit(
+        level=level,
+        mutual_information=information,
+        worst_individual=individual,
+        worst_value=value,
+        worst_output=str(tuple(int(v) for v in outputs[column])),
+    )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from calibration.inversion import calibrate
-from calibration.maps import AUTO, guarantee
+import math
+
+from calibration.inversion import calibrate_checked
+from calibration.maps import AUTO, guarantee, require_mode, require_model
 from calibration.model import DependenceModel
-from calibration.validation import require_epsilon, require_nonnegative
+from calibration.validation import require_budget, require_nonnegative
 
 ADMISSION_TOLERANCE = 1e-12
 """Relative slack on the IP budget in admits(): absorbs float rounding of sums, nothing more."""
@@ -16,6 +18,7 @@ def transcript_level(total_dp: float, model: DependenceModel, mode: str = AUTO) 
 
     Basic composition (Lemma 1) makes the transcript one total_dp-DP mechanism, so the
     mode's map applies to the sum. An empty transcript (total_dp = 0) reveals nothing: 0.
+    A level beyond the float range is reported as inf, which no budget admits.
     """
     total = require_nonnegative("total_dp", total_dp)
     level = guarantee(mode, total, model)
@@ -23,8 +26,13 @@ def transcript_level(total_dp: float, model: DependenceModel, mode: str = AUTO) 
 
 
 def dp_budget(ip_budget: float, model: DependenceModel, mode: str = AUTO) -> float:
-    """S_max = L^-1(ip_budget): the most DP level a whole transcript may spend (private side)."""
-    return calibrate(ip_budget, model, mode).epsilon_dp
+    """S_max = L^-1(ip_budget): the most DP level a whole transcript may spend (private side).
+
+    ip_budget is a total, so it must lie in BUDGET_RANGE (calibration.validation).
+    """
+    requested = require_mode(mode)
+    budget = require_budget("ip_budget", ip_budget)
+    return calibrate_checked(budget, require_model(model), requested).epsilon_dp
 
 
 def admits(
@@ -42,5 +50,10 @@ def admits(
     """
     spent = require_nonnegative("spent_dp", spent_dp)
     new = require_nonnegative("new_dp", new_dp)
-    budget = require_epsilon("ip_budget", ip_budget)
-    return transcript_level(spent + new, model, mode) <= budget * (1.0 + ADMISSION_TOLERANCE)
+    budget = require_budget("ip_budget", ip_budget)
+    require_mode(mode)
+    require_model(model)
+    total = spent + new
+    if math.isinf(total):  # two finite totals whose sum overflows: far over any budget
+        return False
+    return transcript_level(total, model, mode) <= budget * (1.0 + ADMISSION_TOLERANCE)

@@ -29,6 +29,9 @@ FORMULAS = {
 }
 """Why each mode's map holds, in one line."""
 
+MAX_ULP_STEPS = 64
+"""Ulps a closed-form eps_dp may be stepped down before the inversion bisects instead."""
+
 
 @dataclass(frozen=True)
 class ModeOption:
@@ -68,10 +71,18 @@ def refusal(mode: str, epsilon: float, model: DependenceModel) -> str | None:
 
 
 def private_side(eps_dp: float, level: Callable[[float], float], epsilon: float) -> float:
-    """Step eps_dp down by ulps until the computed level is within epsilon (float rounding)."""
-    while level(eps_dp) > epsilon:
-        eps_dp = math.nextafter(eps_dp, 0.0)
-    return eps_dp
+    """Step eps_dp down by at most MAX_ULP_STEPS ulps until level(eps_dp) <= epsilon.
+
+    A closed form is off by a few ulps of float rounding at most; if that is not enough,
+    bisect on [0, eps_dp] instead (level(0) <= epsilon for every map and accepted target),
+    so the search always ends, on the private side.
+    """
+    candidate = eps_dp
+    for _ in range(MAX_ULP_STEPS):
+        if level(candidate) <= epsilon:
+            return candidate
+        candidate = math.nextafter(candidate, 0.0)
+    return bisect_largest(level, epsilon, 0.0, eps_dp)
 
 
 def bisect_largest(
@@ -79,10 +90,10 @@ def bisect_largest(
 ) -> float:
     """Largest x in [low, high] with level(x) <= epsilon for increasing level, to the last ulp.
 
-    The invariant level(low) <= epsilon holds throughout, so the answer errs on the
-    private side.
+    Needs level(low) <= epsilon; the invariant holds throughout, so the answer errs on the
+    private side. The interval halves until its ends are adjacent floats: at most about 1100
+    steps (from 1e12 down to the smallest subnormal), whatever the inputs.
     """
-    low = private_side(low, level, epsilon)
     while True:
         middle = 0.5 * (low + high)
         if middle <= low or middle >= high:
@@ -94,7 +105,11 @@ def bisect_largest(
 
 
 def invert(mode: str, epsilon: float, model: DependenceModel) -> float:
-    """The largest eps_dp with L_mode(eps_dp) <= epsilon; closed form where one exists."""
+    """The largest eps_dp with L_mode(eps_dp) <= epsilon; closed form where one exists.
+
+    A result of 0 means the mode certifies no positive eps_dp (theorem2 just above ln 2)
+    and is refused like a target below ln 2.
+    """
     reason = refusal(mode, epsilon, model)
     if reason is not None:
         raise CalibrationError(reason)
@@ -111,8 +126,14 @@ def invert(mode: str, epsilon: float, model: DependenceModel) -> float:
         b = math.inf if model.eta == 0.0 else -math.log(model.eta)
         candidate = min(slack, (slack + b) / model.k)
     else:
-        return bisect_largest(level, epsilon, epsilon / model.k, epsilon)
-    return private_side(candidate, level, epsilon)
+        return bisect_largest(level, epsilon, private_side(epsilon / model.k, level, epsilon),
+                              epsilon)
+    eps_dp = private_side(candidate, level, epsilon)
+    if eps_dp <= 0.0:
+        raise CalibrationError(
+            f"{mode} certifies no eps_dp > 0 for epsilon={epsilon:g}; use tight, group or auto"
+        )
+    return eps_dp
 
 
 def _option(mode: str, epsilon: float, model: DependenceModel, group_dp: float) -> ModeOption:
@@ -120,16 +141,22 @@ def _option(mode: str, epsilon: float, model: DependenceModel, group_dp: float) 
     reason = refusal(mode, epsilon, model)
     if reason is not None:
         return ModeOption(mode, False, None, None, reason)
-    eps_dp = invert(mode, epsilon, model)
+    try:
+        eps_dp = invert(mode, epsilon, model)
+    except CalibrationError as exc:
+        return ModeOption(mode, False, None, None, str(exc))
     return ModeOption(mode, True, eps_dp, group_dp / eps_dp, f"{SOURCES[mode]}: {FORMULAS[mode]}")
 
 
 def compare_modes(epsilon: float, model: DependenceModel) -> tuple[ModeOption, ...]:
     """Every mode's eps_dp for target epsilon, then auto's choice (the largest eps_dp)."""
-    target = require_epsilon("epsilon", epsilon)
-    checked = require_model(model)
-    group_dp = invert("group", target, checked)
-    options = tuple(_option(mode, target, checked, group_dp) for mode in MODES)
+    return _compare(require_epsilon("epsilon", epsilon), require_model(model))
+
+
+def _compare(target: float, model: DependenceModel) -> tuple[ModeOption, ...]:
+    """compare_modes for a target and model already checked."""
+    group_dp = invert("group", target, model)
+    options = tuple(_option(mode, target, model, group_dp) for mode in MODES)
     best = _best(options)
     auto = ModeOption(
         AUTO,
@@ -143,29 +170,39 @@ def compare_modes(epsilon: float, model: DependenceModel) -> tuple[ModeOption, .
 
 def _best(options: tuple[ModeOption, ...]) -> ModeOption:
     """The applicable option with the largest eps_dp; ties go to the earlier (simpler) mode."""
-    return max((option for option in options if option.applies), key=lambda o: o.epsilon_dp)
+    return max(
+        (option for option in options if option.applies),
+        key=lambda o: -math.inf if o.epsilon_dp is None else o.epsilon_dp,
+    )
 
 
 def calibrate(epsilon: float, model: DependenceModel, mode: str = AUTO) -> Calibration:
-    """The largest eps_dp whose guarantee under mode is at most epsilon (auto: best mode)."""
+    """The largest eps_dp whose guarantee under mode is at most epsilon (auto: best mode).
+
+    epsilon is one answer's level, so it must lie in EPSILON_RANGE (calibration.validation).
+    """
     requested = require_mode(mode)
-    target = require_epsilon("epsilon", epsilon)
-    checked = require_model(model)
+    return calibrate_checked(require_epsilon("epsilon", epsilon), require_model(model), requested)
+
+
+def calibrate_checked(target: float, model: DependenceModel, requested: str) -> Calibration:
+    """calibrate for a target, model and mode already checked (dp_budget checks a budget)."""
     if requested == AUTO:
-        options = compare_modes(target, checked)
+        options = _compare(target, model)
         chosen = _best(options[:-1])
     else:
-        chosen = _option(requested, target, checked, invert("group", target, checked))
+        chosen = _option(requested, target, model, invert("group", target, model))
         if not chosen.applies:
             raise CalibrationError(chosen.justification)
         options = (chosen,)
+    assert chosen.epsilon_dp is not None
     return Calibration(
         epsilon=target,
         epsilon_dp=chosen.epsilon_dp,
         mode=chosen.mode,
         requested_mode=requested,
-        level=MAPS[chosen.mode](chosen.epsilon_dp, checked),
+        level=MAPS[chosen.mode](chosen.epsilon_dp, model),
         justification=SOURCES[chosen.mode],
-        model=checked,
+        model=model,
         options=options,
     )

@@ -1,4 +1,4 @@
-"""Guarantee maps L(eps_dp): an eps_dp-DP mechanism is L(eps_dp)-IP under the model (THEORY §4)."""
+"""Guarantee maps L(eps_dp): an eps_dp-DP mechanism is L(eps_dp)-IP under the model (docs/theory.md §4)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ SOURCES = {
 """Where in the paper each map is proved."""
 
 LN2 = math.log(2.0)
+
+EXPM1_LIMIT = 700.0
+"""Largest argument given to math.expm1 (it overflows just above 709.78)."""
 
 
 def require_model(model: object) -> DependenceModel:
@@ -71,8 +74,8 @@ def theorem2_map(eps_dp: float, model: DependenceModel) -> float:
     ln 2 + max(eps_dp, k eps_dp - b), is continuous, strictly increasing and never below
     ln 2 + eps_dp, so it cannot certify a target <= ln 2. It is kept as the paper states
     it, not capped by the group map: where it is worse than group privacy (b' < ln 2)
-    the mode reports more noise than group, as THEORY's reference table does, and auto
-    then picks another mode.
+    the mode reports more noise than group (docs/theory.md §4), and auto then picks
+    another mode.
     """
     b = math.inf if model.eta == 0.0 else -math.log(model.eta)
     return LN2 + max(eps_dp, model.k * eps_dp - b)
@@ -81,17 +84,21 @@ def theorem2_map(eps_dp: float, model: DependenceModel) -> float:
 def tight_map(eps_dp: float, model: DependenceModel) -> float:
     """Lemma 6's bound before its last two relaxations: ln((1 - eta) e^eps_dp + eta e^(k eps_dp)).
 
-    Computed as a log-sum-exp so that large k * eps_dp does not overflow and small eta
-    keeps its precision; equals eps_dp at eta = 0 and k * eps_dp at eta = 1.
+    Written as eps_dp + ln(1 + eta (e^((k-1) eps_dp) - 1)) with log1p/expm1, so it is exactly
+    0 at eps_dp = 0, keeps full relative precision near 0 and for tiny eta, and never falls
+    below eps_dp; when e^((k-1) eps_dp) would overflow, the same sum is taken in log space.
+    Equals eps_dp at eta = 0 and k * eps_dp at eta = 1.
     """
     if model.eta == 0.0:
         return eps_dp
     if model.eta == 1.0:
         return model.k * eps_dp
-    low = math.log1p(-model.eta) + eps_dp
-    high = math.log(model.eta) + model.k * eps_dp
-    top = max(low, high)
-    return top + math.log1p(math.exp(min(low, high) - top))
+    spread = (model.k - 1) * eps_dp
+    if spread < EXPM1_LIMIT:
+        return eps_dp + math.log1p(model.eta * math.expm1(spread))
+    # ln(eta (e^spread - 1)) = ln eta + spread + ln(1 - e^-spread), then ln(1 + e^u) stably.
+    u = math.log(model.eta) + spread + math.log1p(-math.exp(-spread))
+    return eps_dp + (u + math.log1p(math.exp(-u)) if u > 0.0 else math.log1p(math.exp(u)))
 
 
 MAPS: dict[str, Callable[[float, DependenceModel], float]] = {

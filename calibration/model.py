@@ -8,12 +8,12 @@ import numpy as np
 
 from calibration.dependence import eta_of_pmf, k_of_pmf
 from calibration.household import household_eta
-from calibration.validation import require_int, require_pmf, require_probability
+from calibration.validation import MAX_K, require_int, require_pmf, require_probability
 
 
 @dataclass(frozen=True)
 class DependenceModel:
-    """Each record depends on at most k - 1 others (joint reading, THEORY §3), with TV bound eta.
+    """Each record depends on at most k - 1 others (joint reading, docs/theory.md §3), with TV bound eta.
 
     k: for every individual i there is a set D_i of at most k - 1 others such that all the
     remaining individuals, taken together, are independent of (X_i, X_D_i).
@@ -25,8 +25,8 @@ class DependenceModel:
     eta: float
 
     def __post_init__(self) -> None:
-        """Validate and normalise k (integer >= 1) and eta (finite, in [0, 1])."""
-        object.__setattr__(self, "k", require_int("k", self.k, 1))
+        """Validate and normalise k (integer in [1, MAX_K]) and eta (finite, in [0, 1])."""
+        object.__setattr__(self, "k", require_int("k", self.k, 1, MAX_K))
         object.__setattr__(self, "eta", require_probability("eta", self.eta))
 
     @property

@@ -13,12 +13,54 @@ from calibration.errors import CalibrationError
 PMF_SUM_TOLERANCE = 1e-9
 """How far a pmf's total may be from 1 (float rounding in user-built arrays)."""
 
+EPSILON_RANGE = (1e-6, 100.0)
+"""Accepted per-answer information-privacy levels (docs/theory.md, "Accepted ranges").
 
-def require_int(name: str, value: object, minimum: int) -> int:
-    """Return value as int if it is an integer >= minimum (bools refused)."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise CalibrationError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+Below 1e-6 the noise of a single count is over a million times its sensitivity (k times
+more under group privacy): no answer is usable. Above 100 the guarantee allows odds to move
+by e^100 ~ 1e43, which protects nothing. Inside the range every eps_dp the calibration can
+choose lies in [1e-12, 100] (k <= MAX_K), so noise scales are finite, normal floats that
+OpenDP's maps accept, and every map and its inverse are well conditioned."""
+
+BUDGET_RANGE = (1e-6, 1e12)
+"""Accepted total information-privacy budgets: the same floor; a ceiling that still lets a
+budget stand for 'no limit' (benchmarks) while L^-1(budget) stays a finite float."""
+
+MAX_K = 1_000_000
+"""Largest accepted dependence-group size k: keeps k * eps_dp finite and eps_dp >= 1e-12."""
+
+
+def shown(value: object) -> str:
+    """A short repr of value for a one-line message (huge integers by their size only)."""
+    if isinstance(value, Integral) and not isinstance(value, bool) and abs(int(value)) > 10**18:
+        return f"an integer of about {int(int(value).bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class EpsilonOutOfRange(CalibrationError):
+    """A privacy level outside its accepted range; carries the value and the range."""
+
+    def __init__(self, name: str, value: object, lower: float, upper: float) -> None:
+        """Build the one-line message and keep the numbers as attributes."""
+        super().__init__(
+            f"{name} must be a finite number > 0 within [{lower:g}, {upper:g}], got {shown(value)}"
+        )
+        self.name = name
+        self.value = value
+        self.lower = lower
+        self.upper = upper
+
+
+def require_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    """Return value as int if it is an integer >= minimum (and <= maximum; bools refused)."""
+    accepted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise CalibrationError(f"{name} must be an integer {accepted}, got {shown(value)}")
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
+        raise CalibrationError(f"{name} must be an integer {accepted}, got {shown(value)}")
+    return number
 
 
 def require_probability(name: str, value: object) -> float:
@@ -27,8 +69,27 @@ def require_probability(name: str, value: object) -> float:
 
 
 def require_epsilon(name: str, value: object) -> float:
-    """Return value as float if it is a finite number > 0 (an IP or DP privacy level)."""
+    """Return value as float if it is a per-answer IP level within EPSILON_RANGE."""
+    return _require_range(name, value, EPSILON_RANGE)
+
+
+def require_budget(name: str, value: object) -> float:
+    """Return value as float if it is a total IP budget within BUDGET_RANGE."""
+    return _require_range(name, value, BUDGET_RANGE)
+
+
+def require_positive(name: str, value: object) -> float:
+    """Return value as float if it is a finite number > 0 (a DP level to audit)."""
     return _require_real(name, value, "a finite number > 0", lambda x: x > 0)
+
+
+def _require_range(name: str, value: object, bounds: tuple[float, float]) -> float:
+    """Return value as float if it is a real number in bounds, else EpsilonOutOfRange."""
+    lower, upper = bounds
+    try:
+        return _require_real(name, value, "", lambda x: lower <= x <= upper)
+    except CalibrationError:
+        raise EpsilonOutOfRange(name, value, lower, upper) from None
 
 
 def require_nonnegative(name: str, value: object) -> float:
@@ -41,10 +102,13 @@ def _require_real(
 ) -> float:
     """Return value as float if it is a finite real (bools refused) for which ok holds."""
     if isinstance(value, bool) or not isinstance(value, Real):
-        raise CalibrationError(f"{name} must be {accepted}, got {value!r}")
-    number = float(value)
+        raise CalibrationError(f"{name} must be {accepted}, got {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        raise CalibrationError(f"{name} must be {accepted}, got {shown(value)}") from None
     if not math.isfinite(number) or not ok(number):
-        raise CalibrationError(f"{name} must be {accepted}, got {value!r}")
+        raise CalibrationError(f"{name} must be {accepted}, got {shown(value)}")
     return number
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from calibration import (
     admits,
     calibrate,
     dp_budget,
+    require_epsilon,
     transcript_level,
 )
 
@@ -238,10 +238,10 @@ def _ledger_entry(info: AggregateInfo) -> dict:
 
 
 def _check_epsilon(epsilon) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) \
-            or not math.isfinite(epsilon) or epsilon <= 0:
-        raise InputError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    return float(epsilon)
+    try:
+        return require_epsilon("epsilon", epsilon)
+    except CalibrationError as exc:
+        raise InputError(str(exc)) from exc
 
 
 def _check_analyst(analyst) -> str:

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from calibration import MAX_K, CalibrationError, require_budget
+
 from .errors import PolicyError
 
 MODES = ("auto", "tight", "theorem2", "group", "independent")
@@ -88,10 +90,16 @@ def parse_policy(raw: Any) -> Policy:
     top = _mapping(raw, "policy", required={"budget", "dependence", "tables"})
     budget = _mapping(top["budget"], "budget", required={"epsilon"})
     epsilon = _positive_number(budget["epsilon"], "budget.epsilon")
+    try:
+        require_budget("budget.epsilon", epsilon)
+    except CalibrationError as exc:
+        raise PolicyError(str(exc)) from exc
     dep = _mapping(top["dependence"], "dependence", required={"k", "eta"}, optional={"mode"})
     k = dep["k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise PolicyError(f"dependence.k: expected an integer >= 1, got {k!r}")
+    if k > MAX_K:
+        raise PolicyError(f"dependence.k: expected an integer <= {MAX_K}, got {k}")
     eta = _number(dep["eta"], "dependence.eta")
     if not 0 <= eta <= 1:
         raise PolicyError(f"dependence.eta: expected a number in [0, 1], got {eta!r}")

@@ -1,6 +1,6 @@
 """Budget reports: what a ledger has spent, by whom, and what the transcript guarantees.
 
-Answers compose in DP space (THEORY section 5): the transcript's information-privacy
+Answers compose in DP space (docs/theory.md §7): the transcript's information-privacy
 level is L(sum of epsilon_dp), never the sum of per-answer levels, and the budget
 counts only that global level.
 """

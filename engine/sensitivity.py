@@ -1,4 +1,4 @@
-"""L1 sensitivity of each noisy measurement under 'change one individual' (THEORY.md section 7)."""
+"""L1 sensitivity of each noisy measurement under 'change one individual' (docs/theory.md §8)."""
 
 from __future__ import annotations
 

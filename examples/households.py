@@ -2,33 +2,124 @@
 
 Run `python examples/households.py`. It writes examples/out/people.duckdb, policy.yaml and a
 fresh ledger, then answers a count, a grouped count and a clamped SUM with an AVG.
+
+The policy's dependence model is not guessed: each household's records are generated from a
+small exact joint distribution (HOUSEHOLD below), and (k, eta) are computed from it. Beside
+each answer the script prints what the policy declares and the level the answer reaches on
+this generator in an exact audit.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from dataclasses import dataclass
+from functools import cache
+from itertools import product
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import yaml
 
+from calibration import DependenceModel, exact_audit_vector
 from engine import PrivateDatabase
 
 STATES = ["CA", "NY", "TX", "WA"]
 
 
+@dataclass(frozen=True)
+class Household:
+    """How one household's records arise; every draw below is independent unless stated."""
+
+    sizes: tuple[float, ...] = (0.25, 0.25, 0.25, 0.25)  # Pr[1, 2, 3, 4 members]
+    state: tuple[float, ...] = (0.25, 0.25, 0.25, 0.25)  # ONE state, shared by all members
+    outbreak: float = 0.2  # Pr[the household has an outbreak]
+    sick_in_outbreak: float = 0.7  # each member's chance of being sick, given an outbreak
+    sick_otherwise: float = 0.05  # ... given no outbreak
+    adult: float = 0.8  # each member is an adult (age 18-94) or a child (0-17)
+
+
+HOUSEHOLD = Household()
+RECORD_AXES = (len(STATES), 2, 2)
+"""A member's record as the pmf sees it: (state, sick, adult). Age within its band and income
+are drawn per person from that person's band alone, so they add no dependence between people."""
+
+
+def member_pmf(state: int, outbreak: bool) -> np.ndarray:
+    """Pr[one member's (state, sick, adult)] given the household's state and outbreak."""
+    sick = HOUSEHOLD.sick_in_outbreak if outbreak else HOUSEHOLD.sick_otherwise
+    table = np.zeros(RECORD_AXES)
+    table[state] = np.outer([1.0 - sick, sick], [1.0 - HOUSEHOLD.adult, HOUSEHOLD.adult])
+    return table.reshape(-1)
+
+
+@cache
+def household_pmf(size: int) -> np.ndarray:
+    """Exact joint pmf of a household of `size` members, one axis (of 16 records) per member."""
+    joint = np.zeros((int(np.prod(RECORD_AXES)),) * size)
+    for state, outbreak in product(range(len(STATES)), (False, True)):
+        weight = HOUSEHOLD.state[state] * (HOUSEHOLD.outbreak if outbreak else 1 - HOUSEHOLD.outbreak)
+        factor = member_pmf(state, outbreak)
+        block = factor
+        for _ in range(size - 1):
+            block = np.multiply.outer(block, factor)
+        joint += weight * block
+    return joint
+
+
+@cache
+def implied_model() -> DependenceModel:
+    """The (k, eta) this generator implies, computed exactly.
+
+    Households are independent, so everyone outside a person's household is independent of
+    that person and of the household together: k and eta are the largest over the sizes.
+    """
+    models = [DependenceModel.from_joint_pmf(household_pmf(size))
+              for size, share in enumerate(HOUSEHOLD.sizes, start=1) if share > 0]
+    return DependenceModel(max(m.k for m in models), max(m.eta for m in models))
+
+
+def member_field(size: int, field: int) -> np.ndarray:
+    """For every household outcome, each member's value of one record field (0 state, 1 sick,
+    2 adult), stacked on a trailing member axis."""
+    index = np.indices((int(np.prod(RECORD_AXES)),) * size)
+    return np.stack([np.unravel_index(index[j], RECORD_AXES)[field] for j in range(size)], axis=-1)
+
+
+def count_values(size: int, query: str) -> np.ndarray:
+    """The integer vector one household adds to a counting query's noisy outputs."""
+    if query == "sick":
+        return member_field(size, 1).sum(axis=-1)[..., None]
+    if query == "adults":
+        return member_field(size, 2).sum(axis=-1)[..., None]
+    states = member_field(size, 0)
+    return np.stack([(states == s).sum(axis=-1) for s in range(len(STATES))], axis=-1)
+
+
+def audited_level(query: str, eps_per_unit: float) -> float:
+    """Exact IP level of a counting query answered with geometric noise exp(-eps |r - f|).
+
+    One household is audited at a time: the rest of the table is independent of it and only
+    adds an independent term to each count, which cannot raise the level (post-processing).
+    """
+    return max(exact_audit_vector(household_pmf(size), eps_per_unit, count_values(size, query)).level
+               for size, share in enumerate(HOUSEHOLD.sizes, start=1) if share > 0)
+
+
 def generate(path: Path, households: int = 20_000, seed: int = 7) -> None:
-    """Households of 1 to 4 people; illness spreads within a household, so records depend."""
+    """Draw the table from HOUSEHOLD: sizes, a shared state, outbreaks, ages and incomes."""
     rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, 5, size=households)
+    sizes = rng.choice(np.arange(1, len(HOUSEHOLD.sizes) + 1), size=households, p=HOUSEHOLD.sizes)
     household = np.repeat(np.arange(households), sizes)
     n = household.size
-    state = np.array(STATES)[rng.integers(0, len(STATES), size=households)][household]
-    outbreak = rng.random(households) < 0.2
-    sick = np.where(outbreak[household], rng.random(n) < 0.7, rng.random(n) < 0.05)
-    age = rng.integers(0, 95, size=n)
-    income = np.round(rng.lognormal(10.5, 0.8, size=n) * (age >= 18), 2)
+    state = np.array(STATES)[rng.choice(len(STATES), size=households, p=HOUSEHOLD.state)][household]
+    outbreak = rng.random(households) < HOUSEHOLD.outbreak
+    chance = np.where(outbreak, HOUSEHOLD.sick_in_outbreak, HOUSEHOLD.sick_otherwise)[household]
+    sick = rng.random(n) < chance
+    adult = rng.random(n) < HOUSEHOLD.adult
+    age = np.where(adult, rng.integers(18, 95, size=n), rng.integers(0, 18, size=n))
+    income = np.round(rng.lognormal(10.5, 0.8, size=n) * adult, 2)
     path.unlink(missing_ok=True)
     with duckdb.connect(str(path)) as conn:
         conn.execute(
@@ -40,33 +131,45 @@ def generate(path: Path, households: int = 20_000, seed: int = 7) -> None:
         )
 
 
-POLICY = {
-    "budget": {"epsilon": 4.0},
-    # Households of at most 4 people; one member's record shifts the others' distribution by
-    # at most eta in total variation (see docs/choosing_k_eta.md for how to pick both).
-    "dependence": {"k": 4, "eta": 0.05, "mode": "auto"},
-    "tables": {
-        "people": {
-            "privacy_unit": "person_id",
-            "max_rows_per_unit": 1,
-            "columns": {
-                "age": {"type": "int", "lower": 0, "upper": 120},
-                "income": {"type": "float", "lower": 0, "upper": 500000},
-                "state": {"type": "str", "domain": STATES},
-                "sick": {"type": "bool"},
-            },
-        }
-    },
-}
+def declared_eta(eta: float) -> float:
+    """eta rounded UP to 4 decimals (covers the float rounding of its computation), at most 1."""
+    return min(1.0, math.ceil(eta * 1e4 + 1e-9) / 1e4)
+
+
+def policy() -> dict:
+    """The policy, declaring the (k, eta) computed from the generator (eta rounded up)."""
+    model = implied_model()
+    return {
+        "budget": {"epsilon": 4.0},
+        # Computed by implied_model(): households of at most 4; a member's record shifts the
+        # others' records by eta in total variation. The shared state makes eta = 1 (one
+        # member's state gives the others'), so every mode is group privacy: eps_dp = eps / k.
+        "dependence": {"k": model.k, "eta": declared_eta(model.eta), "mode": "auto"},
+        "tables": {
+            "people": {
+                "privacy_unit": "person_id",
+                "max_rows_per_unit": 1,
+                "columns": {
+                    "age": {"type": "int", "lower": 0, "upper": 120},
+                    "income": {"type": "float", "lower": 0, "upper": 500000},
+                    "state": {"type": "str", "domain": STATES},
+                    "sick": {"type": "bool"},
+                },
+            }
+        },
+    }
+
 
 QUERIES = [
-    ("How many people are sick?", "SELECT COUNT(*) AS sick_people FROM people WHERE sick", 0.5),
+    ("How many people are sick?", "SELECT COUNT(*) AS sick_people FROM people WHERE sick", 0.5,
+     "sick"),
     ("How many people live in each state?",
-     "SELECT state, COUNT(*) AS people FROM people GROUP BY state ORDER BY state", 0.5),
+     "SELECT state, COUNT(*) AS people FROM people GROUP BY state ORDER BY state", 0.5, "states"),
     ("Total and average adult income (clamped to [0, 500000])",
      "SELECT SUM(income) AS total_income, AVG(income) AS mean_income FROM people WHERE age >= 18",
-     0.5),
+     0.5, None),
 ]
+"""(question, SQL, epsilon, which count the exact audit checks; None: not a pure count)."""
 
 
 def _cell(value, halfwidth: float) -> str:
@@ -77,30 +180,50 @@ def _cell(value, halfwidth: float) -> str:
     return f"{value:,.{digits}f} ± {halfwidth:,.{digits}f}"
 
 
+def audit_line(result, count: str | None) -> str:
+    """What the generator implies for this answer: its exact audited level, or why none."""
+    if count is None:
+        return ("reads only age and income, drawn per person independently of everyone\n"
+                f"  else: Proposition 4 gives level <= epsilon_dp = {result.epsilon_dp:.4f}")
+    (aggregate,) = result.aggregates
+    level = audited_level(count, 1.0 / aggregate.scale)
+    return f"exact audit on the generator: level {level:.4f} <= epsilon {result.epsilon}"
+
+
 def main() -> None:
+    """Generate the data and policy, answer the three queries, show declared and implied."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    db, policy, ledger = args.out / "people.duckdb", args.out / "policy.yaml", args.out / "ledger.sqlite"
+    db, policy_path = args.out / "people.duckdb", args.out / "policy.yaml"
+    ledger = args.out / "ledger.sqlite"
     generate(db)
-    policy.write_text(yaml.safe_dump(POLICY, sort_keys=False))
+    declared = policy()
+    policy_path.write_text(yaml.safe_dump(declared, sort_keys=False))
     for stale in args.out.glob("ledger.sqlite*"):
         stale.unlink()
+    implied = implied_model()
+    print(f"The generator implies k = {implied.k}, eta = {implied.eta:.4g} (computed exactly);\n"
+          f"the policy declares k = {declared['dependence']['k']}, "
+          f"eta = {declared['dependence']['eta']:g}.")
 
-    with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst="example") as private:
-        for question, sql, epsilon in QUERIES:
+    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst="example") as private:
+        for question, sql, epsilon, count in QUERIES:
             result = private.query(sql, epsilon=epsilon)
             print(f"\n{question}\n  {sql}")
-            print(f"  epsilon {result.epsilon} (information privacy, k={result.k}, eta={result.eta})"
-                  f" -> epsilon_dp {result.epsilon_dp:.4f} via the {result.mode} bound")
+            print(f"  epsilon {result.epsilon} (information privacy) -> epsilon_dp "
+                  f"{result.epsilon_dp:.4f} via the {result.mode} bound")
+            print(f"  declared k={result.k}, eta={result.eta:g}; "
+                  f"the generator implies k={implied.k}, eta={implied.eta:g}")
+            print(f"  {audit_line(result, count)}")
             for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
                                strict=True):
                 cells = [_cell(v, c) for v, c in zip(row, ci, strict=True)]
                 print("   ", " | ".join(f"{name}={cell}" for name, cell in zip(result.df.columns, cells,
                                                                                strict=True)))
         status = private.budget()
-        print(f"\nBudget: {status.spent_ip:.3f} of {status.total} spent as the whole transcript's "
+        print(f"\nBudget: {status.spent_ip:.3f} of {status.total} spent as the whole transcript's\n"
               f"information-privacy level (sum of epsilon_dp {status.spent_dp:.3f}); "
               f"{status.remaining:.3f} left.")
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration import exact_audit, household_pmf
+from calibration import exact_audit, exact_audit_vector, household_pmf
 
 
 def brute_force(pmf: np.ndarray, eps: float, values: np.ndarray, pad: int = 80):
@@ -105,3 +105,40 @@ def test_matches_brute_force_on_random_pmfs(shape, eps: float, data) -> None:
     assert audit.level == pytest.approx(level, abs=1e-10)
     assert audit.mutual_information == pytest.approx(information, abs=1e-12)
     assert audit.mutual_information <= audit.level + 1e-12  # Theorem 1
+
+
+def test_vector_audit_matches_brute_force() -> None:
+    # Two noisy counts (members with value 1, members with value 2) of one household of 3.
+    pmf = household_pmf(3, 0.6, [0.5, 0.3, 0.2])
+    index = np.indices(pmf.shape)
+    values = np.stack([(index == 1).sum(axis=0), (index == 2).sum(axis=0)], axis=-1)
+    eps, pad = 0.6, 45
+    axis = np.arange(-pad, 3 + pad + 1)
+    grid = np.stack(np.meshgrid(axis, axis, indexing="ij"), axis=-1).reshape(-1, 2)
+    flat = values.reshape(-1, 2)
+    given_x = math.tanh(eps / 2) ** 2 * np.exp(
+        -eps * np.abs(grid[None, :, :] - flat[:, None, :]).sum(axis=-1)
+    )
+    output = pmf.reshape(-1) @ given_x
+    states = np.array(list(np.ndindex(*pmf.shape)))
+    level, information = -math.inf, 0.0
+    for i in range(pmf.ndim):
+        info_i = 0.0
+        for t in range(pmf.shape[i]):
+            mass = pmf.reshape(-1) * (states[:, i] == t)
+            joint = mass @ given_x
+            ratio = joint / (mass.sum() * output)
+            level = max(level, float(np.log(ratio).max()))
+            info_i += float((joint * np.log(ratio)).sum())
+        information = max(information, info_i)
+    audit = exact_audit_vector(pmf, eps, values)
+    assert audit.level == pytest.approx(level, abs=1e-10)
+    assert audit.mutual_information == pytest.approx(information, abs=1e-10)
+
+
+def test_vector_audit_of_one_coordinate_is_the_scalar_audit() -> None:
+    pmf = household_pmf(3, 0.6, [0.5, 0.3, 0.2])
+    values = counts(pmf.shape)
+    scalar, vector = exact_audit(pmf, 0.8), exact_audit_vector(pmf, 0.8, values[..., None])
+    assert vector.level == pytest.approx(scalar.level, abs=1e-13)
+    assert vector.mutual_information == pytest.approx(scalar.mutual_information, abs=1e-13)

@@ -1,4 +1,4 @@
-"""Transcripts and budgets compose in DP space and convert with L (Corollary 4, THEORY §5)."""
+"""Transcripts and budgets compose in DP space and convert with L (Corollary 4, docs/theory.md §7)."""
 
 import math
 
@@ -24,7 +24,7 @@ def test_two_half_queries_exceed_one() -> None:
     per_query = calibrate(0.5, HEADLINE, "tight")
     total = transcript_level(2 * per_query.epsilon_dp, HEADLINE, "tight")
     assert per_query.level <= 0.5
-    # THEORY §5: the transcript exceeds the sum of the asked levels. Here it is 2.31:
+    # docs/theory.md §7: the transcript exceeds the sum of the asked levels. Here it is 2.31:
     # eps_dp = 0.447 each, and L(0.893) = ln(0.999 e^0.893 + 0.001 e^8.93).
     assert total > 1.0
     assert total == pytest.approx(2.3055, abs=1e-4)

@@ -1,4 +1,4 @@
-"""Guarantee maps and their private-side inversion (THEORY §4)."""
+"""Guarantee maps and their private-side inversion (docs/theory.md §4, §5)."""
 
 import math
 
@@ -23,7 +23,7 @@ def applicable(model: DependenceModel) -> tuple[str, ...]:
     return tuple(m for m in MODES if m != "independent" or model.k == 1 or model.eta == 0)
 
 
-# THEORY §4 reference table: (k, eta) -> {epsilon: (group, theorem2, tight)}, printed digits.
+# docs/theory.md §4 reference table: (k, eta) -> {epsilon: (group, theorem2, tight)}, printed digits.
 REFERENCE = {
     (2, 0.1): {0.5: (".25", None, ".445"), 1: (".5", ".307", ".870"), 2: ("1", "1.307", "1.649")},
     (5, 0.01): {0.5: (".1", None, ".451"), 1: (".2", ".307", ".794"), 2: (".4", "1.182", "1.203")},
@@ -182,3 +182,14 @@ def test_auto_is_the_largest_applicable(model: DependenceModel, epsilon: float) 
     options = compare_modes(epsilon, model)
     best = max(o.epsilon_dp for o in options[:-1] if o.applies)
     assert calibrate(epsilon, model).epsilon_dp == best == options[-1].epsilon_dp
+
+
+@pytest.mark.parametrize("model", [DependenceModel(10, 1e-3), DependenceModel(4, 0.05),
+                                   DependenceModel(2, 1.0)])
+def test_theorem2_map_starts_at_ln2(model: DependenceModel) -> None:
+    # L(0) = ln 2, not 0: Theorem 2's bound never falls below ln 2 + eps_dp (docs/theory.md §4).
+    assert guarantee("theorem2", 0.0, model) == LN2
+    b = -math.log(model.eta)
+    expected = LN2 + max(1e-9, model.k * 1e-9 - b)
+    level = guarantee("theorem2", 1e-9, model)
+    assert level == pytest.approx(expected, abs=1e-15) and level > LN2

@@ -135,3 +135,12 @@ def test_household_pmf_is_a_pmf_with_the_given_marginal(
     for axis in range(k):
         others = tuple(a for a in range(k) if a != axis)
         assert np.allclose(pmf.sum(axis=others), marginal)
+
+
+def test_weak_dependence_is_not_read_as_independence() -> None:
+    # rho = 1e-6 moves pmf entries by ~2e-13: still dependent, so k = 2 and eta = rho^2 TV > 0.
+    marginal = np.array([1.0, 0.75]) / 1.75
+    model = DependenceModel.from_joint_pmf(household_pmf(2, 1e-6, marginal))
+    expected = DependenceModel.household(2, 1e-6, marginal)
+    assert model.k == 2 and model.eta > 0.0
+    assert model.eta == pytest.approx(expected.eta, rel=1e-3)
