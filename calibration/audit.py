@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.errors import CalibrationError
-from calibration.validation import require_epsilon, require_pmf
+from .errors import CalibrationError
+from .validation import require_epsilon, require_pmf
 
 
 @dataclass(frozen=True)

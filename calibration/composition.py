@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from calibration.inversion import calibrate
-from calibration.maps import AUTO, guarantee
-from calibration.model import DependenceModel
-from calibration.validation import require_epsilon, require_nonnegative
+from .inversion import calibrate
+from .maps import AUTO, guarantee
+from .model import DependenceModel
+from .validation import require_epsilon, require_nonnegative
 
 ADMISSION_TOLERANCE = 1e-12
 """Relative slack on the IP budget in admits(): absorbs float rounding of sums, nothing more."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from calibration import (
+from ..calibration import (
     Calibration,
     CalibrationError,
     DependenceModel,
@@ -17,7 +17,6 @@ from calibration import (
     dp_budget,
     transcript_level,
 )
-
 from . import execute, postprocess
 from .errors import InputError
 from .ledger import Charge, Ledger, LedgerBinding

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibration import DependenceModel, dp_budget, mutual_information_bound, transcript_level
-from calibration.composition import ADMISSION_TOLERANCE
-
+from ..calibration import DependenceModel, dp_budget, mutual_information_bound, transcript_level
+from ..calibration.composition import ADMISSION_TOLERANCE
 from .errors import InputError, LedgerError
 from .policy import Policy
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger

@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import yaml
 
-from engine import PrivateDatabase
+from dpsql import PrivateDatabase
 
 STATES = ["CA", "NY", "TX", "WA"]
 
