@@ -204,10 +204,7 @@ def _csv(result: QueryResult) -> str:
         if result.ci95[name].notna().any():
             frame[f"{name}_ci95"] = result.ci95[name]
     frame.columns = [csv_text(str(name)) for name in frame.columns]
-    for name in frame.columns:
-        if frame[name].dtype == object:
-            frame[name] = frame[name].map(csv_text)
-    return frame.to_csv(index=False)
+    return frame.map(csv_text).to_csv(index=False)  # text cells only; numbers stay numbers
 
 
 def _console() -> Console:

@@ -8,8 +8,10 @@ cells that a spreadsheet would read as a formula get a leading quote.
 
 from __future__ import annotations
 
+import html
 import math
 import unicodedata
+from collections.abc import Iterable, Sequence
 
 _KEPT = frozenset("\n\t")
 _INVISIBLE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
@@ -58,3 +60,20 @@ def csv_text(value):
         return value
     value = visible(value)
     return "'" + value if value.startswith(_FORMULA_START) else value
+
+
+def html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], caption: str = "") -> str:
+    """An HTML table of text cells, every cell escaped (for Jupyter's `_repr_html_`)."""
+    head = "".join(f"<th>{_h(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_h(c)}</td>" for c in row) + "</tr>" for row in rows)
+    title = f"<caption>{_h(caption)}</caption>" if caption else ""
+    return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_paragraphs(*lines: str) -> str:
+    """Escaped text lines as HTML paragraphs."""
+    return "".join(f"<p>{_h(line)}</p>" for line in lines)
+
+
+def _h(text: str) -> str:
+    return html.escape(visible(text), quote=True)

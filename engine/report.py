@@ -118,6 +118,12 @@ class Report:
             notes.append(LEVELS_DO_NOT_ADD)
         return tuple(notes)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the report's tables (`render_html` makes the whole page, with the plot)."""
+        from .report_render import render_fragment  # the renderer imports this module
+
+        return render_fragment(self)
+
     def to_dict(self) -> dict:
         """JSON-ready form whose keys do not depend on the ledger's contents."""
         return {

@@ -39,9 +39,8 @@ def _clean_env() -> dict[str, str]:
 
 def test_old_and_new_names_are_the_same_objects():
     import calibration
-    import engine
-
     import dpsql
+    import engine
 
     assert engine.QueryRefused is dpsql.QueryRefused
     assert calibration.CalibrationError is dpsql.CalibrationError
