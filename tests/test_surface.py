@@ -232,3 +232,38 @@ def test_results_explanations_and_reports_show_as_html_tables(setup):
     assert "<b>" not in page
     page = report._repr_html_()
     assert page.count("<table") >= 2 and "&lt;b&gt;n&lt;/b&gt;" in page and "<b>" not in page
+
+
+# --- clear errors -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "line", "column", "problem"), [
+    ("budget: {epsilon: 1\ndependence: {k: 1}\n", 2, 11, "expected ',' or '}', but got ':'"),
+    ("budget:\n  epsilon: 1\n tables: x\n", 3, 2, "expected <block end>"),
+    ("tables: 'open\n", 2, 1, "found unexpected end of stream (while scanning a quoted scalar)"),
+])
+def test_yaml_errors_keep_line_column_and_problem(capsys, setup, tmp_path, text, line, column, problem):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(text)
+    code, out, err = _run(capsys, "query", "--db", str(setup.db), "--policy", str(broken), "--ledger",
+                          str(setup.ledger), "--epsilon", "1", "SELECT COUNT(*) FROM people")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"is not valid YAML at line {line}, column {column}: " in err and problem in err
+    assert not setup.ledger.exists()
+    with pytest.raises(PolicyError) as info:
+        PrivateDatabase.connect(setup.db, broken, setup.ledger)
+    assert (info.value.line, info.value.column) == (line, column) and problem in info.value.problem
+
+
+def test_a_data_column_missing_from_the_policy_says_so(tmp_path):
+    data = tmp_path / "people.csv"
+    data.write_text("age,ssn\n30,123\n40,456\n")
+    policy = write_policy(tmp_path / "policy.yaml", {"tables": {"people": {"columns": {
+        "age": {"type": "int", "lower": 0, "upper": 100}}}}})
+    with PrivateDatabase.connect(data, policy, tmp_path / "ledger.sqlite") as db:
+        with pytest.raises(QueryRefused) as info:
+            db.query("SELECT SUM(SSN) FROM people", epsilon=1)
+        assert str(info.value) == ("column 'SSN' exists in table people but is not in the policy; "
+                                   "policy columns: age")
+        with pytest.raises(QueryRefused, match="unknown column 'nope' in table people"):
+            db.explain("SELECT COUNT(*) FROM people WHERE nope = 1", epsilon=1)
+        assert db.budget().spent_dp == 0
