@@ -31,7 +31,10 @@ class _AliasLoader(importlib.abc.Loader):
     def get_code(self, fullname: str):
         """The real module's code, so that `python -m engine` and `-m calibration.table` run."""
         target = importlib.util.find_spec(f"dpsql.{fullname}")
-        return target.loader.get_code(target.name)
+        loader = getattr(target, "loader", None)
+        if target is None or not isinstance(loader, importlib.abc.InspectLoader):
+            raise ImportError(f"no code for {fullname}", name=fullname)
+        return loader.get_code(target.name)
 
 
 class _AliasFinder(importlib.abc.MetaPathFinder):

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import html
 import math
+import numbers
 import unicodedata
 from collections.abc import Iterable, Sequence
+
+import numpy as np
 
 _KEPT = frozenset("\n\t")
 _INVISIBLE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
@@ -33,11 +36,14 @@ def _escape(char: str) -> str:
 
 def number(value) -> str:
     """A readable number: integers with separators, floats with digits that fit their size."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         return visible(str(value))
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    value = float(value)  # numpy floats included
+    if not math.isfinite(value):
         return str(value)
-    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
+    if value.is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
     magnitude = abs(value)
     if magnitude >= 1000:

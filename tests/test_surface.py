@@ -11,6 +11,7 @@ import re
 from collections import Counter
 
 import duckdb
+import numpy as np
 import pytest
 
 from engine import (
@@ -120,6 +121,8 @@ def test_explain_and_report_format_numbers_as_query_does(monkeypatch, capsys, se
 def test_number_format():
     assert [number(v) for v in (12513, 12513.0, 46.2049, 0.39318, 2_033_696_404.9, 1e-7, -3.5)] == \
         ["12,513", "12,513", "46.20", "0.393", "2,033,696,405", "1e-07", "-3.50"]
+    assert [number(v) for v in (np.int64(12513), np.float64(1234.5), np.float32(0.5), np.bool_(True))] == \
+        ["12,513", "1,234", "0.5", "True"]
 
 
 # --- untrusted text ---------------------------------------------------------------------------
