@@ -12,6 +12,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
+
+from engine.policy import parse_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -22,8 +25,9 @@ ENVIRONMENT = (re.compile(r"^python3? -m venv \.venv$"), re.compile(r"^\.venv/bi
 
 
 def readme_steps(text: str) -> list[tuple[str, str]]:
-    """("shell", command) for each indented command block line and ("python", code) for each
-    fenced python block, in the order they appear."""
+    """In the order they appear: ("shell", command) for each command of an indented block that
+    starts with `.venv/bin/` or `python` and of each fenced sh/bash/shell block, ("python", code)
+    for each fenced python block and ("yaml", text) for each fenced yaml block (a policy)."""
     steps: list[tuple[str, str]] = []
     lines = text.splitlines()
     i = 0
@@ -33,9 +37,12 @@ def readme_steps(text: str) -> list[tuple[str, str]]:
         if fence:
             indent, language = fence.groups()
             end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
-            if language == "python":
-                body = textwrap.dedent("\n".join(lines[i + 1:end]))
-                steps.append(("python", body))
+            body = textwrap.dedent("\n".join(lines[i + 1:end]))
+            if language in ("python", "yaml"):
+                steps.append((language, body))
+            elif language in ("sh", "bash", "shell"):
+                commands = re.sub(r"\\\n\s*", " ", body).splitlines()
+                steps += [("shell", c.strip()) for c in commands if c.strip() and not c.startswith("#")]
             i = end + 1
             continue
         if line.startswith("    ") and re.match(r"^\s{4}(\.venv/bin/|python3? )", line) \
@@ -59,7 +66,7 @@ def _runnable(command: str) -> str | None:
 def test_readme_has_the_steps_it_promises():
     kinds = [kind for kind, _ in readme_steps(README.read_text())]
     shell = [body for kind, body in readme_steps(README.read_text()) if kind == "shell"]
-    assert kinds.count("python") >= 2
+    assert kinds.count("python") >= 2 and kinds.count("yaml") >= 1
     assert any("examples/households.py" in body for body in shell)
     assert sum(body.startswith(".venv/bin/dpsql query") for body in shell) >= 1
 
@@ -72,6 +79,9 @@ def test_readme_runs_as_written_on_a_fresh_copy(tmp_path):
                     ignore=shutil.ignore_patterns("out", "__pycache__"))
     (tmp_path / ".venv").symlink_to(venv, target_is_directory=True)
     for kind, body in readme_steps(README.read_text()):
+        if kind == "yaml":
+            parse_policy(yaml.safe_load(body))  # the documented policy is a valid one
+            continue
         if kind == "shell":
             command = _runnable(body)
             if command is None:

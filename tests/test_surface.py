@@ -140,6 +140,13 @@ def test_query_table_shows_escape_codes_visibly(capsys, setup):
     assert "\\x1b[2J" in out and "\\x07" in out
 
 
+def test_aliases_are_never_read_as_rich_markup(capsys, setup):
+    code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1",
+                          'SELECT COUNT(*) AS "[/x]", COUNT(*) AS "[bold]b[/bold]" FROM people')
+    assert code == 0, err
+    assert "[/x]" in out and "[bold]b[/bold]" in out
+
+
 def test_errors_show_escape_codes_visibly(capsys, setup):
     sql = f"SELECT COUNT(*) FROM people GROUP BY lower(note || '{ESC}')"
     code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1", sql)
