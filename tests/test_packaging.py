@@ -111,6 +111,16 @@ def test_python_m_dpsql_runs_the_command_line(tmp_path):
     assert '"tight"' in proc.stdout
 
 
+def test_python_m_runs_modules_by_their_old_names_in_a_checkout():
+    """README's `python -m calibration.table` runs the module's code (through the alias)."""
+    from calibration.table import markdown_table
+
+    proc = subprocess.run([sys.executable, "-m", "calibration.table"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=_clean_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == markdown_table().strip()
+
+
 def test_every_subpackage_is_listed_for_installation():
     """setuptools installs only the listed packages: a new sub-folder must be listed too."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
