@@ -4,15 +4,20 @@ Turns an analyst's information-privacy epsilon into the DP eps_dp that sets the 
 for records that depend on each other within groups of at most k (docs/theory.md).
 """
 
-from calibration.audit import Audit, exact_audit, exact_audit_vector
-from calibration.composition import admits, dp_budget, transcript_level
-from calibration.errors import CalibrationError
-from calibration.household import household_pmf
-from calibration.information import mutual_information_bound
-from calibration.inversion import Calibration, ModeOption, calibrate, compare_modes
-from calibration.maps import MODES, guarantee
-from calibration.model import DependenceModel
-from calibration.validation import (
+if __name__ == "calibration":  # imported from a checkout by the folder's own name
+    from dpsql._checkout import alias
+
+    alias(__name__)  # the very modules of dpsql.calibration, never second copies
+
+from .audit import Audit, exact_audit, exact_audit_vector
+from .composition import admits, dp_budget, transcript_level
+from .errors import CalibrationError
+from .household import household_pmf
+from .information import mutual_information_bound
+from .inversion import Calibration, ModeOption, calibrate, compare_modes
+from .maps import MODES, guarantee
+from .model import DependenceModel
+from .validation import (
     BUDGET_RANGE,
     EPSILON_RANGE,
     MAX_K,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.errors import CalibrationError
-from calibration.validation import require_pmf, require_positive
+from .errors import CalibrationError
+from .validation import require_pmf, require_positive
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from calibration.inversion import calibrate_checked
-from calibration.maps import AUTO, guarantee, require_mode, require_model
-from calibration.model import DependenceModel
-from calibration.validation import require_budget, require_nonnegative
+from .inversion import calibrate_checked
+from .maps import AUTO, guarantee, require_mode, require_model
+from .model import DependenceModel
+from .validation import require_budget, require_nonnegative
 
 ADMISSION_TOLERANCE = 1e-12
 """Relative slack on the IP budget in admits(): absorbs float rounding of sums, nothing more."""

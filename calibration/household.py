@@ -8,8 +8,8 @@ from math import comb, lgamma
 
 import numpy as np
 
-from calibration.errors import CalibrationError
-from calibration.validation import require_int, require_pmf, require_probability
+from .errors import CalibrationError
+from .validation import require_int, require_pmf, require_probability
 
 MAX_PMF_ENTRIES = 1 << 24
 """Largest household pmf household_pmf will build (d ** k entries)."""

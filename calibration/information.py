@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from calibration.validation import require_nonnegative
+from .validation import require_nonnegative
 
 
 def mutual_information_bound(level: float) -> tuple[float, float]:

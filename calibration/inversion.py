@@ -6,8 +6,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from calibration.errors import CalibrationError
-from calibration.maps import (
+from .errors import CalibrationError
+from .maps import (
     AUTO,
     LN2,
     MAPS,
@@ -18,8 +18,8 @@ from calibration.maps import (
     require_mode,
     require_model,
 )
-from calibration.model import DependenceModel
-from calibration.validation import require_epsilon
+from .model import DependenceModel
+from .validation import require_epsilon
 
 FORMULAS = {
     "independent": "records are independent, so eps_dp-DP is eps_dp-IP",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from calibration.errors import CalibrationError
-from calibration.model import DependenceModel
-from calibration.validation import require_nonnegative
+from .errors import CalibrationError
+from .model import DependenceModel
+from .validation import require_nonnegative
 
 MODES = ("independent", "group", "theorem2", "tight")
 """The guarantee maps, from the weakest assumption-free to the tightest known."""

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.dependence import eta_of_pmf, k_of_pmf
-from calibration.household import household_eta
-from calibration.validation import MAX_K, require_int, require_pmf, require_probability
+from .dependence import eta_of_pmf, k_of_pmf
+from .household import household_eta
+from .validation import MAX_K, require_int, require_pmf, require_probability
 
 
 @dataclass(frozen=True)

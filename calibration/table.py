@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from calibration.inversion import compare_modes
-from calibration.model import DependenceModel
+from .inversion import compare_modes
+from .model import DependenceModel
 
 MODELS = ((2, 0.1), (4, 0.05), (5, 0.01), (10, 0.5), (10, 1e-3), (10, 1e-6), (50, 0.01))
 EPSILONS = (0.5, 1.0, 2.0)

@@ -8,7 +8,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from calibration.errors import CalibrationError
+from .errors import CalibrationError
 
 PMF_SUM_TOLERANCE = 1e-9
 """How far a pmf's total may be from 1 (float rounding in user-built arrays)."""

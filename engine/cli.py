@@ -9,10 +9,14 @@ from dataclasses import asdict
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from calibration import CalibrationError, DependenceModel, compare_modes
-
+from .. import __version__
+from ..calibration import CalibrationError, DependenceModel, compare_modes
 from .database import DEFAULT_ANALYST, PrivateDatabase
+from .display import cell as _cell
+from .display import csv_text, visible
+from .display import number as _number
 from .errors import DpsqlError, InputError
 from .policy import MODES, load_policy
 from .report import Report, build_report
@@ -20,7 +24,8 @@ from .report_plot import plot_png
 from .report_render import render_html, render_markdown, render_table
 from .result import Explanation, QueryResult
 
-FORMATS = click.Choice(["table", "json", "csv"])
+QUERY_FORMATS = click.Choice(["table", "json", "csv"])
+EXPLAIN_FORMATS = click.Choice(["table", "json"])
 
 
 def _common(func):
@@ -35,7 +40,6 @@ def _common(func):
                      help="Calibration mode (default: the policy's)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
-        click.option("--format", "fmt", type=FORMATS, default="table", show_default=True),
         click.argument("sql"),
     ]
     for option in reversed(options):
@@ -44,12 +48,14 @@ def _common(func):
 
 
 @click.group(help="Differentially private SQL for dependent records.")
+@click.version_option(__version__, prog_name="dpsql")
 def cli() -> None:
     """Command group."""
 
 
 @cli.command(help="Answer a SQL query privately and charge the ledger.")
 @_common
+@click.option("--format", "fmt", type=QUERY_FORMATS, default="table", show_default=True)
 def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode)
@@ -63,9 +69,8 @@ def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
 
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
+@click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
 def explain(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
-    if fmt == "csv":
-        raise click.UsageError("explain supports --format table or json")
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode)
     if fmt == "json":
@@ -132,7 +137,7 @@ def _render_report(report: Report, fmt: str, output: str | None) -> str:
         return render_markdown(report)
     if fmt == "html":
         return render_html(report)
-    return render_table(report, width=120 if output else max(100, Console().width))
+    return render_table(report, width=120 if output else Console().width)
 
 
 def _write(path: str, data: bytes) -> None:
@@ -147,22 +152,24 @@ def _write(path: str, data: bytes) -> None:
 def _print_result(result: QueryResult) -> None:
     table = Table()
     for name in result.df.columns:
-        table.add_column(str(name), justify="right")
+        table.add_column(Text(visible(str(name))), justify="right")
     for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
                        strict=True):
-        table.add_row(*(_cell(v, c) for v, c in zip(row, ci, strict=True)))
+        table.add_row(*(Text(_cell(v, c)) for v, c in zip(row, ci, strict=True)))
     console = _console()
-    console.print(result.sql, markup=False, soft_wrap=True)
+    console.print(Text(visible(result.sql)))
     console.print(table)
     console.print("± is the 95% interval half-width of the noise.")
     console.print(
-        f"epsilon {result.epsilon:g} (information privacy under k={result.k}, eta={result.eta:g}) "
-        f"-> epsilon_dp {result.epsilon_dp:.4g} via the {result.mode} bound"
+        f"epsilon {_number(result.epsilon)} (information privacy under k={result.k}, "
+        f"eta={_number(result.eta)}) -> epsilon_dp {_number(result.epsilon_dp)} via the "
+        f"{result.mode} bound"
     )
     b = result.budget
     console.print(
-        f"budget: transcript level {b.spent_ip:.4g} of {b.total:g} (was {result.level_before:.4g}); "
-        f"remaining {b.remaining:.4g} (epsilon_dp {b.remaining_dp:.4g} of DP-space budget left)"
+        f"budget: transcript level {_number(b.spent_ip)} of {_number(b.total)} (was "
+        f"{_number(result.level_before)}); remaining {_number(b.remaining)} (epsilon_dp "
+        f"{_number(b.remaining_dp)} of DP-space budget left)"
     )
 
 
@@ -170,40 +177,25 @@ def _print_explanation(ex: Explanation) -> None:
     console = _console()
     unit = f"privacy unit {ex.privacy_unit}, at most {ex.max_rows_per_unit} row(s) each" \
         if ex.privacy_unit else "each row is one individual"
-    console.print(f"table {ex.table} ({unit}); groups: {', '.join(ex.group_by) or 'none'} "
-                  f"({ex.groups} output row(s))")
-    console.print(f"epsilon {ex.epsilon:g} -> epsilon_dp {ex.epsilon_dp:.4g} via {ex.mode} "
-                  f"({ex.justification}); k={ex.k}, eta={ex.eta:g}")
-    table = Table(title="Noisy aggregates")
-    for name in ("column", "aggregate", "mechanism", "sensitivity", "epsilon_dp", "scale",
-                 "expected 95% error"):
-        table.add_column(name)
+    console.print(Text(f"table {ex.table} ({unit}); groups: {', '.join(ex.group_by) or 'none'} "
+                       f"({ex.groups} output row(s))"))
+    console.print(Text(f"epsilon {_number(ex.epsilon)} -> epsilon_dp {_number(ex.epsilon_dp)} "
+                       f"via {ex.mode} ({ex.justification}); k={ex.k}, eta={_number(ex.eta)}"))
+    console.print("noisy aggregates:")
+    items = Table.grid(padding=(0, 1))  # a list with hanging indents: wraps between words at 80
+    items.add_column(no_wrap=True)
+    items.add_column()
     for a in ex.aggregates:
-        table.add_row(a.column, a.function, a.mechanism, f"{a.sensitivity:g}", f"{a.epsilon_dp:.4g}",
-                      f"{a.scale:.4g}", f"±{a.ci95_halfwidth:.4g}")
-    console.print(table)
-    console.print(f"transcript level {ex.level_before:.4g} -> {ex.level_after:.4g} of budget "
-                  f"{ex.budget.total:g}: " + ("admissible" if ex.admissible else "would be REFUSED"))
+        items.add_row("-", Text(
+            f"{visible(a.column)}: {a.function}, {a.mechanism.replace('_', ' ')} noise, sensitivity "
+            f"{_number(a.sensitivity)}, epsilon_dp {_number(a.epsilon_dp)}, scale "
+            f"{_number(a.scale)}, expected 95% error ±{_number(a.ci95_halfwidth)}"))
+    console.print(items)
+    console.print(f"transcript level {_number(ex.level_before)} -> {_number(ex.level_after)} of "
+                  f"budget {_number(ex.budget.total)}: "
+                  + ("admissible" if ex.admissible else "would be REFUSED"))
     console.print("rewritten SQL:")
-    console.print(ex.rewritten_sql, markup=False, highlight=False, soft_wrap=True)
-
-
-def _cell(value, halfwidth: float) -> str:
-    if halfwidth != halfwidth:  # no interval: a group key, or arithmetic over aggregates
-        return _number(value) if isinstance(value, float) else str(value)
-    return f"{_number(value)} ± {_number(halfwidth)}"
-
-
-def _number(value) -> str:
-    """A readable number: integers as they are, floats with digits that fit their size."""
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
-        return f"{int(value):,}"
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 1:
-        return f"{value:,.2f}"
-    return f"{value:.3g}"
+    console.print(Text(visible(ex.rewritten_sql)))
 
 
 def _csv(result: QueryResult) -> str:
@@ -211,11 +203,13 @@ def _csv(result: QueryResult) -> str:
     for name in result.ci95.columns:
         if result.ci95[name].notna().any():
             frame[f"{name}_ci95"] = result.ci95[name]
-    return frame.to_csv(index=False)
+    frame.columns = [csv_text(str(name)) for name in frame.columns]
+    return frame.map(csv_text).to_csv(index=False)  # text cells only; numbers stay numbers
 
 
 def _console() -> Console:
-    return Console(width=max(100, Console().width), highlight=False)
+    """The terminal's own width (80 when it cannot be told), so lines wrap between words."""
+    return Console(highlight=False)
 
 
 def main(argv: list[str] | None = None) -> None:

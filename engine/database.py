@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from calibration import (
+from ..calibration import (
     Calibration,
     CalibrationError,
     DependenceModel,
@@ -17,7 +17,6 @@ from calibration import (
     require_epsilon,
     transcript_level,
 )
-
 from . import execute, postprocess
 from .errors import InputError
 from .ledger import Charge, Ledger, LedgerBinding
@@ -59,6 +58,7 @@ class PrivateDatabase:
         self._bounded_tables: dict[str, bool] = {}
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
         self._post_checked: set[str] = set()
+        self._data_columns = execute.data_columns(conn, policy)
 
     @classmethod
     def connect(cls, db: str | Path, policy: str | Path | Policy, ledger: str | Path,
@@ -162,7 +162,7 @@ class PrivateDatabase:
         text and the policy, so repeated texts reuse them, like a prepared statement."""
         cached = self._plans.get(sql)
         if cached is None:
-            plan = build_plan(parse_select(sql), self.policy, sql)
+            plan = build_plan(parse_select(sql), self.policy, sql, self._data_columns)
             cached = (plan, rewrite(plan, self._bounded(plan)), postprocess.query_sql(plan))
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))

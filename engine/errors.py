@@ -1,34 +1,50 @@
-"""Errors the engine raises; each carries the CLI exit code and a one-line message."""
+"""Errors the engine raises; each carries the CLI exit code, a one-line message and its numbers.
+
+Each also subclasses the builtin it resembles, so `except ValueError` in a caller catches a bad
+argument or a refused query the way it would catch any other bad value.
+"""
 
 from __future__ import annotations
 
+from .display import visible
+
 
 class DpsqlError(Exception):
-    """Base error: bad input or a refused query (exit code 2). Nothing is charged."""
+    """Base error: bad input or a refused query (exit code 2). Nothing is charged.
+
+    Keyword arguments become attributes (e.g. `PolicyError(msg, line=3, column=7)`), so callers
+    read the numbers instead of parsing the message."""
 
     exit_code = 2
 
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
+    def __init__(self, message: str, **attributes) -> None:
+        super().__init__(visible(" ".join(message.split())))
+        for name, value in attributes.items():
+            if hasattr(self, name):
+                raise TypeError(f"{type(self).__name__} attribute {name!r} would shadow an existing one")
+            setattr(self, name, value)
 
 
-class PolicyError(DpsqlError):
+class PolicyError(DpsqlError, ValueError):
     """The policy file is missing, malformed or contradictory; names the field path."""
 
 
-class QueryRefused(DpsqlError):
+class QueryRefused(DpsqlError, ValueError):
     """The SQL uses a construct the engine cannot answer privately."""
 
 
-class InputError(DpsqlError):
+class InputError(DpsqlError, ValueError):
     """A bad argument: epsilon, data file, format, analyst name."""
 
 
-class LedgerError(DpsqlError):
+class LedgerError(DpsqlError, RuntimeError):
     """The ledger cannot be opened, read or written safely."""
 
 
-class BudgetExhausted(DpsqlError):
-    """The query would take the transcript past the policy's budget (exit code 3)."""
+class BudgetExhausted(DpsqlError, RuntimeError):
+    """The query would take the transcript past the policy's budget (exit code 3).
+
+    A RuntimeError, not a ValueError: the query and its epsilon are valid, the ledger's state
+    refuses them (a smaller epsilon, or a new budget from the data owner, may pass)."""
 
     exit_code = 3

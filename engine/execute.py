@@ -84,10 +84,7 @@ def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
                               f"(found: {', '.join(sorted(kinds)) or 'none'})")
         if kinds[name] != "BASE TABLE":
             raise PolicyError(f"tables.{name}: is a {kinds[name].lower()}, not a base table")
-        columns = dict(conn.execute(
-            "SELECT lower(column_name), data_type FROM information_schema.columns "
-            "WHERE table_schema = 'main' AND lower(table_name) = ?", [name]
-        ).fetchall())
+        columns = _columns(conn, name)
         if table.privacy_unit is not None and table.privacy_unit not in columns:
             raise PolicyError(f"tables.{name}.privacy_unit: no column {table.privacy_unit!r} "
                               "in the data")
@@ -99,6 +96,20 @@ def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
             if data_type not in _TYPE_FAMILIES[col.type]:
                 raise PolicyError(f"{path}.type: the policy says {col.type} but the data "
                                   f"column is {columns[col.name]}")
+
+
+def data_columns(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, frozenset[str]]:
+    """The data's column names (lower-cased) of each policy table: schema, not values. The plan
+    uses them to say that a column exists but is not in the policy, rather than unknown."""
+    return {name: frozenset(_columns(conn, name)) for name in policy.tables}
+
+
+def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    """Lower-cased column name -> DuckDB type of a table in the main schema."""
+    return dict(conn.execute(
+        "SELECT lower(column_name), data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND lower(table_name) = ?", [table]
+    ).fetchall())
 
 
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:

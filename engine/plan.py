@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -82,15 +83,17 @@ class QueryPlan:
         return math.prod(len(col.group_values) for col in self.group_by)
 
 
-def build_plan(select: exp.Select, policy: Policy, sql: str) -> QueryPlan:
-    """Validate the SELECT against the policy and return its plan."""
+def build_plan(select: exp.Select, policy: Policy, sql: str,
+               data_columns: Mapping[str, frozenset[str]] | None = None) -> QueryPlan:
+    """Validate the SELECT against the policy and return its plan. `data_columns` (each table's
+    column names in the data) lets a refusal say a column exists but is not in the policy."""
     for key, value in select.args.items():
         if key not in _SELECT_ARGS and value not in (None, [], False):
             if key == "distinct":
                 raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
     table, aliases = _bind_table(select, policy)
-    scope = _Scope(table, aliases)
+    scope = _Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()))
     where = None
     if select.args.get("where") is not None:
         condition = select.args["where"].this
@@ -266,9 +269,10 @@ def _numeric_literal(node: exp.Literal) -> float:
 class _Scope:
     """Name resolution and type checking for row-level (pre-aggregation) expressions."""
 
-    def __init__(self, table: TableSpec, aliases: set[str]) -> None:
+    def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset()) -> None:
         self.table = table
         self.aliases = aliases
+        self.data_columns = data_columns
 
     def column(self, node: exp.Expression) -> ColumnSpec:
         if not isinstance(node, exp.Column):
@@ -283,6 +287,11 @@ class _Scope:
                 f"COUNT(DISTINCT {node.name})"
             )
         spec = self.table.columns.get(name)
+        if spec is None and name in self.data_columns:
+            raise QueryRefused(
+                f"column {node.name!r} exists in table {self.table.name} but is not in the policy; "
+                f"policy columns: {', '.join(sorted(self.table.columns))}"
+            )
         if spec is None:
             raise QueryRefused(
                 f"unknown column {node.name!r} in table {self.table.name} "

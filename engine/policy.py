@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from calibration import MAX_K, CalibrationError, require_budget
+from ..calibration import MAX_K, CalibrationError, require_budget
 
 from .errors import PolicyError
 
@@ -79,10 +79,25 @@ def load_policy(path: str | Path) -> Policy:
         raise PolicyError(f"policy file not found: {path}")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PolicyError(f"policy file {path} is not valid YAML: {first}") from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"policy file {path} is not UTF-8 text: byte {exc.object[exc.start]:#04x} "
+                          f"at offset {exc.start}", offset=exc.start) from None
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from None
     return parse_policy(raw)
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> PolicyError:
+    """Where the YAML is broken (1-based line and column) and what the parser found there."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    what = f"{problem} ({context})" if context else problem
+    if mark is None:
+        return PolicyError(f"policy file {path} is not valid YAML: {what}")
+    line, column = mark.line + 1, mark.column + 1
+    return PolicyError(f"policy file {path} is not valid YAML at line {line}, column {column}: {what}",
+                       line=line, column=column, problem=what)
 
 
 def parse_policy(raw: Any) -> Policy:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibration import DependenceModel, dp_budget, mutual_information_bound, transcript_level
-from calibration.composition import ADMISSION_TOLERANCE
-
+from ..calibration import DependenceModel, dp_budget, mutual_information_bound, transcript_level
+from ..calibration.composition import ADMISSION_TOLERANCE
 from .errors import InputError, LedgerError
 from .policy import Policy
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger
@@ -118,6 +117,12 @@ class Report:
         if self.subtotals:
             notes.append(LEVELS_DO_NOT_ADD)
         return tuple(notes)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the report's tables (`render_html` makes the whole page, with the plot)."""
+        from .report_render import render_fragment  # the renderer imports this module
+
+        return render_fragment(self)
 
     def to_dict(self) -> dict:
         """JSON-ready form whose keys do not depend on the ledger's contents."""

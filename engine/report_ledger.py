@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .display import number
 from .errors import LedgerError
 from .ledger import SCHEMA_VERSION, LedgerBinding
 
@@ -34,7 +35,7 @@ class AggregateRecord:
     def describe(self) -> str:
         """One readable phrase: the column, its aggregate, mechanism, sensitivity and scale."""
         return (f"{self.column} = {self.function}: {self.mechanism}, sensitivity "
-                f"{self.sensitivity:.4g}, scale {self.scale:.4g}")
+                f"{number(self.sensitivity)}, scale {number(self.scale)}")
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,12 @@ import html
 import io
 import re
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .display import number, visible
 from .report import Report, ReportTotals
 from .report_plot import plot_png
 
@@ -28,25 +30,25 @@ def totals_rows(t: ReportTotals) -> list[tuple[str, str, str]]:
     """(field, label, shown value) for every total, in reading order."""
     return [
         ("answers", "answers released", str(t.answers)),
-        ("epsilon_asked", "Σε asked (sum of per-answer levels)", _num(t.epsilon_asked)),
-        ("spent_dp", "DP spent: Σε_dp", _num(t.spent_dp)),
-        ("transcript_level", f"transcript IP level L(Σε_dp) under k={t.k}, η={t.eta:g}",
-         _num(t.transcript_level)),
-        ("information_nats", "bound on I(X_i; Y), nats", _num(t.information_nats)),
-        ("information_bits", "bound on I(X_i; Y), bits", _num(t.information_bits)),
-        ("budget", "budget (IP)", _num(t.budget)),
-        ("remaining", "remaining (IP)", _num(t.remaining)),
-        ("dp_budget", "budget in DP terms: L⁻¹(budget)", _num(t.dp_budget)),
-        ("remaining_dp", "remaining (DP): L⁻¹(budget) − Σε_dp", _num(t.remaining_dp)),
+        ("epsilon_asked", "Σε asked (sum of per-answer levels)", number(t.epsilon_asked)),
+        ("spent_dp", "DP spent: Σε_dp", number(t.spent_dp)),
+        ("transcript_level", f"transcript IP level L(Σε_dp) under k={t.k}, η={number(t.eta)}",
+         number(t.transcript_level)),
+        ("information_nats", "bound on I(X_i; Y), nats", number(t.information_nats)),
+        ("information_bits", "bound on I(X_i; Y), bits", number(t.information_bits)),
+        ("budget", "budget (IP)", number(t.budget)),
+        ("remaining", "remaining (IP)", number(t.remaining)),
+        ("dp_budget", "budget in DP terms: L⁻¹(budget)", number(t.dp_budget)),
+        ("remaining_dp", "remaining (DP): L⁻¹(budget) − Σε_dp", number(t.remaining_dp)),
     ]
 
 
 def entry_rows(report: Report, separator: str = "; ") -> list[tuple[str, ...]]:
     """The shown answers as text cells matching ENTRY_HEADERS; aggregates joined by separator."""
     return [
-        (str(a.id), a.time.strftime("%Y-%m-%d %H:%M:%S"), a.analyst, a.sql, _num(a.epsilon),
-         _num(a.epsilon_dp), a.mode, str(a.k), f"{a.eta:g}", _num(report.levels[i]),
-         separator.join(g.describe() for g in a.aggregates))
+        (str(a.id), a.time.strftime("%Y-%m-%d %H:%M:%S"), visible(a.analyst), visible(a.sql),
+         number(a.epsilon), number(a.epsilon_dp), visible(a.mode), str(a.k), number(a.eta),
+         number(report.levels[i]), separator.join(visible(g.describe()) for g in a.aggregates))
         for i, a in ((i, report.answers[i]) for i in report.shown)
     ]
 
@@ -54,8 +56,9 @@ def entry_rows(report: Report, separator: str = "; ") -> list[tuple[str, ...]]:
 def aggregate_rows(report: Report) -> list[tuple[str, ...]]:
     """One row per noisy aggregate of the shown answers, matching AGGREGATE_HEADERS."""
     return [
-        (str(answer.id), f"{a.column} = {a.function}", a.mechanism, _num(a.sensitivity),
-         _num(a.epsilon_dp), _num(a.scale))
+        (str(answer.id), visible(f"{a.column} = {a.function}"), visible(a.mechanism.replace("_", " ")),
+         number(a.sensitivity),
+         number(a.epsilon_dp), number(a.scale))
         for answer in (report.answers[i] for i in report.shown) for a in answer.aggregates
     ]
 
@@ -63,7 +66,7 @@ def aggregate_rows(report: Report) -> list[tuple[str, ...]]:
 def analyst_rows(report: Report) -> list[tuple[str, ...]]:
     """Per-analyst subtotals as text cells matching ANALYST_HEADERS."""
     return [
-        (r.analyst, str(r.answers), _num(r.epsilon_asked), _num(r.spent_dp), _num(r.own_level),
+        (visible(r.analyst), str(r.answers), number(r.epsilon_asked), number(r.spent_dp), number(r.own_level),
          f"{100 * r.share_dp:.1f}%")
         for r in report.analysts.itertuples(index=False)
     ]
@@ -72,11 +75,11 @@ def analyst_rows(report: Report) -> list[tuple[str, ...]]:
 def _heading(report: Report) -> str:
     t = report.totals
     return (f"Ledger {report.ledger}, generated {report.generated:%Y-%m-%d %H:%M:%S} UTC; "
-            f"policy budget {t.budget:g}, dependence model k={t.k}, η={t.eta:g}.")
+            f"policy budget {number(t.budget)}, dependence model k={t.k}, η={number(t.eta)}.")
 
 
 def render_table(report: Report, width: int = 120) -> str:
-    """Plain-text tables for a terminal or a text file."""
+    """Plain-text tables for a terminal or a text file; at 80 columns they wrap between words."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, highlight=False)
     console.print(Text("dpsql budget report"), Text(_heading(report)), sep="\n")
@@ -88,16 +91,25 @@ def render_table(report: Report, width: int = 120) -> str:
     console.print(totals)
     for note in report.notes():
         console.print(Text(f"* {note}"))
-    answers = [row[:-1] for row in entry_rows(report)]
+    entries = entry_rows(report)
+    sql_at, aggregates_at = ENTRY_HEADERS.index("SQL"), len(ENTRY_HEADERS) - 1
+    # The terminal shows the SQL and the aggregates in tables of their own, so each fits 80 columns.
+    k_at, eta_at = ENTRY_HEADERS.index("k"), ENTRY_HEADERS.index("η")
+    answers = [tuple(f"{c}, {row[eta_at]}" if i == k_at else c for i, c in enumerate(row)
+                     if i not in (sql_at, eta_at, aggregates_at)) for row in entries]
+    answer_headers = tuple("k, η" if i == k_at else h for i, h in enumerate(ENTRY_HEADERS)
+                           if i not in (sql_at, eta_at, aggregates_at))
     for title, headers, rows in (("Per analyst", ANALYST_HEADERS, analyst_rows(report)),
-                                 ("Answers", ENTRY_HEADERS[:-1], answers),
+                                 ("Answers", answer_headers, answers),
+                                 ("SQL of each answer", ("#", "SQL"),
+                                  [(row[0], row[sql_at]) for row in entries]),
                                  ("Noisy aggregates of each answer", AGGREGATE_HEADERS,
                                   aggregate_rows(report))):
         if rows:
-            table = Table(title=title)
+            table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
             for header in headers:
-                table.add_column(header, ratio=1 if header == "SQL" else None,
-                                 no_wrap=header in ("#", "time (UTC)"), overflow="fold")
+                table.add_column(header, ratio=1 if header == "SQL" else None, overflow="fold",
+                                 no_wrap=header == "#")
             for row in rows:
                 table.add_row(*(Text(cell) for cell in row))
             console.print(table)
@@ -146,6 +158,18 @@ def render_html(report: Report) -> str:
     return "\n".join(part for part in parts if part)
 
 
+def render_fragment(report: Report) -> str:
+    """The page's heading, totals, notes and tables without the plot: an HTML fragment."""
+    totals = "".join(f'<tr data-key="{key}"><th>{_h(label)}</th><td>{_h(value)}</td></tr>'
+                     for key, label, value in totals_rows(report.totals))
+    notes = "".join(f"<li>{_h(note)}</li>" for note in report.notes())
+    parts = [f"<p>{_h(_heading(report))}</p>", f"<table>{totals}</table>",
+             f"<ul>{notes}</ul>" if notes else "",
+             _html_table("Per analyst", "analysts", ANALYST_HEADERS, analyst_rows(report)),
+             _html_table("Answers", "entries", ENTRY_HEADERS, entry_rows(report))]
+    return "\n".join(part for part in parts if part)
+
+
 def _html_table(title: str, ident: str, headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     if not rows:
         return ""
@@ -186,7 +210,3 @@ def _md_code(text: str) -> str:
     flat = " ".join(text.split()).replace("|", "\\|")
     fence = "`" * (max((len(run) for run in re.findall("`+", flat)), default=0) + 1)
     return f"{fence} {flat} {fence}"
-
-
-def _num(value: float) -> str:
-    return f"{value:.6g}"

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from .display import cell, html_paragraphs, html_table, number
+
 
 @dataclass(frozen=True)
 class BudgetStatus:
@@ -67,6 +69,20 @@ class QueryResult:
             "budget": asdict(self.budget),
         }
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the answer as a table of `value ± ci` cells, then what it cost."""
+        rows = [[cell(v, c) for v, c in zip(row, ci, strict=True)]
+                for row, ci in zip(self.df.itertuples(index=False), self.ci95.itertuples(index=False),
+                                   strict=True)]
+        b = self.budget
+        return html_table([str(c) for c in self.df.columns], rows, caption=self.sql) + html_paragraphs(
+            "± is the 95% interval half-width of the noise.",
+            f"epsilon {number(self.epsilon)} (information privacy under k={self.k}, "
+            f"eta={number(self.eta)}) -> epsilon_dp {number(self.epsilon_dp)} via the {self.mode} bound",
+            f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
+            f"{number(self.level_before)}); remaining {number(b.remaining)}",
+        )
+
 
 @dataclass(frozen=True)
 class Explanation:
@@ -95,6 +111,22 @@ class Explanation:
         out = asdict(self)
         out["aggregates"] = [asdict(a) for a in self.aggregates]
         return out
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the noise of each aggregate as a table, the cost and the SQL run."""
+        rows = [[a.column, a.function, a.mechanism, number(a.sensitivity), number(a.epsilon_dp),
+                 number(a.scale), f"±{number(a.ci95_halfwidth)}"] for a in self.aggregates]
+        headers = ["output", "aggregate", "mechanism", "sensitivity", "epsilon_dp", "scale",
+                   "expected 95% error"]
+        verdict = "admissible" if self.admissible else "would be REFUSED"
+        return html_paragraphs(
+            f"epsilon {number(self.epsilon)} -> epsilon_dp {number(self.epsilon_dp)} via {self.mode} "
+            f"({self.justification}); k={self.k}, eta={number(self.eta)}",
+        ) + html_table(headers, rows, caption=self.sql) + html_paragraphs(
+            f"transcript level {number(self.level_before)} -> {number(self.level_after)} of budget "
+            f"{number(self.budget.total)}: {verdict}",
+            f"rewritten SQL: {self.rewritten_sql}",
+        )
 
 
 def _plain(value):

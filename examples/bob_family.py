@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from calibration import Audit, DependenceModel, calibrate, exact_audit, household_pmf
+from dpsql import Audit, DependenceModel, calibrate, exact_audit, household_pmf
 
 FAMILY = 10
 

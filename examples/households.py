@@ -22,8 +22,7 @@ import duckdb
 import numpy as np
 import yaml
 
-from calibration import DependenceModel, exact_audit_vector
-from engine import PrivateDatabase
+from dpsql import DependenceModel, PrivateDatabase, exact_audit_vector
 
 STATES = ["CA", "NY", "TX", "WA"]
 

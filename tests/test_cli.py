@@ -122,4 +122,9 @@ def test_explain_refuses_csv_before_touching_the_data(capsys, tmp_path, setup):
     code, out, err = _run(capsys, "explain", "--db", str(tmp_path / "missing.duckdb"), "--policy",
                           str(setup.policy), "--ledger", str(setup.ledger), "--epsilon", "1",
                           "--format", "csv", "SELECT COUNT(*) FROM people")
-    assert code == 2 and out == "" and "explain supports --format table or json" in err
+    assert code == 2 and out == "" and "'csv' is not one of 'table', 'json'" in err
+
+
+def test_explain_help_offers_only_the_formats_it_accepts(capsys):
+    code, out, _ = _run(capsys, "explain", "--help")
+    assert code == 0 and "[table|json]" in out and "csv" not in out

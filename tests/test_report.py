@@ -263,7 +263,7 @@ def test_private_database_report_lists_the_answers_it_released(setup):
     assert list(entries["epsilon"]) == [0.5, 1.0] and list(entries["mode"]) == ["tight", "group"]
     assert set(entries["analyst"]) == {"dana"} and set(entries["k"]) == {4}
     assert "discrete_laplace" in entries["aggregates"].iloc[0]
-    assert "laplace, sensitivity 2000" in entries["aggregates"].iloc[1]
+    assert "laplace, sensitivity 2,000" in entries["aggregates"].iloc[1]
     assert report.totals.spent_dp == pytest.approx(math.fsum(entries["epsilon_dp"]))
     assert report.totals.transcript_level == transcript_level(report.totals.spent_dp,
                                                               DependenceModel(4, 0.01))

@@ -13,6 +13,7 @@ import matplotlib.image
 import pytest
 
 from engine.cli import main
+from engine.display import number
 from engine.ledger import Charge, Ledger
 from engine.report import ReportTotals, build_report
 from engine.report_plot import plot_png
@@ -126,14 +127,14 @@ def test_html_page_shows_totals_tables_and_embedded_plot(ledger):
     report = build_report(ledger)
     page = parse(render_html(report))
     totals = {row[0]: row[1] for row in page.tables["totals"]}
-    shown = {label.split(" under ")[0]: float(value) for label, value in totals.items()}
-    t = report.totals
-    assert shown["DP spent: Σε_dp"] == pytest.approx(t.spent_dp, rel=1e-5)
-    assert shown["transcript IP level L(Σε_dp)"] == pytest.approx(t.transcript_level, rel=1e-5)
-    assert shown["Σε asked (sum of per-answer levels)"] == pytest.approx(1.1, rel=1e-5)
-    assert shown["bound on I(X_i; Y), bits"] == pytest.approx(t.information_bits, rel=1e-5)
-    assert shown["remaining (IP)"] == pytest.approx(t.remaining, rel=1e-5)
-    assert shown["remaining (DP): L⁻¹(budget) − Σε_dp"] == pytest.approx(t.remaining_dp, rel=1e-5)
+    shown = {label.split(" under ")[0]: value for label, value in totals.items()}
+    t = report.totals  # shown as `query` shows numbers; JSON has them in full
+    assert shown["DP spent: Σε_dp"] == number(t.spent_dp)
+    assert shown["transcript IP level L(Σε_dp)"] == number(t.transcript_level)
+    assert shown["Σε asked (sum of per-answer levels)"] == number(1.1)
+    assert shown["bound on I(X_i; Y), bits"] == number(t.information_bits)
+    assert shown["remaining (IP)"] == number(t.remaining)
+    assert shown["remaining (DP): L⁻¹(budget) − Σε_dp"] == number(t.remaining_dp)
     assert [row[0] for row in page.tables["analysts"][1:]] == ["alice", "bob", "mallory"]
     entries = page.tables["entries"][1:]
     assert [row[3] for row in entries][2] == HOSTILE_SQL
@@ -170,7 +171,7 @@ def test_markdown_tables_survive_pipes_and_backticks_in_sql(ledger):
 def test_table_shows_totals_and_sql_literally(ledger):
     report = build_report(ledger)
     text = render_table(report, width=200)
-    assert "Totals (whole ledger)" in text and f"{report.totals.transcript_level:.6g}" in text
+    assert "Totals (whole ledger)" in text and f" {number(report.totals.transcript_level)} " in text
     assert "[b]y[/b]" in text
     assert "levels do not add up" in text
 

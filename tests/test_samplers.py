@@ -100,24 +100,47 @@ def test_huge_exact_counts_saturate_instead_of_overflowing():
 
 
 _FORBIDDEN_MODULES = {"random", "numpy.random"}
+PACKAGE_FOLDERS = ("engine", "calibration", "dpsql")
+
+
+def randomness_uses(root: Path) -> list[str]:
+    """Every place under `root`'s package folders (sub-packages included) that imports `random`
+    or `numpy.random`, touches `.random`, or imports `secrets` outside engine/ledger.py."""
+    found = []
+    for folder in PACKAGE_FOLDERS:
+        for source in sorted((root / folder).rglob("*.py")):
+            where = source.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
+                if isinstance(node, ast.Import):
+                    names = {alias.name for alias in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    names = {node.module or ""} | {f"{node.module}.{a.name}" for a in node.names}
+                else:
+                    names = set()
+                if names & _FORBIDDEN_MODULES:
+                    found.append(f"{where}:{node.lineno} imports {sorted(names & _FORBIDDEN_MODULES)}")
+                if "secrets" in names and where != "engine/ledger.py":
+                    found.append(f"{where}:{node.lineno} imports secrets")
+                if isinstance(node, ast.Attribute) and node.attr == "random":
+                    found.append(f"{where}:{node.lineno} uses .random")
+    return found
 
 
 def test_no_engine_module_draws_randomness_outside_opendp():
-    """No answer can be produced by adding numpy or Python random floats: no engine module
-    imports `random` or `numpy.random` or touches `np.random`; `secrets` only in the ledger,
-    for its row-selection key, which is not noise."""
-    engine = Path(__file__).parent.parent / "engine"
-    for source in sorted(engine.glob("*.py")):
-        tree = ast.parse(source.read_text(), filename=str(source))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                names = {node.module or ""} | {f"{node.module}.{a.name}" for a in node.names}
-            else:
-                names = set()
-            assert not names & _FORBIDDEN_MODULES, f"{source.name} imports {names}"
-            if "secrets" in names:
-                assert source.name == "ledger.py", f"{source.name} imports secrets"
-            if isinstance(node, ast.Attribute) and node.attr == "random":
-                pytest.fail(f"{source.name}:{node.lineno} uses .random")
+    """No answer can be produced by adding numpy or Python random floats: no module of the
+    engine, the calibration layer or the dpsql package, at any depth, imports `random` or
+    `numpy.random` or touches `np.random`; `secrets` only in the ledger, for its row-selection
+    key, which is not noise."""
+    assert randomness_uses(Path(__file__).parent.parent) == []
+
+
+def test_the_randomness_scan_reaches_sub_packages(tmp_path):
+    planted = {"engine/sub/deeper/noise2.py": "import numpy as np\nx = np.random.laplace()\n",
+               "calibration/extra/__init__.py": "from random import random\n",
+               "dpsql/helper.py": "import secrets\n"}
+    for name, text in planted.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = randomness_uses(tmp_path)
+    assert [f.split(":")[0] for f in found] == ["engine/sub/deeper/noise2.py", "calibration/extra/__init__.py",
+                                                "dpsql/helper.py"]

@@ -1,0 +1,5 @@
+"""`python -m dpsql`: the command line."""
+
+from .engine.cli import main
+
+main()
