@@ -1,7 +1,16 @@
 """dpsql engine: SQL in, private answers out (parse, plan, calibrate, rewrite, run, noise)."""
 
 from .database import PrivateDatabase
-from .errors import BudgetExhausted, DpsqlError, InputError, LedgerError, PolicyError, QueryRefused
+from .errors import (
+    BudgetExhausted,
+    DpsqlError,
+    InputError,
+    LedgerError,
+    PolicyError,
+    QueryRefused,
+    QueryTooLarge,
+    ResourceLimitExceeded,
+)
 from .policy import Policy, load_policy
 from .report import Report, ReportTotals
 from .result import AggregateInfo, BudgetStatus, Explanation, QueryResult
@@ -19,7 +28,9 @@ __all__ = [
     "PrivateDatabase",
     "QueryRefused",
     "QueryResult",
+    "QueryTooLarge",
     "Report",
     "ReportTotals",
+    "ResourceLimitExceeded",
     "load_policy",
 ]

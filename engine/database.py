@@ -163,6 +163,7 @@ class PrivateDatabase:
         cached = self._plans.get(sql)
         if cached is None:
             plan = build_plan(parse_select(sql), self.policy, sql)
+            execute.check_size(plan, self.policy.limits)
             cached = (plan, rewrite(plan, self._bounded(plan)), postprocess.query_sql(plan))
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))
@@ -174,8 +175,9 @@ class PrivateDatabase:
         data is read-only, so the copy stays valid for the connection."""
         name = plan.table.name
         if name not in self._bounded_tables:
-            self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,
-                                                             self.ledger.hash_key)
+            with execute.time_limit(self._conn):
+                self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,
+                                                                 self.ledger.hash_key)
         return self._bounded_tables[name]
 
     def _check_post_processing(self, plan: QueryPlan, post_sql: str,
