@@ -148,13 +148,14 @@ def _print_result(result: QueryResult) -> None:
     table = Table()
     for name in result.df.columns:
         table.add_column(str(name), justify="right")
-    for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
+    intervals, intervals_note = result.shown_intervals()
+    for row, ci in zip(result.df.itertuples(index=False), intervals.itertuples(index=False),
                        strict=True):
         table.add_row(*(_cell(v, c) for v, c in zip(row, ci, strict=True)))
     console = _console()
     console.print(result.sql, markup=False, soft_wrap=True)
     console.print(table)
-    console.print("± is the 95% interval half-width of the noise.")
+    console.print(intervals_note)
     console.print(
         f"epsilon {result.epsilon:g} (information privacy under k={result.k}, eta={result.eta:g}) "
         f"-> epsilon_dp {result.epsilon_dp:.4g} via the {result.mode} bound"

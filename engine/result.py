@@ -38,6 +38,12 @@ class QueryResult:
 
     df: pd.DataFrame
     ci95: pd.DataFrame  # per-cell 95% half-widths (NaN where none applies)
+    # Half-widths holding for every group of a column at once with probability >= 95%, so
+    # also for rows chosen by their noisy values.
+    ci95_simultaneous: pd.DataFrame
+    # False when HAVING or ORDER BY used a noisy value: ci95 is then the interval before
+    # selection and under-covers the rows shown; ci95_simultaneous stays valid.
+    selection_adjusted: bool
     sql: str
     epsilon: float
     epsilon_dp: float
@@ -56,6 +62,9 @@ class QueryResult:
             "columns": list(self.df.columns),
             "rows": [[_plain(v) for v in row] for row in self.df.itertuples(index=False)],
             "ci95": [[_plain(v) for v in row] for row in self.ci95.itertuples(index=False)],
+            "ci95_simultaneous": [[_plain(v) for v in row]
+                                  for row in self.ci95_simultaneous.itertuples(index=False)],
+            "selection_adjusted": self.selection_adjusted,
             "epsilon": self.epsilon,
             "epsilon_dp": self.epsilon_dp,
             "mode": self.mode,
@@ -66,6 +75,17 @@ class QueryResult:
             "aggregates": [asdict(a) for a in self.aggregates],
             "budget": asdict(self.budget),
         }
+
+    def shown_intervals(self) -> tuple[pd.DataFrame, str]:
+        """The half-widths a display prints beside the values, and the line saying what they
+        are: per cell, or simultaneous when rows were chosen by noise (the per-cell ones would
+        then under-cover exactly the rows shown)."""
+        if self.selection_adjusted:
+            return self.ci95, "± is the 95% interval half-width of the noise."
+        return self.ci95_simultaneous, (
+            "± holds for all groups at once with 95% probability (simultaneous): rows were "
+            "chosen or ordered by noisy values, so the per-cell interval would under-cover them."
+        )
 
 
 @dataclass(frozen=True)
