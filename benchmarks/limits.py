@@ -1,0 +1,75 @@
+"""Time and peak memory of grouped queries by number of noisy values, to set limits.max_noisy_values.
+
+    python -m benchmarks.limits [--rows 1000000] [--groups 10000 100000 1000000]
+
+Each query runs once, end to end (`PrivateDatabase.query`: plan, run on the data, charge,
+OpenDP noise, post-processing), on a fresh connection, under a policy whose limits are raised
+so that nothing is refused. Prints one markdown table row per query: wall and CPU seconds
+(all threads of this process) and the peak resident memory above the start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import yaml
+
+from benchmarks.memory import measure
+from engine import PrivateDatabase
+
+# Group-by columns for each number of groups (their domains multiply).
+GROUPINGS = {10_000: ("a", "e"), 100_000: ("a", "c"), 1_000_000: ("a", "b")}
+DOMAINS = {"a": 1000, "b": 1000, "c": 100, "e": 10}
+AGGREGATES = {
+    "COUNT": "COUNT(*) AS n",
+    "SUM(float)": "SUM(x) AS s",
+    "COUNT, SUM, AVG": "COUNT(*) AS n, SUM(x) AS s, AVG(x) AS m",
+}
+
+
+def make_data(root: Path, rows: int) -> tuple[Path, Path]:
+    """A table of `rows` rows with public-domain keys a, b, c, e and a float x in [0, 10]."""
+    data = root / "grid.duckdb"
+    keys = ", ".join(f"(random() * {size})::INT % {size} AS {name}" for name, size in DOMAINS.items())
+    with duckdb.connect(str(data)) as conn:
+        conn.execute(f"CREATE TABLE t AS SELECT {keys}, random() * 10 AS x FROM range({rows})")
+    columns = {name: {"type": "int", "domain": list(range(size))} for name, size in DOMAINS.items()}
+    columns["x"] = {"type": "float", "lower": 0, "upper": 10}
+    policy = {"budget": {"epsilon": 1e9}, "dependence": {"k": 1, "eta": 0.0},
+              "tables": {"t": {"columns": columns}},
+              "limits": {"max_noisy_values": 10**8, "time_seconds": 3600}}
+    (root / "policy.yaml").write_text(yaml.safe_dump(policy))
+    return data, root / "policy.yaml"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--groups", type=int, nargs="+", default=sorted(GROUPINGS),
+                        choices=sorted(GROUPINGS))
+    args = parser.parse_args(argv)
+    print(f"{args.rows:,} rows; load average at start {os.getloadavg()[0]:.1f}")
+    print("| groups | aggregates | noisy values | wall s | CPU s | peak MB |")
+    print("|---:|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        data, policy = make_data(Path(tmp), args.rows)
+        for groups in args.groups:
+            keys = ", ".join(GROUPINGS[groups])
+            for label, aggregates in AGGREGATES.items():
+                sql = f"SELECT {keys}, {aggregates} FROM t GROUP BY {keys}"
+                with PrivateDatabase.connect(data, policy, Path(tmp) / f"{groups}{label}.sqlite") as db:
+                    cpu = time.process_time()
+                    measured = measure(lambda sql=sql, db=db: db.query(sql, epsilon=1.0))
+                    cpu = time.process_time() - cpu
+                values = groups * len(measured.value.aggregates)
+                print(f"| {groups:,} | {label} | {values:,} | {measured.seconds:.2f} | {cpu:.2f} | "
+                      f"{measured.peak_extra_bytes / 2**20:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
