@@ -29,6 +29,7 @@ REPS = 400
         ("ORDER BY n DESC", False),  # the first row is the noisy maximum
         ("ORDER BY n DESC LIMIT 1", False),
         ("ORDER BY -COUNT(*), state LIMIT 1", False),
+        ("ORDER BY 2 DESC LIMIT 1", False),  # by position: the output n
         ("HAVING COUNT(*) > 10", False),
         ("HAVING SUM(income) > 0 ORDER BY state", False),  # a hidden noisy value selects
     ],
@@ -75,7 +76,7 @@ def test_simultaneous_half_widths_are_bonferroni_over_the_groups(setup):
         ends = [(total + t) / (count + c) for t in (-a_sum, a_sum) for c in (-a_count, a_count)]
         low, high = max(min(ends), 0.0), min(max(ends), 1000.0)
         assert width == pytest.approx(max(mean - low, high - mean), rel=1e-9)
-    assert (sim["m"] > res.ci95["m"]).all() and (sim["n"] > res.ci95["n"]).all()
+    assert (sim["m"] >= res.ci95["m"]).all() and (sim["n"] > res.ci95["n"]).all()  # AVG may clamp
 
 
 @pytest.fixture(scope="module")
