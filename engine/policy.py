@@ -97,8 +97,7 @@ def load_policy(path: str | Path) -> Policy:
 
 def parse_policy(raw: Any) -> Policy:
     """Validate an already-parsed policy mapping."""
-    top = _mapping(raw, "policy", required={"budget", "dependence", "tables"},
-                   optional={"limits"})
+    top = _mapping(raw, "policy", required={"budget", "dependence", "tables"})
     budget = _mapping(top["budget"], "budget", required={"epsilon"})
     epsilon = _positive_number(budget["epsilon"], "budget.epsilon")
     dep = _mapping(top["dependence"], "dependence", required={"k", "eta"}, optional={"mode"})
