@@ -178,9 +178,8 @@ class PrivateDatabase:
         data is read-only, so the copy stays valid for the connection."""
         name = plan.table.name
         if name not in self._bounded_tables:
-            with execute.time_limit(self._conn):
-                self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,
-                                                                 self.ledger.hash_key)
+            self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,
+                                                             self.ledger.hash_key)
         return self._bounded_tables[name]
 
     def _check_post_processing(self, plan: QueryPlan, post_sql: str,
