@@ -1,11 +1,14 @@
 """Time and peak memory of grouped queries by number of noisy values, to set limits.max_noisy_values.
 
     python -m benchmarks.limits [--rows 1000000] [--groups 10000 100000 1000000]
+    python -m benchmarks.limits --bounded-copy 50000000 --memory-mb 4096
 
 Each query runs once, end to end (`PrivateDatabase.query`: plan, run on the data, charge,
 OpenDP noise, post-processing), on a fresh connection, under a policy whose limits are raised
 so that nothing is refused. Prints one markdown table row per query: wall and CPU seconds
 (all threads of this process) and the peak resident memory above the start.
+`--bounded-copy ROWS` instead times the first per-unit query on the speed benchmark's data
+(which makes the bounded copy) under a memory limit.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from pathlib import Path
 import duckdb
 import yaml
 
+from benchmarks.generate import dataset
 from benchmarks.memory import measure
-from engine import PrivateDatabase
+from benchmarks.workload import TEMPLATES, policy_dict
+from engine import PrivateDatabase, ResourceLimitExceeded
+from engine.policy import parse_policy
 
 # Group-by columns for each number of groups (their domains multiply).
 GROUPINGS = {10_000: ("a", "e"), 100_000: ("a", "c"), 1_000_000: ("a", "b")}
@@ -47,12 +53,35 @@ def make_data(root: Path, rows: int) -> tuple[Path, Path]:
     return data, root / "policy.yaml"
 
 
+def bounded_copy(rows: int, memory_mb: int) -> None:
+    """The first per-unit COUNT(*) on a new connection, which makes the bounded copy."""
+    raw = policy_dict("per_unit")
+    raw["limits"] = {"memory_mb": memory_mb}
+    with tempfile.TemporaryDirectory() as tmp, \
+            PrivateDatabase.connect(dataset(rows).path, parse_policy(raw),
+                                    Path(tmp) / "ledger.sqlite") as db:
+        cpu = time.process_time()
+        try:
+            measured = measure(lambda: db.query(TEMPLATES["count"], epsilon=1.0))
+        except ResourceLimitExceeded as exc:
+            print(f"{rows:,} rows, memory_mb {memory_mb}: {exc}")
+            return
+        print(f"{rows:,} rows, memory_mb {memory_mb}: first per-unit query {measured.seconds:.1f} s "
+              f"wall, {time.process_time() - cpu:.1f} s CPU, peak "
+              f"{measured.peak_extra_bytes / 2**20:,.0f} MB above the start")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--groups", type=int, nargs="+", default=sorted(GROUPINGS),
                         choices=sorted(GROUPINGS))
+    parser.add_argument("--bounded-copy", type=int, metavar="ROWS")
+    parser.add_argument("--memory-mb", type=int, default=4096)
     args = parser.parse_args(argv)
+    if args.bounded_copy:
+        bounded_copy(args.bounded_copy, args.memory_mb)
+        return
     print(f"{args.rows:,} rows; load average at start {os.getloadavg()[0]:.1f}")
     print("| groups | aggregates | noisy values | wall s | CPU s | peak MB |")
     print("|---:|---|---:|---:|---:|---:|")
