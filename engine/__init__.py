@@ -6,7 +6,16 @@ if __name__ == "engine":  # imported from a checkout by the folder's own name
     alias(__name__)  # the very modules of dpsql.engine, never second copies
 
 from .database import PrivateDatabase
-from .errors import BudgetExhausted, DpsqlError, InputError, LedgerError, PolicyError, QueryRefused
+from .errors import (
+    BudgetExhausted,
+    DpsqlError,
+    InputError,
+    LedgerError,
+    PolicyError,
+    QueryRefused,
+    QueryTooLarge,
+    ResourceLimitExceeded,
+)
 from .policy import Policy, load_policy
 from .report import Report, ReportTotals
 from .result import AggregateInfo, BudgetStatus, Explanation, QueryResult
@@ -24,7 +33,9 @@ __all__ = [
     "PrivateDatabase",
     "QueryRefused",
     "QueryResult",
+    "QueryTooLarge",
     "Report",
     "ReportTotals",
+    "ResourceLimitExceeded",
     "load_policy",
 ]

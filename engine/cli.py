@@ -153,13 +153,14 @@ def _print_result(result: QueryResult) -> None:
     table = Table()
     for name in result.df.columns:
         table.add_column(Text(visible(str(name))), justify="right")
-    for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
+    intervals, intervals_note = result.shown_intervals()
+    for row, ci in zip(result.df.itertuples(index=False), intervals.itertuples(index=False),
                        strict=True):
         table.add_row(*(Text(_cell(v, c)) for v, c in zip(row, ci, strict=True)))
     console = _console()
     console.print(Text(visible(result.sql)))
     console.print(table)
-    console.print("± is the 95% interval half-width of the noise.")
+    console.print(intervals_note)
     console.print(
         f"epsilon {_number(result.epsilon)} (information privacy under k={result.k}, "
         f"eta={_number(result.eta)}) -> epsilon_dp {_number(result.epsilon_dp)} via the "

@@ -131,9 +131,12 @@ class PrivateDatabase:
         noisy = {name: release(mech, exact.values[name])
                  for name, mech in prepared.mechanisms.items()}
         frame = postprocess.noisy_frame(plan, exact.keys, noisy, prepared.mechanisms)
-        answer, halfwidths = postprocess.finish(self._post, plan, prepared.post_sql, frame)
+        answer, halfwidths, simultaneous = postprocess.finish(self._post, plan, prepared.post_sql,
+                                                              frame)
         return QueryResult(
-            df=answer, ci95=halfwidths, sql=sql, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
+            df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
+            selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,
+            epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
             mode=cal.mode, k=self.policy.k, eta=self.policy.eta, aggregates=infos,
             budget=self._status(spent + cal.epsilon_dp),
             level_before=transcript_level(spent, self.model),
@@ -163,6 +166,7 @@ class PrivateDatabase:
         cached = self._plans.get(sql)
         if cached is None:
             plan = build_plan(parse_select(sql), self.policy, sql, self._data_columns)
+            execute.check_size(plan, self.policy.limits)
             cached = (plan, rewrite(plan, self._bounded(plan)), postprocess.query_sql(plan))
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))

@@ -48,3 +48,22 @@ class BudgetExhausted(DpsqlError, RuntimeError):
     refuses them (a smaller epsilon, or a new budget from the data owner, may pass)."""
 
     exit_code = 3
+
+
+class QueryTooLarge(QueryRefused):
+    """The query would release more noisy values than the policy's limits.max_noisy_values."""
+
+    def __init__(self, message: str, noisy_values: int, limit: int) -> None:
+        super().__init__(message)
+        self.noisy_values = noisy_values
+        self.limit = limit
+
+
+class ResourceLimitExceeded(DpsqlError):
+    """A run on the data hit the policy's time or memory limit and was cancelled; nothing was
+    charged. `limit` names the policy field (limits.time_seconds or limits.memory_mb)."""
+
+    def __init__(self, message: str, limit: str, value: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value

@@ -1,19 +1,25 @@
 """Open the private data in DuckDB, locked down, and run rewritten queries on it.
 
 The data is opened read-only (a CSV or Parquet file is loaded into memory first), then
-external access is switched off and the configuration locked, so no query can read or write
-files, load extensions or change settings. Exact results stay inside this process.
+external access is switched off, the policy's time and memory limits set and the
+configuration locked, so no query can read or write files, load extensions, change settings
+or run unboundedly long or large. Exact results stay inside this process.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from .errors import InputError, PolicyError
-from .policy import Policy, TableSpec
+from .errors import InputError, PolicyError, QueryTooLarge, ResourceLimitExceeded
+from .plan import QueryPlan
+from .policy import Limits, Policy, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_table_sql, heavy_units_sql
 
 _LOCKED = {
@@ -32,6 +38,17 @@ _TYPE_FAMILIES = {
 }
 
 
+@dataclass
+class _Guard:
+    """The limits a connection from `open_data` runs under, and whether its timer fired."""
+
+    limits: Limits
+    timed_out: bool = False
+
+
+_GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 @dataclass(frozen=True)
 class ExactAnswer:
     """Exact per-group results. Internal: never returned to a caller of the engine."""
@@ -41,29 +58,120 @@ class ExactAnswer:
 
 
 def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
-    """Open a DuckDB, CSV or Parquet file locked down, and check it against the policy."""
+    """Open a DuckDB, CSV or Parquet file locked down, and check it against the policy.
+
+    The memory limit is set first, so that data loaded into memory counts against it, and
+    nothing spills to disk (no temporary directory): a statement that needs more memory fails.
+    The time limit is enforced by `time_limit` around each run."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"data file not found: {path} (expected a DuckDB, CSV or Parquet file)")
     suffix = path.suffix.lower()
+    limits = policy.limits
+    # Every locked setting but external access goes in here (some apply per connection);
+    # DuckDB refuses to set temp_directory once external access is off, so that comes after.
+    config = {"memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
+              **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
     try:
         if suffix in (".csv", ".tsv", ".parquet", ".pq"):
-            conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                                      "autoload_known_extensions": False})
+            conn = duckdb.connect(":memory:", config=config)
             reader = "read_parquet" if suffix in (".parquet", ".pq") else "read_csv_auto"
             table = duckdb_identifier(path.stem.lower())
             conn.execute(f"CREATE TABLE {table} AS SELECT * FROM {reader}(?)", [str(path)])
-            for key, value in _LOCKED.items():
-                conn.execute(f"SET {key} = {str(value).lower()}")
-            conn.execute("SET lock_configuration = true")
         else:
-            conn = duckdb.connect(str(path), read_only=True,
-                                  config={**_LOCKED, "lock_configuration": True})
+            conn = duckdb.connect(str(path), read_only=True, config=config)
+        _lock_down(conn)
+    except duckdb.OutOfMemoryException:
+        raise ResourceLimitExceeded(
+            f"cannot open data file {path}: loading it needs more memory than the policy's "
+            f"limits.memory_mb ({limits.memory_mb} MB)", "limits.memory_mb", limits.memory_mb
+        ) from None
     except duckdb.Error as exc:
         first = str(exc).splitlines()[0]
         raise InputError(f"cannot open data file {path}: {first}") from None
+    _GUARDS[conn] = _Guard(limits)
     _check_schema(conn, policy)
     return conn
+
+
+def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
+    """Switch external access off and lock the configuration. DuckDB shares one instance per
+    file in a process (and refuses a second connection with other settings), so a connection
+    may find it already locked by an earlier `open_data`: then it is only checked."""
+    if conn.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+        names = ", ".join(f"current_setting('{key}')" for key in _LOCKED)
+        if list(conn.execute(f"SELECT {names}").fetchone()) != list(_LOCKED.values()):
+            raise InputError("the data file is already open in this process with other settings")
+        return
+    conn.execute("SET enable_external_access = false")
+    conn.execute("SET lock_configuration = true")
+
+
+@contextmanager
+def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Interrupt what `conn` runs inside the block once the policy's time limit has passed.
+
+    A timer thread calls `conn.interrupt()`, which stops a running statement within
+    milliseconds (DuckDB's own `max_execution_time` was measured to let statements run on
+    long past it). The lock keeps the timer from firing once the block is left."""
+    guard = _GUARDS.get(conn)
+    if guard is None:
+        yield
+        return
+    lock = threading.Lock()
+    inside = True
+
+    def fire() -> None:
+        with lock:
+            if inside:
+                guard.timed_out = True
+                conn.interrupt()
+
+    guard.timed_out = False
+    timer = threading.Timer(guard.limits.time_seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            inside = False
+        timer.cancel()
+
+
+def check_size(plan: QueryPlan, limits: Limits) -> None:
+    """Refuse, before the data is read, a query releasing more noisy values (groups x noisy
+    aggregates) than the policy allows: noise, post-processing and memory grow with that
+    count and run after the charge, so only a limit known from the plan can bound them."""
+    groups = plan.group_count if plan.group_by else 1
+    values = groups * len(plan.measurements)
+    if values > limits.max_noisy_values:
+        raise QueryTooLarge(
+            f"query refused: it would release {values} noisy values ({groups} group(s) x "
+            f"{len(plan.measurements)} noisy aggregate(s)), over the policy's limit of "
+            f"{limits.max_noisy_values} (limits.max_noisy_values); nothing was charged",
+            values, limits.max_noisy_values)
+
+
+def cancellation(conn: duckdb.DuckDBPyConnection,
+                 exc: duckdb.Error) -> ResourceLimitExceeded | None:
+    """The error to raise when `exc` is DuckDB cancelling a statement at the connection's time
+    or memory limit, else None. Its message names the limit, never anything from the data."""
+    guard = _GUARDS.get(conn)
+    if guard is None:
+        return None
+    limits = guard.limits
+    if isinstance(exc, duckdb.InterruptException) and guard.timed_out:
+        return ResourceLimitExceeded(
+            f"query cancelled: it ran longer than the time limit of {limits.time_seconds:g} s "
+            "(limits.time_seconds in the policy); nothing was charged",
+            "limits.time_seconds", limits.time_seconds)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return ResourceLimitExceeded(
+            f"query cancelled: it needed more than the memory limit of {limits.memory_mb} MB "
+            "(limits.memory_mb in the policy); nothing was charged",
+            "limits.memory_mb", limits.memory_mb)
+    return None
 
 
 def duckdb_identifier(name: str) -> str:
@@ -115,10 +223,14 @@ def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
     """Run the rewritten query; the first `n_keys` columns are group keys."""
     try:
-        cursor = conn.execute(sql)
-        names = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
-    except duckdb.Error:
+        with time_limit(conn):
+            cursor = conn.execute(sql)
+            names = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+    except duckdb.Error as exc:
+        cancelled = cancellation(conn, exc)
+        if cancelled is not None:
+            raise cancelled from None
         check_binds(conn, sql)
         # It binds, so it failed on the data: the message could quote values, so it is never shown.
         raise InputError("the query failed while running on the data; nothing was charged") \
@@ -155,7 +267,7 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
             conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
         conn.execute(bounded_table_sql(table, hash_key))
         conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
-    except duckdb.Error:
-        raise InputError("bounding rows per privacy unit failed on the data; nothing was charged") \
-            from None
+    except duckdb.Error as exc:
+        raise cancellation(conn, exc) or InputError(
+            "bounding rows per privacy unit failed on the data; nothing was charged") from None
     return True

@@ -18,6 +18,8 @@ from .errors import PolicyError
 
 MODES = ("auto", "tight", "theorem2", "group", "independent")
 COLUMN_TYPES = ("int", "float", "str", "bool")
+MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
+MAX_TIME_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -57,14 +59,24 @@ class TableSpec:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """The owner's bounds on one query's cost, so no query can run unboundedly long or large."""
+
+    max_noisy_values: int = 100_000  # groups x noisy aggregates, checked before the data is read
+    time_seconds: float = 30.0  # wall-clock limit of each statement run on the data
+    memory_mb: int = 4096  # DuckDB's memory limit for the data connection (nothing spills to disk)
+
+
+@dataclass(frozen=True)
 class Policy:
-    """The whole policy: budget, dependence model and tables (names lower-cased)."""
+    """The whole policy: budget, dependence model, tables (names lower-cased) and limits."""
 
     budget_epsilon: float
     k: int
     eta: float
     mode: str
     tables: Mapping[str, TableSpec]
+    limits: Limits = Limits()
 
     def fingerprint(self) -> str:
         """A stable digest of what makes spending comparable: budget and dependence model."""
@@ -135,7 +147,29 @@ def parse_policy(raw: Any) -> Policy:
         if table.name in tables:
             raise PolicyError(f"tables.{name}: table listed twice (names are case-insensitive)")
         tables[table.name] = table
-    return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables)
+    limits = _limits(top["limits"]) if "limits" in top else Limits()
+    return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
+                  limits=limits)
+
+
+def _limits(raw: Any) -> Limits:
+    fields = {"max_noisy_values", "time_seconds", "memory_mb"}
+    spec = _mapping(raw, "limits", optional=fields)
+    default = Limits()
+    values = _whole(spec.get("max_noisy_values", default.max_noisy_values),
+                    "limits.max_noisy_values", 1)
+    memory = _whole(spec.get("memory_mb", default.memory_mb), "limits.memory_mb", MIN_MEMORY_MB)
+    seconds = _number(spec.get("time_seconds", default.time_seconds), "limits.time_seconds")
+    if not 0.001 <= seconds <= MAX_TIME_SECONDS:
+        raise PolicyError(f"limits.time_seconds: expected a number of seconds from 0.001 to "
+                          f"{MAX_TIME_SECONDS:g}, got {seconds!r}")
+    return Limits(max_noisy_values=values, time_seconds=float(seconds), memory_mb=memory)
+
+
+def _whole(value: Any, path: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise PolicyError(f"{path}: expected an integer >= {least}, got {value!r}")
+    return value
 
 
 def _table(name: str, raw: Any) -> TableSpec:

@@ -14,32 +14,39 @@ from sqlglot import exp
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
 
+ALPHA = 0.05  # 1 - the intervals' coverage
+
 
 def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
                 mechanisms: dict[str, Mechanism]) -> pd.DataFrame:
-    """Group keys, noisy measurements, and each output's 95% half-width per group."""
+    """Group keys, noisy measurements, and each output's 95% half-widths per group: `__ci` for
+    each cell alone, `__cs` for all groups at once (Bonferroni: each cell at ALPHA / groups),
+    which stays valid for rows chosen by their noisy values."""
     frame = pd.DataFrame(keys, columns=[c.name for c in plan.group_by]) if plan.group_by \
         else pd.DataFrame(index=range(len(next(iter(noisy.values())))))
     for name, values in noisy.items():
         frame[name] = values
+    groups = max(len(frame), 1)
     for j, out in enumerate(plan.outputs):
-        frame[f"__ci{j}"] = _halfwidths(out, frame, mechanisms)
+        frame[f"__ci{j}"] = _halfwidths(out, frame, mechanisms, ALPHA)
+        frame[f"__cs{j}"] = _halfwidths(out, frame, mechanisms, ALPHA / groups)
     return frame
 
 
-def _halfwidths(out: OutputColumn, frame: pd.DataFrame,
-                mechanisms: dict[str, Mechanism]) -> np.ndarray:
+def _halfwidths(out: OutputColumn, frame: pd.DataFrame, mechanisms: dict[str, Mechanism],
+                alpha: float) -> np.ndarray:
+    """Per group, a half-width that covers the exact value with probability >= 1 - alpha."""
     n = len(frame)
     if out.function in ("COUNT", "SUM"):
-        return np.full(n, mechanisms[out.measurements[0]].ci95)
+        return np.full(n, mechanisms[out.measurements[0]].accuracy(alpha))
     if out.function != "AVG":
         return np.full(n, np.nan)
     total_name, count_name = out.measurements
     total = frame[total_name].to_numpy(dtype=float)
     count = frame[count_name].to_numpy(dtype=float)
-    # Both intervals at 97.5% hold together with probability >= 95% (union bound).
-    a_total = mechanisms[total_name].accuracy(0.025)
-    a_count = mechanisms[count_name].accuracy(0.025)
+    # Both intervals at alpha / 2 hold together with probability >= 1 - alpha (union bound).
+    a_total = mechanisms[total_name].accuracy(alpha / 2)
+    a_count = mechanisms[count_name].accuracy(alpha / 2)
     lo, hi = float(out.column.lower), float(out.column.upper)
     mean = np.clip(total / np.maximum(count, 1.0), lo, hi)
     positive = count - a_count > 0
@@ -48,6 +55,15 @@ def _halfwidths(out: OutputColumn, frame: pd.DataFrame,
     low = np.where(positive, np.clip(corners.min(axis=0), lo, hi), lo)
     high = np.where(positive, np.clip(corners.max(axis=0), lo, hi), hi)
     return np.maximum(mean - low, high - mean)
+
+
+def selection_adjusted(plan: QueryPlan) -> bool:
+    """Whether the per-cell intervals keep their coverage for the rows shown: true unless
+    HAVING or ORDER BY uses a noisy value, since then which rows are shown (or where, and so
+    which LIMIT/OFFSET keeps) depends on the noise, and a chosen row's interval is biased."""
+    noisy = {m.name for m in plan.measurements}
+    clauses = ([plan.having] if plan.having is not None else []) + list(plan.order)
+    return not any(col.name in noisy for clause in clauses for col in clause.find_all(exp.Column))
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -60,12 +76,13 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 
 def query_sql(plan: QueryPlan) -> str:
-    """The post-processing query over the table `noisy`: outputs, their half-widths, HAVING,
-    ORDER BY, LIMIT and OFFSET."""
+    """The post-processing query over the table `noisy`: outputs, their half-widths (per cell
+    and simultaneous), HAVING, ORDER BY, LIMIT and OFFSET."""
     items = []
     for j, out in enumerate(plan.outputs):
         items.append(exp.alias_(out.expression, f"__o{j}", quoted=True))
         items.append(exp.column(f"__ci{j}", quoted=True))
+        items.append(exp.column(f"__cs{j}", quoted=True))
     query = exp.select(*items).from_("noisy")
     if plan.having is not None:
         query = query.where(plan.having)
@@ -79,8 +96,9 @@ def query_sql(plan: QueryPlan) -> str:
 
 
 def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
-           frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run the post-processing `sql` on the noisy frame; return (answer, half-widths)."""
+           frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Run the post-processing `sql` on the noisy frame; return (answer, per-cell half-widths,
+    simultaneous half-widths)."""
     conn.register("noisy", frame)
     try:
         result = conn.execute(sql).fetchdf()
@@ -88,5 +106,6 @@ def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
         conn.unregister("noisy")
     names = [out.name for out in plan.outputs]
     answer = result[[f"__o{j}" for j in range(len(names))]].set_axis(names, axis=1)
-    halfwidths = result[[f"__ci{j}" for j in range(len(names))]].set_axis(names, axis=1)
-    return answer.reset_index(drop=True), halfwidths.astype(float).reset_index(drop=True)
+    halfwidths = [result[[f"{prefix}{j}" for j in range(len(names))]].set_axis(names, axis=1)
+                  .astype(float).reset_index(drop=True) for prefix in ("__ci", "__cs")]
+    return answer.reset_index(drop=True), *halfwidths

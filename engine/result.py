@@ -40,6 +40,12 @@ class QueryResult:
 
     df: pd.DataFrame
     ci95: pd.DataFrame  # per-cell 95% half-widths (NaN where none applies)
+    # Half-widths holding for every group of a column at once with probability >= 95%, so
+    # also for rows chosen by their noisy values.
+    ci95_simultaneous: pd.DataFrame
+    # False when HAVING or ORDER BY used a noisy value: ci95 is then the interval before
+    # selection and under-covers the rows shown; ci95_simultaneous stays valid.
+    selection_adjusted: bool
     sql: str
     epsilon: float
     epsilon_dp: float
@@ -58,6 +64,9 @@ class QueryResult:
             "columns": list(self.df.columns),
             "rows": [[_plain(v) for v in row] for row in self.df.itertuples(index=False)],
             "ci95": [[_plain(v) for v in row] for row in self.ci95.itertuples(index=False)],
+            "ci95_simultaneous": [[_plain(v) for v in row]
+                                  for row in self.ci95_simultaneous.itertuples(index=False)],
+            "selection_adjusted": self.selection_adjusted,
             "epsilon": self.epsilon,
             "epsilon_dp": self.epsilon_dp,
             "mode": self.mode,
@@ -69,14 +78,26 @@ class QueryResult:
             "budget": asdict(self.budget),
         }
 
+    def shown_intervals(self) -> tuple[pd.DataFrame, str]:
+        """The half-widths a display prints beside the values, and the line saying what they
+        are: per cell, or simultaneous when rows were chosen by noise (the per-cell ones would
+        then under-cover exactly the rows shown)."""
+        if self.selection_adjusted:
+            return self.ci95, "± is the 95% interval half-width of the noise."
+        return self.ci95_simultaneous, (
+            "± holds for all groups at once with 95% probability (simultaneous): rows were "
+            "chosen or ordered by noisy values, so the per-cell interval would under-cover them."
+        )
+
     def _repr_html_(self) -> str:
         """Jupyter's view: the answer as a table of `value ± ci` cells, then what it cost."""
+        intervals, note = self.shown_intervals()
         rows = [[cell(v, c) for v, c in zip(row, ci, strict=True)]
-                for row, ci in zip(self.df.itertuples(index=False), self.ci95.itertuples(index=False),
+                for row, ci in zip(self.df.itertuples(index=False), intervals.itertuples(index=False),
                                    strict=True)]
         b = self.budget
         return html_table([str(c) for c in self.df.columns], rows, caption=self.sql) + html_paragraphs(
-            "± is the 95% interval half-width of the noise.",
+            note,
             f"epsilon {number(self.epsilon)} (information privacy under k={self.k}, "
             f"eta={number(self.eta)}) -> epsilon_dp {number(self.epsilon_dp)} via the {self.mode} bound",
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
