@@ -13,7 +13,6 @@ from typing import Any
 import yaml
 
 from ..calibration import MAX_K, CalibrationError, require_budget
-
 from .errors import PolicyError
 
 MODES = ("auto", "tight", "theorem2", "group", "independent")
