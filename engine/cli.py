@@ -1,4 +1,4 @@
-"""The `dpsql` command line: query, explain, calibrate and report."""
+"""The `dpsql` command line: query, explain, history, calibrate, report and ledger init."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from dataclasses import asdict
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from calibration import CalibrationError, DependenceModel, compare_modes
 
-from .database import DEFAULT_ANALYST, PrivateDatabase
+from .database import DEFAULT_ANALYST, PrivateDatabase, binding_of
 from .errors import DpsqlError, InputError
+from .ledger import Ledger, read_history
 from .policy import MODES, load_policy
 from .report import Report, build_report
 from .report_plot import plot_png
 from .report_render import render_html, render_markdown, render_table
-from .result import Explanation, QueryResult
+from .result import Explanation, HistoryEntry, QueryResult
 
 FORMATS = click.Choice(["table", "json", "csv"])
 
@@ -29,8 +31,11 @@ def _common(func):
         click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data."),
         click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML)."),
         click.option("--ledger", required=True, help="sqlite ledger file recording the budget spent."),
-        click.option("--epsilon", required=True, type=float,
+        click.option("--epsilon", type=float, default=None,
                      help="Information-privacy level this answer must meet (> 0)."),
+        click.option("--cost", type=float, default=None,
+                     help="Instead of --epsilon: the most the transcript's level may rise (> 0); "
+                          "the answer alone is then at most this private too."),
         click.option("--mode", type=click.Choice(MODES), default=None,
                      help="Calibration mode (default: the policy's)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
@@ -50,9 +55,14 @@ def cli() -> None:
 
 @cli.command(help="Answer a SQL query privately and charge the ledger.")
 @_common
-def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
+def query(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
-        result = private.query(sql, epsilon=epsilon, mode=mode)
+        result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
+    _show_result(result, fmt)
+
+
+def _show_result(result: QueryResult, fmt: str) -> None:
+    """Print an answer (fresh or from history) in the chosen format."""
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), allow_nan=False))
     elif fmt == "csv":
@@ -63,15 +73,75 @@ def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
 
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
-def explain(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
+def explain(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
     if fmt == "csv":
         raise click.UsageError("explain supports --format table or json")
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
-        explanation = private.explain(sql, epsilon=epsilon, mode=mode)
+        explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
     else:
         _print_explanation(explanation)
+
+
+@cli.command(help="Show your released answers again, as stored with their charges: no charge, "
+             "no fresh noise.")
+@click.option("--ledger", required=True, help="The sqlite ledger (read only, never modified).")
+@click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
+              help="Whose answers to show.")
+@click.option("--id", "ident", type=click.IntRange(min=1), default=None,
+              help="Print this answer again, exactly as it was released.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def history(ledger, analyst, ident, fmt) -> None:
+    entries = read_history(ledger, analyst, ident)
+    if ident is not None:
+        if not entries:
+            raise InputError(f"no released answer with id {ident} for analyst {analyst!r} in "
+                             f"{ledger}; list them with dpsql history --ledger {ledger}")
+        _show_entry(entries[0], fmt)
+    elif fmt == "json":
+        click.echo(json.dumps([e.to_dict() for e in entries], allow_nan=False))
+    else:
+        _print_history(entries)
+
+
+def _show_entry(entry: HistoryEntry, fmt: str) -> None:
+    """One stored answer, printed as it was when released."""
+    if entry.answer is None:
+        raise InputError(f"answer {entry.id} was charged before answers were stored (schema "
+                         "version 2); only its charge is recorded")
+    if fmt == "json":
+        click.echo(json.dumps(entry.answer, allow_nan=False))
+    else:
+        _print_result(QueryResult.from_dict(entry.answer, entry.id))
+
+
+def _print_history(entries: tuple[HistoryEntry, ...]) -> None:
+    table = Table(title="Released answers (dpsql history --id N prints one again)")
+    for name in ("id", "time", "sql", "epsilon", "epsilon_dp", "cost"):
+        table.add_column(name)
+    for e in entries:
+        cost = "-" if e.answer is None else f"{e.answer['cost']:.4g}"
+        table.add_row(str(e.id), e.time[:19], Text(e.sql), f"{e.epsilon:.4g}",
+                      f"{e.epsilon_dp:.4g}", cost)
+    _console().print(table)
+
+
+@cli.group(name="ledger", help="Create budget ledgers (the data owner's act).")
+def ledger_group() -> None:
+    """Command group."""
+
+
+@ledger_group.command(name="init", help="Create a new ledger bound to a policy's budget, k, eta "
+                      "and mode; refuses a path that exists.")
+@click.option("--ledger", "path", required=True, help="Where to create the sqlite ledger.")
+@click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
+def ledger_init(path, policy_path) -> None:
+    policy = load_policy(policy_path)
+    Ledger(path, binding_of(policy), create=True).close()
+    click.echo(f"created ledger {path}: budget {policy.budget_epsilon:g}, k={policy.k}, "
+               f"eta={policy.eta:g}, mode {policy.mode}")
 
 
 @cli.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")
@@ -147,10 +217,10 @@ def _write(path: str, data: bytes) -> None:
 def _print_result(result: QueryResult) -> None:
     table = Table()
     for name in result.df.columns:
-        table.add_column(str(name), justify="right")
+        table.add_column(Text(str(name)), justify="right")
     for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
                        strict=True):
-        table.add_row(*(_cell(v, c) for v, c in zip(row, ci, strict=True)))
+        table.add_row(*(Text(_cell(v, c)) for v, c in zip(row, ci, strict=True)))
     console = _console()
     console.print(result.sql, markup=False, soft_wrap=True)
     console.print(table)
@@ -161,8 +231,9 @@ def _print_result(result: QueryResult) -> None:
     )
     b = result.budget
     console.print(
-        f"budget: transcript level {b.spent_ip:.4g} of {b.total:g} (was {result.level_before:.4g}); "
-        f"remaining {b.remaining:.4g} (epsilon_dp {b.remaining_dp:.4g} of DP-space budget left)"
+        f"cost {result.cost:.4g}: transcript level {result.level_before:.4g} -> {b.spent_ip:.4g} "
+        f"of budget {b.total:g}; largest epsilon you can still ask: {b.largest_epsilon:.4g}"
+        + ("" if result.id is None else f" (answer id {result.id}: dpsql history --id {result.id})")
     )
 
 
@@ -179,11 +250,13 @@ def _print_explanation(ex: Explanation) -> None:
                  "expected 95% error"):
         table.add_column(name)
     for a in ex.aggregates:
-        table.add_row(a.column, a.function, a.mechanism, f"{a.sensitivity:g}", f"{a.epsilon_dp:.4g}",
+        table.add_row(Text(a.column), a.function, a.mechanism, f"{a.sensitivity:g}", f"{a.epsilon_dp:.4g}",
                       f"{a.scale:.4g}", f"±{a.ci95_halfwidth:.4g}")
     console.print(table)
-    console.print(f"transcript level {ex.level_before:.4g} -> {ex.level_after:.4g} of budget "
-                  f"{ex.budget.total:g}: " + ("admissible" if ex.admissible else "would be REFUSED"))
+    console.print(f"cost {ex.cost:.4g}: transcript level {ex.level_before:.4g} -> "
+                  f"{ex.level_after:.4g} of budget {ex.budget.total:g}: "
+                  + ("admissible" if ex.admissible else "would be REFUSED (over budget)")
+                  + f"; largest epsilon you can still ask: {ex.budget.largest_epsilon:.4g}")
     console.print("rewritten SQL:")
     console.print(ex.rewritten_sql, markup=False, highlight=False, soft_wrap=True)
 

@@ -29,6 +29,19 @@ class LedgerError(DpsqlError):
 
 
 class BudgetExhausted(DpsqlError):
-    """The query would take the transcript past the policy's budget (exit code 3)."""
+    """The query is over budget: its cost would take the transcript past the policy's budget
+    (exit code 3). Carries what was asked, what it would cost, and the largest epsilon that
+    would pass now (0 when nothing can be admitted any more)."""
 
     exit_code = 3
+
+    def __init__(self, message: str, asked: float, cost: float, largest_epsilon: float) -> None:
+        super().__init__(message)
+        self.asked = asked
+        self.cost = cost
+        self.largest_epsilon = largest_epsilon
+
+
+class AnswerFailed(DpsqlError):
+    """The answer could not be completed after its noise was drawn; nothing was charged or
+    released. Its message is fixed: it never carries a noisy value."""
