@@ -174,7 +174,7 @@ class PrivateDatabase:
         return replace(result, id=ident)
 
     def _prepare(self, sql: str, epsilon: float | None, mode: str | None,
-                 cost: float | None) -> _Prepared:
+                 cost: float | None = None) -> _Prepared:
         """Validate and plan; everything here is independent of the data's values."""
         if (epsilon is None) == (cost is None):
             raise InputError("ask either an epsilon or a cost (how much the transcript level may "

@@ -35,7 +35,10 @@ def totals_rows(t: ReportTotals) -> list[tuple[str, str, str]]:
         ("information_nats", "bound on I(X_i; Y), nats", _num(t.information_nats)),
         ("information_bits", "bound on I(X_i; Y), bits", _num(t.information_bits)),
         ("budget", "budget (IP)", _num(t.budget)),
-        ("remaining", "remaining (IP)", _num(t.remaining)),
+        ("largest_epsilon", "largest ε a query can still ask: L(L⁻¹(budget) − Σε_dp)",
+         _num(t.largest_epsilon)),
+        ("remaining", "level headroom (IP): budget − L(Σε_dp), not an ε to ask",
+         _num(t.remaining)),
         ("dp_budget", "budget in DP terms: L⁻¹(budget)", _num(t.dp_budget)),
         ("remaining_dp", "remaining (DP): L⁻¹(budget) − Σε_dp", _num(t.remaining_dp)),
     ]
