@@ -25,6 +25,7 @@ from calibration import (
     guarantee,
     transcript_level,
 )
+from calibration.composition import ADMISSION_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ class Accountant:
 
     def largest_epsilon(self, spent_dp: float, mode: str | None = None) -> float:
         """The largest epsilon a query calibrated under `mode` (default: the policy's) can ask."""
-        room = self.dp_budget() - spent_dp
-        if room <= 0.0:
+        total = self.dp_budget()
+        room = total - spent_dp
+        if room <= total * ADMISSION_TOLERANCE:  # only float residue of a spent budget is left
             return 0.0
         return guarantee(self.mode if mode is None else mode, room, self.model)
 

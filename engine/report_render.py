@@ -37,7 +37,7 @@ def totals_rows(t: ReportTotals) -> list[tuple[str, str, str]]:
         ("budget", "budget (IP)", _num(t.budget)),
         ("largest_epsilon", "largest ε a query can still ask: L(L⁻¹(budget) − Σε_dp)",
          _num(t.largest_epsilon)),
-        ("remaining", "level headroom (IP): budget − L(Σε_dp), not an ε to ask",
+        ("remaining", "level headroom (IP): budget − L(Σε_dp)",
          _num(t.remaining)),
         ("dp_budget", "budget in DP terms: L⁻¹(budget)", _num(t.dp_budget)),
         ("remaining_dp", "remaining (DP): L⁻¹(budget) − Σε_dp", _num(t.remaining_dp)),

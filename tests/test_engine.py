@@ -97,7 +97,8 @@ def test_explain_spends_nothing_and_matches_the_query(setup):
 
 def test_calibration_drives_the_noise(tmp_path, setup):
     policy = write_policy(tmp_path / "dep.yaml", {"dependence": {"k": 10, "eta": 0.001}})
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=create_ledger(tmp_path / "l.sqlite", policy)) as db:
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
         res = db.query("SELECT COUNT(*) FROM people", epsilon=1.0)
         group = db.query("SELECT COUNT(*) FROM people", epsilon=1.0, mode="group")
     want = calibrate(1.0, DependenceModel(10, 0.001)).epsilon_dp
@@ -150,7 +151,8 @@ def test_refusals_name_the_construct_and_charge_nothing(setup, sql, fragment):
 def test_sum_of_an_unbounded_column_is_refused(tmp_path, setup):
     policy = write_policy(tmp_path / "p.yaml", {"tables": {"people": {"columns": {
         "age": {"type": "int"}}}}})
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=create_ledger(tmp_path / "l.sqlite", policy)) as db:
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
         with pytest.raises(QueryRefused, match="gives no lower/upper bounds for age"):
             db.query("SELECT SUM(age) FROM people", epsilon=1)
 
@@ -217,7 +219,8 @@ def test_data_connection_is_read_only_and_locked(setup):
 def test_transcript_level_composes_in_dp_space(tmp_path, setup):
     """Two answers at epsilon 0.5 under k=10, eta=0.001 are together about 2.31-private, not 1.0."""
     policy = write_policy(tmp_path / "dep.yaml", {"dependence": {"k": 10, "eta": 0.001}})
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=create_ledger(tmp_path / "l.sqlite", policy)) as db:
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
         first = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
         ex = db.explain("SELECT COUNT(*) FROM people", epsilon=0.5)
         second = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)

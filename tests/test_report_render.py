@@ -131,7 +131,7 @@ def test_html_page_shows_totals_tables_and_embedded_plot(ledger):
     assert shown["transcript IP level L(Σε_dp)"] == pytest.approx(t.transcript_level, rel=1e-5)
     assert shown["Σε asked (sum of per-answer levels)"] == pytest.approx(1.1, rel=1e-5)
     assert shown["bound on I(X_i; Y), bits"] == pytest.approx(t.information_bits, rel=1e-5)
-    assert shown["level headroom (IP): budget − L(Σε_dp), not an ε to ask"] == pytest.approx(t.remaining, rel=1e-5)
+    assert shown["level headroom (IP): budget − L(Σε_dp)"] == pytest.approx(t.remaining, rel=1e-5)
     assert shown["remaining (DP): L⁻¹(budget) − Σε_dp"] == pytest.approx(t.remaining_dp, rel=1e-5)
     assert [row[0] for row in page.tables["analysts"][1:]] == ["alice", "bob", "mallory"]
     entries = page.tables["entries"][1:]
@@ -153,7 +153,7 @@ def test_html_page_is_self_contained_and_inert(ledger):
 def test_html_of_an_empty_ledger_is_a_valid_page(tmp_path):
     page = parse(render_html(build_report(write_ledger(tmp_path / "l.sqlite", []))))
     totals = {row[0]: row[1] for row in page.tables["totals"]}
-    assert totals["answers released"] == "0" and totals["level headroom (IP): budget − L(Σε_dp), not an ε to ask"] == "4"
+    assert totals["answers released"] == "0" and totals["level headroom (IP): budget − L(Σε_dp)"] == "4"
     assert "entries" not in page.tables and len(page.images) == 1
 
 
