@@ -88,7 +88,7 @@ def main() -> None:
     for stale in args.out.glob("ledger.sqlite*"):
         stale.unlink()
 
-    with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst="example") as private:
+    with PrivateDatabase.connect(db, policy, ledger, analyst="example", create=True) as private:
         for question, sql, epsilon in QUERIES:
             result = private.query(sql, epsilon=epsilon)
             print(f"\n{question}\n  {sql}")
