@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import sys
 from dataclasses import asdict
 
@@ -269,6 +270,8 @@ def _cell(value, halfwidth: float) -> str:
 
 def _number(value) -> str:
     """A readable number: integers as they are, floats with digits that fit their size."""
+    if not isinstance(value, numbers.Real):  # a stored answer's null (NaN or ±inf when released)
+        return str(value)
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
         return f"{int(value):,}"
     magnitude = abs(value)

@@ -178,3 +178,18 @@ def test_a_failed_migration_changes_nothing(setup, monkeypatch):
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     assert "answer" not in columns and version == ("2",)
     assert _charges(setup.ledger) == [(1, 0.5), (2, 0.5)]
+
+
+def test_a_stored_answer_with_nulls_prints_again_in_a_table(capsys, setup):
+    """A value that was NaN or infinite when released is stored as null; printing it again
+    from history must not fail."""
+    from engine.cli import _print_result
+    from engine.result import QueryResult
+
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        stored = db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state", epsilon=1).to_dict()
+    stored["rows"][0][1] = None
+    again = QueryResult.from_dict(stored, id=1)
+    _print_result(again)
+    out = capsys.readouterr().out
+    assert "nan ±" in out and again.to_dict() == stored

@@ -264,3 +264,16 @@ def test_ledger_init_creates_once(capsys, tmp_path, setup):
     other = tmp_path / "python.sqlite"
     PrivateDatabase.connect(setup.db, setup.policy, other, create=True).close()
     assert other.is_file() and _charges(other) == 0
+
+
+def test_the_report_shows_the_same_largest_epsilon(tmp_path, setup, capsys):
+    policy = _policy(tmp_path / "p.yaml", 4.0, k=4, eta=0.05, mode="group")
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy, ledger) as db:
+        db.query(COUNT, epsilon=1.0)
+        shown = db.budget().largest_epsilon
+        totals = db.report().totals
+    assert shown == 3.0 and totals.largest_epsilon == shown and totals.mode == "group"
+    assert totals.transcript_level == 1.0, "the report accounts with the policy's map too"
+    code, out, _ = _run(capsys, "report", "--ledger", str(ledger))
+    assert code == 0 and "largest ε a query can still ask" in out
