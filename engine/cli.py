@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import numbers
 import sys
 from dataclasses import asdict
 
@@ -110,8 +109,8 @@ def history(ledger, analyst, ident, fmt) -> None:
 def _show_entry(entry: HistoryEntry, fmt: str) -> None:
     """One stored answer, printed as it was when released."""
     if entry.answer is None:
-        raise InputError(f"answer {entry.id} was charged before answers were stored (schema "
-                         "version 2); only its charge is recorded")
+        raise InputError(f"answer {entry.id} has no stored answer (it was charged before answers "
+                         "were stored, in a schema version 2 ledger); only its charge is recorded")
     if fmt == "json":
         click.echo(json.dumps(entry.answer, allow_nan=False))
     else:
@@ -270,8 +269,8 @@ def _cell(value, halfwidth: float) -> str:
 
 def _number(value) -> str:
     """A readable number: integers as they are, floats with digits that fit their size."""
-    if not isinstance(value, numbers.Real):  # a stored answer's null (NaN or ±inf when released)
-        return str(value)
+    if value is None:  # a stored answer's null (NaN or ±inf when it was released)
+        return "None"
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
         return f"{int(value):,}"
     magnitude = abs(value)

@@ -228,7 +228,7 @@ class PrivateDatabase:
         if prepared.cost is None:
             for a in accountants:
                 if a is not self.accountant:
-                    for m in {mode, a.mode}:
+                    for m in (mode, a.mode):
                         try:
                             other = calibrate(cal.epsilon, a.model, m)
                         except CalibrationError as exc:

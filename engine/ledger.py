@@ -28,7 +28,7 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -88,7 +88,7 @@ class Charge:
     k: int
     eta: float
     aggregates: tuple[dict, ...]
-    answer: dict = field(default_factory=dict)  # the released answer, as `--format json` prints it
+    answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
 
 
 @dataclass(frozen=True)
@@ -330,14 +330,15 @@ class Ledger:
             try:
                 spent = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
                 charge, extra = settle(spent, self._stored_binding())
-                answer = json.dumps(charge.answer, allow_nan=False)
-                cursor = conn.execute(
+                answer = None if charge.answer is None else json.dumps(charge.answer,
+                                                                       allow_nan=False)
+                (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
-                    "aggregates, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "aggregates, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                     [_now(), charge.analyst, charge.sql, charge.epsilon, charge.epsilon_dp,
                      charge.mode, charge.k, charge.eta, json.dumps(list(charge.aggregates)),
                      answer],
-                )
+                ).fetchone()
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -346,7 +347,7 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot write ledger {self.path}: {exc}; nothing was charged") \
                 from None
-        return int(cursor.lastrowid), extra
+        return int(ident), extra
 
     def history(self, analyst: str, ident: int | None = None) -> tuple[HistoryEntry, ...]:
         """The analyst's released answers as stored with their charges (one, given its id)."""
@@ -381,11 +382,13 @@ def read_history(path: str | Path, analyst: str,
 
 def _history(conn: sqlite3.Connection, path: Path, analyst: str,
              ident: int | None) -> tuple[HistoryEntry, ...]:
+    """Rows of the charges table as history entries; answers are JSON-decoded and checked."""
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     answer = "answer" if version == (SCHEMA_VERSION,) else "NULL"
-    where, args = "analyst = ?", [analyst]
+    where, args = "analyst = ?", list[str | int]([analyst])
     if ident is not None:
-        where, args = where + " AND id = ?", args + [ident]
+        where += " AND id = ?"
+        args.append(ident)
     rows = conn.execute(f"SELECT id, time, sql, epsilon, epsilon_dp, mode, {answer} FROM charges "
                         f"WHERE {where} ORDER BY id", args).fetchall()
     entries = []
