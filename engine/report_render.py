@@ -75,7 +75,8 @@ def analyst_rows(report: Report) -> list[tuple[str, ...]]:
 def _heading(report: Report) -> str:
     t = report.totals
     return (f"Ledger {report.ledger}, generated {report.generated:%Y-%m-%d %H:%M:%S} UTC; "
-            f"policy budget {t.budget:g}, dependence model k={t.k}, η={t.eta:g}.")
+            f"policy budget {t.budget:g}, dependence model k={t.k}, η={t.eta:g}, accounted with "
+            f"mode {t.mode}.")
 
 
 def render_table(report: Report, width: int = 120) -> str:
