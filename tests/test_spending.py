@@ -282,3 +282,18 @@ def test_the_report_shows_the_same_largest_epsilon(tmp_path, setup, capsys):
     assert totals.transcript_level == 1.0, "the report accounts with the policy's map too"
     code, out, _ = _run(capsys, "report", "--ledger", str(ledger))
     assert code == 0 and "largest ε a query can still ask" in out
+
+
+def test_a_cost_is_priced_against_the_spending_read_in_the_charge(tmp_path, setup):
+    """Two connections ask by cost in turn: each answer's eps_dp is computed from the spending
+    the charge reads (not from what the connection saw before), so the costs still add up."""
+    policy = _policy(tmp_path / "p.yaml", 4.0, k=10, eta=0.001)
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy, ledger) as a, \
+            PrivateDatabase.connect(setup.db, policy, ledger) as b:
+        planned = a.explain(COUNT, cost=1.0).epsilon_dp
+        first = b.query(COUNT, cost=1.0)
+        second = a.query(COUNT, cost=1.0)
+    assert first.epsilon_dp == planned and second.epsilon_dp < planned
+    assert (first.cost, second.cost) == (pytest.approx(1.0, rel=1e-12), pytest.approx(1.0, rel=1e-12))
+    assert second.budget.spent_ip == pytest.approx(2.0, rel=1e-12)
