@@ -58,7 +58,8 @@ def first_query_ms(data: Dataset, policy: str) -> float:
     """The first query on a new connection: for per_unit it includes making the bounded copy."""
     parsed = parse_policy(policy_dict(policy))
     with tempfile.TemporaryDirectory() as tmp, \
-            PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite") as db:
+            PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite",
+                                    create=True) as db:
         return measure(lambda: db.query(TEMPLATES["count"], EPSILON)).seconds * 1e3
 
 
@@ -67,7 +68,8 @@ def bench_policy(data: Dataset, policy: str, reps: int) -> list[SpeedRow]:
     parsed = parse_policy(policy_dict(policy))
     results = []
     with tempfile.TemporaryDirectory() as tmp, \
-            PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite") as db:
+            PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite",
+                                    create=True) as db:
         plain = execute.open_data(data.path, parsed)
         try:
             for name, sql in TEMPLATES.items():
@@ -120,7 +122,8 @@ def bounding_plan(data: Dataset) -> BoundingPlan:
     parsed = parse_policy(policy_dict("per_unit"))
     table = parsed.tables["people"]
     with tempfile.TemporaryDirectory() as tmp, \
-            PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite") as db:
+            PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite",
+                                    create=True) as db:
         sql = db.explain(TEMPLATES[PLAN_TEMPLATE], EPSILON).rewritten_sql
         key = db.ledger.hash_key
     conn = execute.open_data(data.path, parsed)
@@ -155,7 +158,8 @@ def breakdown(data: Dataset, queries: int = 10) -> dict[str, dict[str, float]]:
     for policy in POLICIES:
         parsed = parse_policy(policy_dict(policy))
         with tempfile.TemporaryDirectory() as tmp, \
-                PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite") as db:
+                PrivateDatabase.connect(data.path, parsed, Path(tmp) / "ledger.sqlite",
+                                        create=True) as db:
             db.query(sql, EPSILON)
             profile = cProfile.Profile()
             profile.runcall(lambda: [db.query(sql, EPSILON) for _ in range(queries)])

@@ -7,6 +7,7 @@ if __name__ == "engine":  # imported from a checkout by the folder's own name
 
 from .database import PrivateDatabase
 from .errors import (
+    AnswerFailed,
     BudgetExhausted,
     DpsqlError,
     InputError,
@@ -18,14 +19,16 @@ from .errors import (
 )
 from .policy import Policy, load_policy
 from .report import Report, ReportTotals
-from .result import AggregateInfo, BudgetStatus, Explanation, QueryResult
+from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
 
 __all__ = [
     "AggregateInfo",
+    "AnswerFailed",
     "BudgetExhausted",
     "BudgetStatus",
     "DpsqlError",
     "Explanation",
+    "HistoryEntry",
     "InputError",
     "LedgerError",
     "Policy",

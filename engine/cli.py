@@ -1,4 +1,4 @@
-"""The `dpsql` command line: query, explain, calibrate and report."""
+"""The `dpsql` command line: query, explain, history, calibrate, report and ledger init."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from rich.text import Text
 
 from .. import __version__
 from ..calibration import CalibrationError, DependenceModel, compare_modes
-from .database import DEFAULT_ANALYST, PrivateDatabase
+from .database import DEFAULT_ANALYST, PrivateDatabase, binding_of
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import DpsqlError, InputError
+from .ledger import Ledger, read_history
 from .policy import MODES, load_policy
 from .report import Report, build_report
 from .report_plot import plot_png
 from .report_render import render_html, render_markdown, render_table
-from .result import Explanation, QueryResult
+from .result import Explanation, HistoryEntry, QueryResult
 
 QUERY_FORMATS = click.Choice(["table", "json", "csv"])
 EXPLAIN_FORMATS = click.Choice(["table", "json"])
@@ -34,8 +35,11 @@ def _common(func):
         click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data."),
         click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML)."),
         click.option("--ledger", required=True, help="sqlite ledger file recording the budget spent."),
-        click.option("--epsilon", required=True, type=float,
+        click.option("--epsilon", type=float, default=None,
                      help="Information-privacy level this answer must meet (> 0)."),
+        click.option("--cost", type=float, default=None,
+                     help="Instead of --epsilon: the most the transcript's level may rise (> 0); "
+                          "the answer alone is then at most this private too."),
         click.option("--mode", type=click.Choice(MODES), default=None,
                      help="Calibration mode (default: the policy's)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
@@ -56,9 +60,14 @@ def cli() -> None:
 @cli.command(help="Answer a SQL query privately and charge the ledger.")
 @_common
 @click.option("--format", "fmt", type=QUERY_FORMATS, default="table", show_default=True)
-def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
+def query(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
-        result = private.query(sql, epsilon=epsilon, mode=mode)
+        result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
+    _show_result(result, fmt)
+
+
+def _show_result(result: QueryResult, fmt: str) -> None:
+    """Print an answer (fresh or from history) in the chosen format."""
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), allow_nan=False))
     elif fmt == "csv":
@@ -70,13 +79,73 @@ def query(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
-def explain(db, policy_path, ledger, epsilon, mode, analyst, fmt, sql) -> None:
+def explain(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
-        explanation = private.explain(sql, epsilon=epsilon, mode=mode)
+        explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
     else:
         _print_explanation(explanation)
+
+
+@cli.command(help="Show your released answers again, as stored with their charges: no charge, "
+             "no fresh noise.")
+@click.option("--ledger", required=True, help="The sqlite ledger (read only, never modified).")
+@click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
+              help="Whose answers to show.")
+@click.option("--id", "ident", type=click.IntRange(min=1), default=None,
+              help="Print this answer again, exactly as it was released.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def history(ledger, analyst, ident, fmt) -> None:
+    entries = read_history(ledger, analyst, ident)
+    if ident is not None:
+        if not entries:
+            raise InputError(f"no released answer with id {ident} for analyst {analyst!r} in "
+                             f"{ledger}; list them with dpsql history --ledger {ledger}")
+        _show_entry(entries[0], fmt)
+    elif fmt == "json":
+        click.echo(json.dumps([e.to_dict() for e in entries], allow_nan=False))
+    else:
+        _print_history(entries)
+
+
+def _show_entry(entry: HistoryEntry, fmt: str) -> None:
+    """One stored answer, printed as it was when released."""
+    if entry.answer is None:
+        raise InputError(f"answer {entry.id} has no stored answer (it was charged before answers "
+                         "were stored, in a schema version 2 ledger); only its charge is recorded")
+    if fmt == "json":
+        click.echo(json.dumps(entry.answer, allow_nan=False))
+    else:
+        _print_result(QueryResult.from_dict(entry.answer, entry.id))
+
+
+def _print_history(entries: tuple[HistoryEntry, ...]) -> None:
+    table = Table(title="Released answers (dpsql history --id N prints one again)")
+    for name in ("id", "time", "sql", "epsilon", "epsilon_dp", "cost"):
+        table.add_column(name)
+    for e in entries:
+        cost = "-" if e.answer is None else _number(e.answer["cost"])
+        table.add_row(str(e.id), e.time[:19], Text(visible(e.sql)), _number(e.epsilon),
+                      _number(e.epsilon_dp), cost)
+    _console().print(table)
+
+
+@cli.group(name="ledger", help="Create budget ledgers (the data owner's act).")
+def ledger_group() -> None:
+    """Command group."""
+
+
+@ledger_group.command(name="init", help="Create a new ledger bound to a policy's budget, k, eta "
+                      "and mode; refuses a path that exists.")
+@click.option("--ledger", "path", required=True, help="Where to create the sqlite ledger.")
+@click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
+def ledger_init(path, policy_path) -> None:
+    policy = load_policy(policy_path)
+    Ledger(path, binding_of(policy), create=True).close()
+    click.echo(f"created ledger {path}: budget {policy.budget_epsilon:g}, k={policy.k}, "
+               f"eta={policy.eta:g}, mode {policy.mode}")
 
 
 @cli.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")
@@ -168,9 +237,10 @@ def _print_result(result: QueryResult) -> None:
     )
     b = result.budget
     console.print(
-        f"budget: transcript level {_number(b.spent_ip)} of {_number(b.total)} (was "
-        f"{_number(result.level_before)}); remaining {_number(b.remaining)} (epsilon_dp "
-        f"{_number(b.remaining_dp)} of DP-space budget left)"
+        f"cost {_number(result.cost)}: transcript level {_number(result.level_before)} -> "
+        f"{_number(b.spent_ip)} of budget {_number(b.total)}; largest epsilon you can still ask: "
+        f"{_number(b.largest_epsilon)}"
+        + ("" if result.id is None else f" (answer id {result.id}: dpsql history --id {result.id})")
     )
 
 
@@ -192,9 +262,10 @@ def _print_explanation(ex: Explanation) -> None:
             f"{_number(a.sensitivity)}, epsilon_dp {_number(a.epsilon_dp)}, scale "
             f"{_number(a.scale)}, expected 95% error ±{_number(a.ci95_halfwidth)}"))
     console.print(items)
-    console.print(f"transcript level {_number(ex.level_before)} -> {_number(ex.level_after)} of "
-                  f"budget {_number(ex.budget.total)}: "
-                  + ("admissible" if ex.admissible else "would be REFUSED"))
+    console.print(f"cost {_number(ex.cost)}: transcript level {_number(ex.level_before)} -> "
+                  f"{_number(ex.level_after)} of budget {_number(ex.budget.total)}: "
+                  + ("admissible" if ex.admissible else "would be REFUSED (over budget)")
+                  + f"; largest epsilon you can still ask: {_number(ex.budget.largest_epsilon)}")
     console.print("rewritten SQL:")
     console.print(Text(visible(ex.rewritten_sql)))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -11,21 +11,20 @@ from ..calibration import (
     Calibration,
     CalibrationError,
     DependenceModel,
-    admits,
     calibrate,
-    dp_budget,
+    guarantee,
     require_epsilon,
-    transcript_level,
 )
 from . import execute, postprocess
-from .errors import InputError
+from .accounting import Accountant, inverse
+from .errors import AnswerFailed, BudgetExhausted, InputError
 from .ledger import Charge, Ledger, LedgerBinding
 from .noise import Mechanism, build_mechanism, release
 from .parse import parse_select
 from .plan import QueryPlan, build_plan
 from .policy import MODES, Policy, load_policy
 from .report import Report, build_report
-from .result import AggregateInfo, BudgetStatus, Explanation, QueryResult
+from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
 from .rewrite import rewrite
 from .sensitivity import sensitivity
 
@@ -42,6 +41,8 @@ class _Prepared:
     mechanisms: dict[str, Mechanism]
     sql: str  # the rewritten query run on the data
     post_sql: str  # the post-processing query run on the noisy values
+    mode: str  # the mode the analyst asked for (the policy's by default)
+    cost: float | None  # when asking by cost: the most the transcript level may rise
 
 
 class PrivateDatabase:
@@ -54,6 +55,7 @@ class PrivateDatabase:
         self.ledger = ledger
         self.analyst = _check_analyst(analyst)
         self.model = DependenceModel(policy.k, policy.eta)
+        self.accountant = Accountant(policy.budget_epsilon, self.model, policy.mode)
         self._post = postprocess.connect()
         self._bounded_tables: dict[str, bool] = {}
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
@@ -62,12 +64,15 @@ class PrivateDatabase:
 
     @classmethod
     def connect(cls, db: str | Path, policy: str | Path | Policy, ledger: str | Path,
-                analyst: str = DEFAULT_ANALYST) -> PrivateDatabase:
-        """Open the data (DuckDB, CSV or Parquet) under a policy, with a budget ledger."""
+                analyst: str = DEFAULT_ANALYST, create: bool = False) -> PrivateDatabase:
+        """Open the data (DuckDB, CSV or Parquet) under a policy, with a budget ledger.
+
+        The ledger must exist unless `create=True`, which creates a new one bound to this
+        policy (and refuses a path that exists): a mistyped path never starts a fresh budget."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
         conn = execute.open_data(db, policy)
         try:
-            book = Ledger(ledger, LedgerBinding(policy.budget_epsilon, policy.k, policy.eta))
+            book = Ledger(ledger, binding_of(policy), create=create)
         except BaseException:
             conn.close()
             raise
@@ -85,19 +90,38 @@ class PrivateDatabase:
         self.ledger.close()
 
     def budget(self) -> BudgetStatus:
-        """What the ledger has spent and what is left."""
-        return self._status(self.ledger.spent_dp())
+        """What the ledger has spent and what is left, including the largest epsilon to ask."""
+        spent, stored = self.ledger.state()
+        return self._status(spent, self._accountants(stored))
+
+    def history(self, id: int | None = None) -> tuple[HistoryEntry, ...]:
+        """This analyst's released answers as stored with their charges (or the one with `id`),
+        with the exact values first released: no charge, no fresh noise."""
+        if id is not None and (isinstance(id, bool) or not isinstance(id, int) or id < 1):
+            raise InputError(f"answer id must be an integer >= 1, got {id!r}")
+        entries = self.ledger.history(self.analyst, id)
+        if id is not None and not entries:
+            raise InputError(f"no released answer with id {id} for analyst {self.analyst!r}; "
+                             "list them with history()")
+        return entries
 
     def report(self, analyst: str | None = None) -> Report:
         """What the ledger has spent, by whom, and what the transcript guarantees."""
         return build_report(self.ledger.path, policy=self.policy, analyst=analyst)
 
-    def explain(self, sql: str, epsilon: float, mode: str | None = None) -> Explanation:
-        """The plan, rewritten SQL, sensitivities, epsilon_dp and expected error; spends nothing."""
-        prepared = self._prepare(sql, epsilon, mode)
+    def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
+                cost: float | None = None) -> Explanation:
+        """The plan, rewritten SQL, sensitivities, epsilon_dp, cost and expected error; spends
+        nothing. Asked by cost, epsilon_dp is the one today's spending gives (a later charge
+        recomputes it against the spending it reads)."""
+        prepared = self._prepare(sql, epsilon, mode, cost)
         execute.check_binds(self._conn, prepared.sql)
-        plan, cal = prepared.plan, prepared.calibration
-        spent = self.ledger.spent_dp()
+        plan = prepared.plan
+        spent, stored = self.ledger.state()
+        accountants = self._accountants(stored)
+        cal = self._price(prepared, spent, accountants)
+        mechanisms = self._mechanisms(plan, cal.epsilon_dp)
+        before, after = _levels(accountants, spent, cal.epsilon_dp)
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
             max_rows_per_unit=plan.table.max_rows_per_unit,
@@ -105,60 +129,155 @@ class PrivateDatabase:
             groups=plan.group_count if plan.group_by else 1,
             rewritten_sql=prepared.sql, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
             mode=cal.mode, justification=cal.justification, k=self.policy.k, eta=self.policy.eta,
-            aggregates=_aggregate_infos(plan, prepared.mechanisms),
-            budget=self._status(spent),
-            level_before=transcript_level(spent, self.model),
-            level_after=transcript_level(spent + cal.epsilon_dp, self.model),
-            admissible=admits(spent, cal.epsilon_dp, self.policy.budget_epsilon, self.model),
+            aggregates=_aggregate_infos(plan, mechanisms),
+            budget=self._status(spent, accountants), level_before=before, level_after=after,
+            cost=after - before, admissible=all(a.admits(spent, cal.epsilon_dp) for a in accountants),
         )
 
-    def query(self, sql: str, epsilon: float, mode: str | None = None,
-              analyst: str | None = None) -> QueryResult:
-        """Answer `sql` with noise keeping it epsilon-information private; charge the ledger."""
+    def query(self, sql: str, epsilon: float | None = None, mode: str | None = None,
+              analyst: str | None = None, cost: float | None = None) -> QueryResult:
+        """Answer `sql` with noise keeping it epsilon-information private; charge the ledger.
+
+        Ask either `epsilon` (the answer's own level) or `cost` (the most the transcript's
+        level may rise; the answer alone is then at most cost-private too). The noise, the
+        post-processing and the complete answer are made inside the charge's transaction and
+        stored with it, so nothing can fail after a charge and a lost answer can be fetched
+        again with `history`."""
         analyst = self.analyst if analyst is None else _check_analyst(analyst)
-        prepared = self._prepare(sql, epsilon, mode)
-        plan, cal = prepared.plan, prepared.calibration
+        prepared = self._prepare(sql, epsilon, mode, cost)
+        plan = prepared.plan
         exact = execute.run(self._conn, prepared.sql, len(plan.group_by))
-        infos = _aggregate_infos(plan, prepared.mechanisms)
-        charge = Charge(analyst, sql, cal.epsilon, cal.epsilon_dp, cal.mode, self.policy.k,
-                        self.policy.eta, tuple(_ledger_entry(a) for a in infos))
-        budget = self.policy.budget_epsilon
-        spent = self.ledger.charge(
-            charge,
-            admits=lambda used, new: admits(used, new, budget, self.model),
-            refusal=lambda used: self._refusal(cal, used),
-        )
-        noisy = {name: release(mech, exact.values[name])
-                 for name, mech in prepared.mechanisms.items()}
-        frame = postprocess.noisy_frame(plan, exact.keys, noisy, prepared.mechanisms)
-        answer, halfwidths, simultaneous = postprocess.finish(self._post, plan, prepared.post_sql,
-                                                              frame)
-        return QueryResult(
-            df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
-            selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,
-            epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
-            mode=cal.mode, k=self.policy.k, eta=self.policy.eta, aggregates=infos,
-            budget=self._status(spent + cal.epsilon_dp),
-            level_before=transcript_level(spent, self.model),
-            level_after=transcript_level(spent + cal.epsilon_dp, self.model),
-        )
 
-    def _prepare(self, sql: str, epsilon: float, mode: str | None) -> _Prepared:
+        def settle(spent: float, stored: LedgerBinding) -> tuple[Charge, QueryResult]:
+            accountants = self._accountants(stored)
+            cal = self._price(prepared, spent, accountants)
+            self._admit(prepared, cal, spent, accountants)
+            mechanisms = self._mechanisms(plan, cal.epsilon_dp)
+            infos = _aggregate_infos(plan, mechanisms)
+            before, after = _levels(accountants, spent, cal.epsilon_dp)
+            try:
+                noisy = {name: release(mech, exact.values[name])
+                         for name, mech in mechanisms.items()}
+                frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
+                answer, halfwidths, simultaneous = postprocess.finish(
+                    self._post, plan, prepared.post_sql, frame)
+                result = QueryResult(
+                    df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
+                    selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,
+                    epsilon=cal.epsilon,
+                    epsilon_dp=cal.epsilon_dp, mode=cal.mode, k=self.policy.k, eta=self.policy.eta,
+                    aggregates=infos, budget=self._status(spent + cal.epsilon_dp, accountants),
+                    level_before=before, level_after=after, cost=after - before,
+                )
+                stored_answer = result.to_dict()
+            except Exception:
+                raise AnswerFailed(
+                    "the answer could not be completed after its noise was drawn (post-processing "
+                    "failed); nothing was charged or released"
+                ) from None
+            charge = Charge(analyst, sql, cal.epsilon, cal.epsilon_dp, cal.mode, self.policy.k,
+                            self.policy.eta, tuple(_ledger_entry(a) for a in infos), stored_answer)
+            return charge, result
+
+        ident, result = self.ledger.charge(settle)
+        return replace(result, id=ident)
+
+    def _prepare(self, sql: str, epsilon: float | None, mode: str | None,
+                 cost: float | None = None) -> _Prepared:
         """Validate and plan; everything here is independent of the data's values."""
-        epsilon = _check_epsilon(epsilon)
+        if (epsilon is None) == (cost is None):
+            raise InputError("ask either an epsilon or a cost (how much the transcript level may "
+                             f"rise), exactly one of them; got epsilon={epsilon!r}, cost={cost!r}")
+        target = _check_level("epsilon" if cost is None else "cost",
+                              epsilon if cost is None else cost)
         mode = self.policy.mode if mode is None else mode
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         plan, rewritten, post_sql = self._plan(sql)
+        cal = self._calibrate(target, mode)
+        mechanisms = self._mechanisms(plan, cal.epsilon_dp)
+        self._check_post_processing(plan, post_sql, mechanisms)
+        return _Prepared(plan, cal, mechanisms, rewritten, post_sql, mode,
+                         None if cost is None else target)
+
+    def _calibrate(self, epsilon: float, mode: str) -> Calibration:
+        """Calibrate under `mode`, which may be more conservative than the policy's, never
+        looser: its eps_dp for this epsilon must not exceed the policy mode's."""
         try:
             cal = calibrate(epsilon, self.model, mode)
+            if mode != self.policy.mode:
+                owner = calibrate(epsilon, self.model, self.policy.mode)
+                if cal.epsilon_dp > owner.epsilon_dp:
+                    raise InputError(
+                        f"mode {mode} is looser than the policy's mode {self.policy.mode} at "
+                        f"epsilon {epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g} > "
+                        f"{owner.epsilon_dp:.4g}): an analyst may ask for a more conservative "
+                        "mode (smaller epsilon_dp, more noise), never a looser one")
         except CalibrationError as exc:
             raise InputError(str(exc)) from None
-        share = cal.epsilon_dp / len(plan.measurements)
-        mechanisms = {m.name: build_mechanism(m, sensitivity(m, plan), share)
-                      for m in plan.measurements}
-        self._check_post_processing(plan, post_sql, mechanisms)
-        return _Prepared(plan, cal, mechanisms, rewritten, post_sql)
+        return cal
+
+    def _mechanisms(self, plan: QueryPlan, epsilon_dp: float) -> dict[str, Mechanism]:
+        share = epsilon_dp / len(plan.measurements)
+        return {m.name: build_mechanism(m, sensitivity(m, plan), share)
+                for m in plan.measurements}
+
+    def _accountants(self, stored: LedgerBinding) -> tuple[Accountant, ...]:
+        """Who must admit a charge: this connection's policy and, if the owner has changed the
+        ledger's binding since this connection opened, the ledger's binding as well."""
+        if stored == binding_of(self.policy):
+            return (self.accountant,)
+        return (self.accountant, Accountant(stored.budget, stored.model, stored.mode))
+
+    def _price(self, prepared: _Prepared, spent: float,
+               accountants: tuple[Accountant, ...]) -> Calibration:
+        """The calibration to charge at spending `spent`: the smallest eps_dp that every
+        accountant allows, under the asked mode and each accountant's own mode."""
+        cal, mode = prepared.calibration, prepared.mode
+        if prepared.cost is None:
+            for a in accountants:
+                if a is not self.accountant:
+                    for m in (mode, a.mode):
+                        try:
+                            other = calibrate(cal.epsilon, a.model, m)
+                        except CalibrationError as exc:
+                            raise InputError(f"the ledger's current policy cannot certify this "
+                                             f"query: {exc}") from None
+                        if other.epsilon_dp < cal.epsilon_dp:
+                            cal = replace(other, epsilon=cal.epsilon)
+            return cal
+        limit = prepared.cost
+        epsilon_dp = min(min(a.epsilon_dp_for_cost(spent, limit), inverse(limit, a.model, mode),
+                             inverse(limit, a.model, a.mode)) for a in accountants)
+        if epsilon_dp <= 0.0:
+            raise InputError(f"cost {limit:g} cannot be certified under mode {mode} with k="
+                             f"{self.policy.k}, eta={self.policy.eta:g}; ask a larger cost")
+        own = guarantee(mode, epsilon_dp, self.model)
+        named = self._calibrate(own, mode)
+        return replace(named, epsilon=own, epsilon_dp=min(named.epsilon_dp, epsilon_dp))
+
+    def _admit(self, prepared: _Prepared, cal: Calibration, spent: float,
+               accountants: tuple[Accountant, ...]) -> None:
+        """Raise BudgetExhausted unless every accountant admits eps_dp on top of `spent`."""
+        if all(a.admits(spent, cal.epsilon_dp) for a in accountants):
+            return
+        status = self._status(spent, accountants)
+        before, after = _levels(accountants, spent, cal.epsilon_dp)
+        cost = after - before
+        if prepared.cost is None:
+            asked, what = cal.epsilon, f"epsilon {cal.epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g})"
+        else:
+            asked, what = prepared.cost, f"cost {prepared.cost:g}"
+        largest = min(a.largest_epsilon(spent, prepared.mode) for a in accountants)
+        room = max(0.0, status.total - status.spent_ip)
+        left = (f"the largest epsilon you can still ask is {largest:.4g} (or a cost of at most "
+                f"{room:.4g})" if largest > 0 else "nothing more can be asked: the budget is "
+                "used up")
+        raise BudgetExhausted(
+            f"over budget: this query asks {what}, which would cost {cost:.4g} (the transcript's "
+            f"information-privacy level {before:.4g} -> {after:.4g}, over the budget of "
+            f"{status.total:g}); {left}; nothing was charged",
+            asked=asked, cost=cost, largest_epsilon=largest)
 
     def _plan(self, sql: str) -> tuple[QueryPlan, str, str]:
         """Plan, rewritten SQL and post-processing SQL of a query text. They depend only on the
@@ -199,23 +318,28 @@ class PrivateDatabase:
             ) from None
         self._post_checked.add(post_sql)
 
-    def _status(self, spent: float) -> BudgetStatus:
-        total = self.policy.budget_epsilon
-        level = transcript_level(spent, self.model)
-        return BudgetStatus(total=total, spent_ip=level, spent_dp=spent,
-                            remaining=max(0.0, total - level),
-                            remaining_dp=max(0.0, dp_budget(total, self.model) - spent))
-
-    def _refusal(self, cal: Calibration, spent: float) -> str:
-        status = self._status(spent)
-        after = transcript_level(spent + cal.epsilon_dp, self.model)
-        return (
-            f"budget exhausted: this query asks epsilon {cal.epsilon:g} (epsilon_dp "
-            f"{cal.epsilon_dp:.4g}) and would take the transcript's information-privacy level "
-            f"from {status.spent_ip:.4g} to {after:.4g}, over the budget of {status.total:g}; "
-            f"spent {status.spent_ip:.4g}, remaining {status.remaining:.4g} "
-            f"(epsilon_dp {status.remaining_dp:.4g}); nothing was charged"
+    def _status(self, spent: float, accountants: tuple[Accountant, ...]) -> BudgetStatus:
+        """What is spent and left, under the strictest of the accountants."""
+        return BudgetStatus(
+            total=min(a.budget for a in accountants),
+            spent_ip=max(a.level(spent) for a in accountants),
+            spent_dp=spent,
+            remaining=max(0.0, min(a.budget - a.level(spent) for a in accountants)),
+            remaining_dp=max(0.0, min(a.dp_budget() - spent for a in accountants)),
+            largest_epsilon=min(a.largest_epsilon(spent) for a in accountants),
+            mode=self.policy.mode,
         )
+
+
+def binding_of(policy: Policy) -> LedgerBinding:
+    """The ledger binding a policy asks for: its budget, dependence model and mode."""
+    return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode)
+
+
+def _levels(accountants: tuple[Accountant, ...], spent: float, new: float) -> tuple[float, float]:
+    """The transcript level before and after an answer of eps_dp `new`, the strictest count."""
+    return (max(a.level(spent) for a in accountants),
+            max(a.level(spent + new) for a in accountants))
 
 
 def _all_keys(plan: QueryPlan) -> list[tuple]:
@@ -241,11 +365,13 @@ def _ledger_entry(info: AggregateInfo) -> dict:
             "sensitivity": info.sensitivity, "epsilon_dp": info.epsilon_dp, "scale": info.scale}
 
 
-def _check_epsilon(epsilon) -> float:
+def _check_level(name: str, value) -> float:
+    """An epsilon or cost asked of one answer, inside the accepted range (docs/theory.md)."""
     try:
-        return require_epsilon("epsilon", epsilon)
+        return require_epsilon(name, value)
     except CalibrationError as exc:
-        raise InputError(str(exc)) from exc
+        raise InputError(str(exc), **{k: v for k, v in vars(exc).items()
+                                      if k in ("value", "lower", "upper")}) from exc
 
 
 def _check_analyst(analyst) -> str:

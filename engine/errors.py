@@ -42,21 +42,29 @@ class LedgerError(DpsqlError, RuntimeError):
 
 
 class BudgetExhausted(DpsqlError, RuntimeError):
-    """The query would take the transcript past the policy's budget (exit code 3).
+    """The query is over budget: its cost would take the transcript past the policy's budget
+    (exit code 3). Carries what was asked, what it would cost, and the largest epsilon that
+    would pass now (0 when nothing can be admitted any more).
 
     A RuntimeError, not a ValueError: the query and its epsilon are valid, the ledger's state
     refuses them (a smaller epsilon, or a new budget from the data owner, may pass)."""
 
     exit_code = 3
 
+    def __init__(self, message: str, asked: float, cost: float, largest_epsilon: float) -> None:
+        super().__init__(message, asked=asked, cost=cost, largest_epsilon=largest_epsilon)
+
+
+class AnswerFailed(DpsqlError, RuntimeError):
+    """The answer could not be completed after its noise was drawn; nothing was charged or
+    released. Its message is fixed: it never carries a noisy value."""
+
 
 class QueryTooLarge(QueryRefused):
     """The query would release more noisy values than the policy's limits.max_noisy_values."""
 
     def __init__(self, message: str, noisy_values: int, limit: int) -> None:
-        super().__init__(message)
-        self.noisy_values = noisy_values
-        self.limit = limit
+        super().__init__(message, noisy_values=noisy_values, limit=limit)
 
 
 class ResourceLimitExceeded(DpsqlError):
@@ -64,6 +72,4 @@ class ResourceLimitExceeded(DpsqlError):
     charged. `limit` names the policy field (limits.time_seconds or limits.memory_mb)."""
 
     def __init__(self, message: str, limit: str, value: float) -> None:
-        super().__init__(message)
-        self.limit = limit
-        self.value = value
+        super().__init__(message, limit=limit, value=value)

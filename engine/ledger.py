@@ -6,10 +6,18 @@ processes sharing a ledger are serialised and can never overspend together.
 Spending is never silently reset. A new ledger is built under a temporary name and linked
 into place atomically, so the ledger path either does not exist or holds a complete ledger;
 an existing file is only ever opened (never created by sqlite), and one that is empty,
-truncated, corrupted or not a ledger is refused. A ledger is bound to the budget and
-dependence model (k, eta) of its policy: a stricter policy (budget down, k or eta up) is
-accepted and recorded, a more lenient one is refused, because past spending must never be
-re-interpreted more leniently than it was when it was charged.
+truncated, corrupted or not a ledger is refused. A ledger is only created on request
+(`dpsql ledger init`, or `create=True`): a mistyped path is refused rather than silently
+starting over with the whole budget. A ledger is bound to the budget, dependence model
+(k, eta) and accounting mode of its policy: a stricter policy (budget down, k or eta up, a
+mode whose map is pointwise larger) is accepted and recorded, a more lenient one is refused,
+because past spending must never be re-interpreted more leniently than it was when it was
+charged. Every charge re-reads the binding inside its transaction, so a connection opened
+before the owner tightened the policy is held to the tighter one too.
+
+Each charge stores the answer it released (the JSON form of the result), so a client that
+lost an answer can fetch it again without a second charge or fresh noise. Schema version 2
+ledgers (no stored answers, no mode) are migrated in place, in one transaction.
 """
 
 from __future__ import annotations
@@ -23,10 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
-from .errors import BudgetExhausted, LedgerError
+from ..calibration import DependenceModel
+from .accounting import mode_dominates
+from .errors import LedgerError
+from .result import HistoryEntry
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
+LEGACY_MODE = "auto"
+"""Version 2 ledgers always accounted with the tightest map, which is auto's."""
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE charges (
@@ -39,17 +53,26 @@ CREATE TABLE charges (
     mode TEXT NOT NULL,
     k INTEGER NOT NULL,
     eta REAL NOT NULL,
-    aggregates TEXT NOT NULL
+    aggregates TEXT NOT NULL,
+    answer TEXT
 );
 CREATE TABLE bindings (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     time TEXT NOT NULL,
     budget REAL NOT NULL,
     k INTEGER NOT NULL,
-    eta REAL NOT NULL
+    eta REAL NOT NULL,
+    mode TEXT NOT NULL DEFAULT 'auto'
 );
 """
+_MIGRATE_2_TO_3 = (
+    "ALTER TABLE charges ADD COLUMN answer TEXT",
+    "ALTER TABLE bindings ADD COLUMN mode TEXT NOT NULL DEFAULT 'auto'",
+    f"INSERT OR IGNORE INTO meta (key, value) VALUES ('mode', '{LEGACY_MODE}')",
+    "UPDATE meta SET value = '3' WHERE key = 'schema_version'",
+)
 _TABLES = {"meta", "charges", "bindings"}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,6 +87,7 @@ class Charge:
     k: int
     eta: float
     aggregates: tuple[dict, ...]
+    answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
 
 
 @dataclass(frozen=True)
@@ -73,24 +97,40 @@ class LedgerBinding:
     budget: float
     k: int
     eta: float
+    mode: str = LEGACY_MODE  # the policy's mode, whose map accounts for the transcript
+
+    @property
+    def model(self) -> DependenceModel:
+        return DependenceModel(self.k, self.eta)
 
     def lenient_fields(self, other: LedgerBinding) -> list[str]:
-        """The fields in which `other` is more lenient than self (more budget, smaller k or eta)."""
+        """The fields in which `other` is more lenient than self (more budget, smaller k or eta,
+        a mode whose accounting map is not everywhere at least as large)."""
+        mode_looser = not mode_dominates(other.mode, self.mode, other.model)
         return [name for name, looser in (("budget", other.budget > self.budget),
                                           ("k", other.k < self.k),
-                                          ("eta", other.eta < self.eta)) if looser]
+                                          ("eta", other.eta < self.eta),
+                                          ("mode", mode_looser)) if looser]
 
 
 class Ledger:
     """A budget ledger file bound to one policy's budget and dependence model."""
 
-    def __init__(self, path: str | Path, binding: LedgerBinding) -> None:
+    def __init__(self, path: str | Path, binding: LedgerBinding, create: bool = False) -> None:
         self.path = Path(path)
         self.binding = binding
         if self.path.is_dir():
             raise LedgerError(f"ledger path {self.path} is a directory; expected a file path")
-        if not self.path.exists():
+        if create:
+            if self.path.exists():
+                raise LedgerError(f"ledger {self.path} already exists; refusing to create a new "
+                                  "ledger over it (open it without create, or choose a new path)")
             self._create()
+        elif not self.path.exists():
+            raise LedgerError(
+                f"ledger file not found: {self.path}; a ledger is only created explicitly, by the "
+                f"data owner: dpsql ledger init --ledger {self.path} --policy POLICY (in Python: "
+                "PrivateDatabase.connect(..., create=True))")
         try:
             self._conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
                                          timeout=60, isolation_level=None)
@@ -131,8 +171,7 @@ class Ledger:
                 meta = {"schema_version": SCHEMA_VERSION, "hash_key": secrets.token_hex(16),
                         "created": now, **_binding_meta(self.binding)}
                 conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
-                conn.execute("INSERT INTO bindings (time, budget, k, eta) VALUES (?, ?, ?, ?)",
-                             [now, self.binding.budget, self.binding.k, self.binding.eta])
+                _insert_binding(conn, now, self.binding)
                 conn.execute("COMMIT")
             finally:
                 conn.close()
@@ -140,7 +179,8 @@ class Ledger:
             try:
                 os.link(temporary, self.path)
             except FileExistsError:
-                pass  # another process created the ledger first; it is opened below
+                raise LedgerError(f"ledger {self.path} was created by another process meanwhile; "
+                                  "refusing to create it twice") from None
             _fsync(directory)
         except (sqlite3.Error, OSError) as exc:
             raise LedgerError(f"cannot create ledger {self.path}: {exc} (is {directory} "
@@ -164,8 +204,10 @@ class Ledger:
         if problems != [("ok",)]:
             raise LedgerError(f"ledger {self.path} is corrupted ({problems[0][0]}); restore it "
                               "from a backup: its recorded spending cannot be trusted")
-        version = dict(conn.execute("SELECT key, value FROM meta").fetchall()).get(
-            "schema_version") if "meta" in tables else None
+        version = self._version(tables)
+        if _TABLES <= tables and version == "2":
+            self._migrate()
+            version = self._version(tables)
         if not _TABLES <= tables or version != SCHEMA_VERSION:
             raise LedgerError(f"{self.path} is not a dpsql ledger of schema version "
                               f"{SCHEMA_VERSION} (found tables: {', '.join(sorted(tables))}, "
@@ -176,6 +218,28 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} holds {bad} charge(s) with an invalid "
                               "epsilon_dp; restore it from a backup")
 
+    def _version(self, tables: set[str]) -> str | None:
+        if "meta" not in tables:
+            return None
+        return dict(self._conn.execute("SELECT key, value FROM meta").fetchall()).get(
+            "schema_version")
+
+    def _migrate(self) -> None:
+        """Bring a version 2 ledger to version 3 in one transaction: add the stored answers
+        (empty for past charges) and the binding's mode (auto, what version 2 accounted with).
+        Concurrent openers are serialised; whoever comes second finds version 3 and does nothing."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self._version({"meta"}) == "2":
+                for statement in _MIGRATE_2_TO_3:
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def _bind(self) -> None:
         """Accept the policy if it is as strict as the ledger's binding; record a stricter one.
 
@@ -183,28 +247,22 @@ class Ledger:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            try:
-                stored = LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]))
-            except (KeyError, ValueError):
-                raise LedgerError(f"ledger {self.path} has no valid budget, k and eta; restore it "
-                                  "from a backup") from None
+            stored = self._stored_binding()
             lenient = stored.lenient_fields(self.binding)
             if lenient:
                 detail = ", ".join(f"{name} {getattr(stored, name)!r} -> "
                                    f"{getattr(self.binding, name)!r}" for name in lenient)
                 raise LedgerError(
                     f"ledger {self.path} was created for a policy with budget {stored.budget!r}, "
-                    f"k {stored.k}, eta {stored.eta!r} (or tightened to it since), and this policy "
-                    f"is more lenient ({detail}); past spending is never re-interpreted more "
-                    "leniently: keep the policy (a smaller budget or larger k or eta is "
-                    "accepted), or start a new ledger"
+                    f"k {stored.k}, eta {stored.eta!r}, mode {stored.mode} (or tightened to it "
+                    f"since), and this policy is more lenient ({detail}); past spending is never "
+                    "re-interpreted more leniently: keep the policy (a smaller budget, larger k "
+                    "or eta, or a more conservative mode is accepted), or start a new ledger"
                 )
             if stored != self.binding:
                 conn.executemany("UPDATE meta SET value = ? WHERE key = ?",
                                  [(v, k) for k, v in _binding_meta(self.binding).items()])
-                conn.execute("INSERT INTO bindings (time, budget, k, eta) VALUES (?, ?, ?, ?)",
-                             [_now(), self.binding.budget, self.binding.k, self.binding.eta])
+                _insert_binding(conn, _now(), self.binding)
             else:
                 conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
             conn.execute("COMMIT")
@@ -212,6 +270,16 @@ class Ledger:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _stored_binding(self) -> LedgerBinding:
+        """The binding the ledger holds now (the owner may have tightened it since we opened)."""
+        meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+        try:
+            return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
+                                 meta.get("mode", LEGACY_MODE))
+        except (KeyError, ValueError):
+            raise LedgerError(f"ledger {self.path} has no valid budget, k and eta; restore it "
+                              "from a backup") from None
 
     def _meta(self, key: str) -> str:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -227,6 +295,19 @@ class Ledger:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
         return self._total(rows)
 
+    def state(self) -> tuple[float, LedgerBinding]:
+        """The DP spending and the ledger's binding, read together in one transaction."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN")
+            try:
+                spent = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
+                return spent, self._stored_binding()
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
+
     def _total(self, rows: list[tuple]) -> float:
         total = math.fsum(r[0] for r in rows)
         if not math.isfinite(total) or total < 0:
@@ -234,25 +315,29 @@ class Ledger:
                               "from a backup")
         return total
 
-    def charge(self, charge: Charge, admits: Callable[[float, float], bool],
-               refusal: Callable[[float], str]) -> float:
-        """Record `charge` if `admits(spent, new)`; otherwise raise BudgetExhausted.
+    def charge(self, settle: Callable[[float, LedgerBinding], tuple[Charge, T]]) -> tuple[int, T]:
+        """Charge what `settle(spent_dp, binding)` decides, in one transaction.
 
-        Returns the DP spending before this charge. The check and the insert are one
-        transaction, so concurrent processes are serialised by sqlite's write lock."""
+        `settle` gets the DP spending and the ledger's binding as they are now, under the write
+        lock; it admits or refuses (raising), draws the noise and builds the complete answer.
+        The charge and its answer are then inserted and committed together; if anything
+        raises, the transaction rolls back and nothing is charged. Returns the charge's id and
+        what `settle` returned. Concurrent processes are serialised by sqlite's write lock."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 spent = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
-                if not admits(spent, charge.epsilon_dp):
-                    raise BudgetExhausted(refusal(spent))
-                conn.execute(
+                charge, extra = settle(spent, self._stored_binding())
+                answer = None if charge.answer is None else json.dumps(charge.answer,
+                                                                       allow_nan=False)
+                (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
-                    "aggregates) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "aggregates, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                     [_now(), charge.analyst, charge.sql, charge.epsilon, charge.epsilon_dp,
-                     charge.mode, charge.k, charge.eta, json.dumps(list(charge.aggregates))],
-                )
+                     charge.mode, charge.k, charge.eta, json.dumps(list(charge.aggregates)),
+                     answer],
+                ).fetchone()
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -261,14 +346,71 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot write ledger {self.path}: {exc}; nothing was charged") \
                 from None
-        return spent
+        return int(ident), extra
+
+    def history(self, analyst: str, ident: int | None = None) -> tuple[HistoryEntry, ...]:
+        """The analyst's released answers as stored with their charges (one, given its id)."""
+        try:
+            return _history(self._conn, self.path, analyst, ident)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
     def close(self) -> None:
         self._conn.close()
 
 
+def read_history(path: str | Path, analyst: str,
+                 ident: int | None = None) -> tuple[HistoryEntry, ...]:
+    """The analyst's stored answers, read through a read-only connection that never creates,
+    migrates or locks the ledger for writing (a version 2 ledger has no stored answers)."""
+    path = Path(path)
+    if not path.is_file():
+        raise LedgerError(f"ledger file not found: {path} (history never creates a ledger)")
+    try:
+        conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True,
+                               isolation_level=None, timeout=60)
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open ledger {path}: {exc}") from None
+    try:
+        return _history(conn, path, analyst, ident)
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"cannot read ledger {path} as a dpsql ledger: {exc}") from None
+    finally:
+        conn.close()
+
+
+def _history(conn: sqlite3.Connection, path: Path, analyst: str,
+             ident: int | None) -> tuple[HistoryEntry, ...]:
+    """Rows of the charges table as history entries; answers are JSON-decoded and checked."""
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    answer = "answer" if version == (SCHEMA_VERSION,) else "NULL"
+    where, args = "analyst = ?", list[str | int]([analyst])
+    if ident is not None:
+        where += " AND id = ?"
+        args.append(ident)
+    rows = conn.execute(f"SELECT id, time, sql, epsilon, epsilon_dp, mode, {answer} FROM charges "
+                        f"WHERE {where} ORDER BY id", args).fetchall()
+    entries = []
+    for number, time, sql, epsilon, epsilon_dp, mode, text in rows:
+        try:
+            stored = None if text is None else json.loads(text)
+        except ValueError:
+            raise LedgerError(f"ledger {path}, answer {number}: the stored answer is not valid "
+                              "JSON; restore the ledger from a backup") from None
+        entries.append(HistoryEntry(id=number, time=time, analyst=analyst, sql=sql,
+                                    epsilon=epsilon, epsilon_dp=epsilon_dp, mode=mode,
+                                    answer=stored))
+    return tuple(entries)
+
+
 def _binding_meta(binding: LedgerBinding) -> dict[str, str]:
-    return {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta)}
+    return {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
+            "mode": binding.mode}
+
+
+def _insert_binding(conn: sqlite3.Connection, now: str, binding: LedgerBinding) -> None:
+    conn.execute("INSERT INTO bindings (time, budget, k, eta, mode) VALUES (?, ?, ?, ?, ?)",
+                 [now, binding.budget, binding.k, binding.eta, binding.mode])
 
 
 def _explain(path: Path, exc: sqlite3.Error) -> str:

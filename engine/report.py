@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..calibration import DependenceModel, dp_budget, mutual_information_bound, transcript_level
+from ..calibration import mutual_information_bound
 from ..calibration.composition import ADMISSION_TOLERANCE
+from .accounting import Accountant
 from .errors import InputError, LedgerError
 from .policy import Policy
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger
@@ -38,6 +39,7 @@ class ReportTotals:
     budget: float  # the policy's information-privacy (IP) budget B
     k: int
     eta: float
+    mode: str  # the policy's mode: its map L accounts for the transcript
     epsilon_asked: float  # sum of the per-answer IP levels analysts asked for
     spent_dp: float  # sum of epsilon_dp: the transcript is one spent_dp-DP mechanism
     transcript_level: float  # L(spent_dp): the transcript's IP level under (k, eta)
@@ -46,6 +48,7 @@ class ReportTotals:
     remaining: float  # B - transcript_level
     dp_budget: float  # L^-1(B): the most DP level the whole transcript may spend
     remaining_dp: float  # dp_budget - spent_dp
+    largest_epsilon: float  # the largest epsilon a query can still ask: L(dp_budget - spent_dp)
     difference: str | None  # why epsilon_asked and transcript_level differ, when they do
 
 
@@ -168,7 +171,8 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
         _check_policy(snapshot, policy)
     if analyst is not None:
         analyst = _check_analyst(analyst)
-    model = DependenceModel(snapshot.binding.k, snapshot.binding.eta)
+    bound = snapshot.binding
+    accountant = Accountant(bound.budget, bound.model, bound.mode)
     answers = snapshot.answers
     cumulative = tuple(accumulate(a.epsilon_dp for a in answers))
     return Report(
@@ -177,23 +181,25 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
         analyst=analyst,
         answers=answers,
         cumulative_dp=cumulative,
-        levels=tuple(transcript_level(s, model) for s in cumulative),
-        totals=_totals(snapshot, model),
-        subtotals=_subtotals(answers, model),
+        levels=tuple(accountant.level(s) for s in cumulative),
+        totals=_totals(snapshot, accountant),
+        subtotals=_subtotals(answers, accountant),
     )
 
 
-def _totals(snapshot: LedgerSnapshot, model: DependenceModel) -> ReportTotals:
-    answers, budget = snapshot.answers, snapshot.binding.budget
+def _totals(snapshot: LedgerSnapshot, accountant: Accountant) -> ReportTotals:
+    answers, budget = snapshot.answers, accountant.budget
     spent = math.fsum(a.epsilon_dp for a in answers)
     asked = math.fsum(a.epsilon for a in answers)
-    level = transcript_level(spent, model)
+    level = accountant.level(spent)
     nats, bits = mutual_information_bound(level)
-    space = dp_budget(budget, model)
+    space = accountant.dp_budget()
     return ReportTotals(
-        answers=len(answers), budget=budget, k=model.k, eta=model.eta, epsilon_asked=asked,
-        spent_dp=spent, transcript_level=level, information_nats=nats, information_bits=bits,
-        remaining=max(0.0, budget - level), dp_budget=space, remaining_dp=max(0.0, space - spent),
+        answers=len(answers), budget=budget, k=accountant.model.k, eta=accountant.model.eta,
+        mode=accountant.mode, epsilon_asked=asked, spent_dp=spent, transcript_level=level,
+        information_nats=nats, information_bits=bits, remaining=max(0.0, budget - level),
+        dp_budget=space, remaining_dp=max(0.0, space - spent),
+        largest_epsilon=accountant.largest_epsilon(spent),
         difference=_difference(asked, level, spent),
     )
 
@@ -217,7 +223,8 @@ def _difference(asked: float, level: float, spent: float) -> str | None:
     )
 
 
-def _subtotals(answers: tuple[LedgerAnswer, ...], model: DependenceModel) -> tuple[AnalystTotals, ...]:
+def _subtotals(answers: tuple[LedgerAnswer, ...],
+               accountant: Accountant) -> tuple[AnalystTotals, ...]:
     total = math.fsum(a.epsilon_dp for a in answers)
     names = sorted({a.analyst for a in answers})
     subtotals = []
@@ -226,7 +233,7 @@ def _subtotals(answers: tuple[LedgerAnswer, ...], model: DependenceModel) -> tup
         spent = math.fsum(a.epsilon_dp for a in own)
         subtotals.append(AnalystTotals(
             analyst=name, answers=len(own), epsilon_asked=math.fsum(a.epsilon for a in own),
-            spent_dp=spent, own_level=transcript_level(spent, model),
+            spent_dp=spent, own_level=accountant.level(spent),
             share_dp=spent / total if total > 0 else 0.0,
         ))
     return tuple(subtotals)
@@ -235,7 +242,8 @@ def _subtotals(answers: tuple[LedgerAnswer, ...], model: DependenceModel) -> tup
 def _check_policy(snapshot: LedgerSnapshot, policy: Policy) -> None:
     bound = snapshot.binding
     for key, theirs, ours in (("budget", bound.budget, policy.budget_epsilon),
-                              ("k", bound.k, policy.k), ("eta", bound.eta, policy.eta)):
+                              ("k", bound.k, policy.k), ("eta", bound.eta, policy.eta),
+                              ("mode", bound.mode, policy.mode)):
         if theirs != ours:
             raise LedgerError(
                 f"ledger {snapshot.path} is bound to a policy with {key} = {theirs!r}, but the "

@@ -16,7 +16,11 @@ from pathlib import Path
 
 from .display import number
 from .errors import LedgerError
-from .ledger import SCHEMA_VERSION, LedgerBinding
+from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding
+from .policy import MODES
+
+READABLE_VERSIONS = ("2", SCHEMA_VERSION)
+"""Reports read version 2 ledgers as they are (a report never migrates; auto accounting)."""
 
 _AGGREGATE_KEYS = ("column", "function", "mechanism", "sensitivity", "epsilon_dp", "scale")
 
@@ -95,17 +99,18 @@ def read_ledger(path: str | Path) -> LedgerSnapshot:
 
 def _binding(path: Path, meta: dict) -> LedgerBinding:
     """The budget and dependence model the ledger was created under."""
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise LedgerError(f"{path} is not a dpsql ledger of schema version {SCHEMA_VERSION} "
-                          f"(it has {meta.get('schema_version')!r})")
+    if meta.get("schema_version") not in READABLE_VERSIONS:
+        raise LedgerError(f"{path} is not a dpsql ledger of schema version "
+                          f"{' or '.join(READABLE_VERSIONS)} (it has {meta.get('schema_version')!r})")
     try:
         budget, k, eta = float(meta["budget"]), int(meta["k"]), float(meta["eta"])
     except (KeyError, ValueError) as exc:
         raise LedgerError(f"ledger {path} has no valid budget, k and eta binding ({exc})") from None
-    if not (math.isfinite(budget) and budget > 0 and k >= 1 and 0 <= eta <= 1):
+    mode = meta.get("mode", LEGACY_MODE)
+    if not (math.isfinite(budget) and budget > 0 and k >= 1 and 0 <= eta <= 1 and mode in MODES):
         raise LedgerError(f"ledger {path} is bound to an impossible policy: budget={budget}, "
-                          f"k={k}, eta={eta}")
-    return LedgerBinding(budget=budget, k=k, eta=eta)
+                          f"k={k}, eta={eta}, mode={mode!r}")
+    return LedgerBinding(budget=budget, k=k, eta=eta, mode=mode)
 
 
 def _answer(path: Path, row: tuple) -> LedgerAnswer:

@@ -37,7 +37,10 @@ def totals_rows(t: ReportTotals) -> list[tuple[str, str, str]]:
         ("information_nats", "bound on I(X_i; Y), nats", number(t.information_nats)),
         ("information_bits", "bound on I(X_i; Y), bits", number(t.information_bits)),
         ("budget", "budget (IP)", number(t.budget)),
-        ("remaining", "remaining (IP)", number(t.remaining)),
+        ("largest_epsilon", "largest ε a query can still ask: L(L⁻¹(budget) − Σε_dp)",
+         number(t.largest_epsilon)),
+        ("remaining", "level headroom (IP): budget − L(Σε_dp)",
+         number(t.remaining)),
         ("dp_budget", "budget in DP terms: L⁻¹(budget)", number(t.dp_budget)),
         ("remaining_dp", "remaining (DP): L⁻¹(budget) − Σε_dp", number(t.remaining_dp)),
     ]
@@ -75,7 +78,8 @@ def analyst_rows(report: Report) -> list[tuple[str, ...]]:
 def _heading(report: Report) -> str:
     t = report.totals
     return (f"Ledger {report.ledger}, generated {report.generated:%Y-%m-%d %H:%M:%S} UTC; "
-            f"policy budget {number(t.budget)}, dependence model k={t.k}, η={number(t.eta)}.")
+            f"policy budget {number(t.budget)}, dependence model k={t.k}, η={number(t.eta)}, "
+            f"accounted with mode {t.mode}.")
 
 
 def render_table(report: Report, width: int = 120) -> str:

@@ -1,4 +1,4 @@
-"""Typed values returned to users: query results, explanations and budget status."""
+"""Typed values returned to users: query results, explanations, budget status and history."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ class BudgetStatus:
     total: float  # the policy's IP budget
     spent_ip: float  # transcript level L(spent_dp) under the policy's dependence model
     spent_dp: float  # sum of epsilon_dp of every released answer
-    remaining: float  # total - spent_ip
+    remaining: float  # total - spent_ip: headroom of the level, NOT an epsilon one can ask
     remaining_dp: float  # the DP epsilon still admissible: L^-1(total) - spent_dp
+    largest_epsilon: float  # the largest epsilon a query can still ask: L(L^-1(total) - spent_dp)
+    mode: str  # the policy's mode, whose map L accounts for the transcript
 
 
 @dataclass(frozen=True)
@@ -56,27 +58,66 @@ class QueryResult:
     budget: BudgetStatus
     level_before: float
     level_after: float
+    cost: float  # how much this answer raised the transcript level: level_after - level_before
+    id: int | None = None  # the ledger entry holding this answer (`history(id)` fetches it again)
 
     def to_dict(self) -> dict:
-        """The JSON form documented in DESIGN.md."""
-        return {
+        """The JSON form documented in DESIGN.md; every value is plain JSON (non-finite
+        numbers and missing values become null), so encoding it cannot fail."""
+        return _json_ready({
             "sql": self.sql,
-            "columns": list(self.df.columns),
-            "rows": [[_plain(v) for v in row] for row in self.df.itertuples(index=False)],
-            "ci95": [[_plain(v) for v in row] for row in self.ci95.itertuples(index=False)],
-            "ci95_simultaneous": [[_plain(v) for v in row]
-                                  for row in self.ci95_simultaneous.itertuples(index=False)],
+            "columns": [str(c) for c in self.df.columns],
+            "rows": [list(row) for row in self.df.itertuples(index=False)],
+            "ci95": [list(row) for row in self.ci95.itertuples(index=False)],
+            "ci95_simultaneous": [list(row) for row in self.ci95_simultaneous.itertuples(index=False)],
             "selection_adjusted": self.selection_adjusted,
             "epsilon": self.epsilon,
             "epsilon_dp": self.epsilon_dp,
             "mode": self.mode,
             "k": self.k,
             "eta": self.eta,
+            "cost": self.cost,
             "transcript_level_before": self.level_before,
             "transcript_level_after": self.level_after,
             "aggregates": [asdict(a) for a in self.aggregates],
             "budget": asdict(self.budget),
-        }
+        })
+
+    @classmethod
+    def from_dict(cls, answer: dict, id: int | None = None) -> QueryResult:
+        """Rebuild a result from its stored JSON form (as `history` returns it)."""
+        columns = answer["columns"]
+        ci95 = pd.DataFrame(answer["ci95"], columns=columns, dtype=float)
+        simultaneous = pd.DataFrame(answer["ci95_simultaneous"],
+                                    columns=columns, dtype=float)
+        return cls(
+            df=pd.DataFrame(answer["rows"], columns=columns), ci95=ci95,
+            ci95_simultaneous=simultaneous,
+            selection_adjusted=answer["selection_adjusted"], sql=answer["sql"],
+            epsilon=answer["epsilon"], epsilon_dp=answer["epsilon_dp"], mode=answer["mode"],
+            k=answer["k"], eta=answer["eta"],
+            aggregates=tuple(AggregateInfo(**a) for a in answer["aggregates"]),
+            budget=BudgetStatus(**answer["budget"]), level_before=answer["transcript_level_before"],
+            level_after=answer["transcript_level_after"], cost=answer["cost"], id=id,
+        )
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One released answer as the ledger stored it with its charge."""
+
+    id: int
+    time: str  # ISO 8601, UTC
+    analyst: str
+    sql: str
+    epsilon: float
+    epsilon_dp: float
+    mode: str
+    answer: dict | None  # the JSON form printed when released; None for answers charged
+    # before answers were stored (ledgers migrated from schema version 2)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:
         """The half-widths a display prints beside the values, and the line saying what they
@@ -126,12 +167,13 @@ class Explanation:
     budget: BudgetStatus
     level_before: float
     level_after: float
+    cost: float  # how much the answer would raise the transcript level, at today's spending
     admissible: bool
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["aggregates"] = [asdict(a) for a in self.aggregates]
-        return out
+        return _json_ready(out)
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the noise of each aggregate as a table, the cost and the SQL run."""
@@ -150,12 +192,19 @@ class Explanation:
         )
 
 
-def _plain(value):
-    """JSON-friendly cell: numpy scalars to Python, NaN and ±inf to None (JSON has neither)."""
-    if value is None:
+def _json_ready(value):
+    """Plain JSON values all the way down: numpy scalars to Python, NaN, ±inf and missing
+    values (None, pandas NA/NaT) to None, other objects to their text."""
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if value is None or value is pd.NA or value is pd.NaT:
         return None
-    if hasattr(value, "item"):
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bool, int, str)):
+        return value
+    return str(value)

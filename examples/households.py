@@ -207,7 +207,8 @@ def main() -> None:
           f"the policy declares k = {declared['dependence']['k']}, "
           f"eta = {declared['dependence']['eta']:g}.")
 
-    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst="example") as private:
+    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst="example",
+                                 create=True) as private:
         for question, sql, epsilon, count in QUERIES:
             result = private.query(sql, epsilon=epsilon)
             print(f"\n{question}\n  {sql}")

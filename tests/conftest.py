@@ -1,4 +1,4 @@
-"""Fixtures: a fresh database, policy and ledger path per test."""
+"""Fixtures: a fresh database, policy and ledger (created for the policy) per test."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import make_people, write_policy
+from tests.support import create_ledger, make_people, write_policy
 
 
 @dataclass(frozen=True)
@@ -24,4 +24,5 @@ def people_db(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def setup(people_db, tmp_path) -> Setup:
-    return Setup(people_db, write_policy(tmp_path / "policy.yaml"), tmp_path / "ledger.sqlite")
+    policy = write_policy(tmp_path / "policy.yaml")
+    return Setup(people_db, policy, create_ledger(tmp_path / "ledger.sqlite", policy))

@@ -9,6 +9,10 @@ import duckdb
 import numpy as np
 import yaml
 
+from engine.database import binding_of
+from engine.ledger import Charge, Ledger, LedgerBinding
+from engine.policy import load_policy
+
 STATES = ["CA", "NY", "TX", "WA"]
 
 BASE_POLICY = {
@@ -53,3 +57,16 @@ def write_policy(path: Path, changes: dict | None = None) -> Path:
     policy.update(copy.deepcopy(changes or {}))
     path.write_text(yaml.safe_dump(policy, sort_keys=False))
     return path
+
+
+def create_ledger(path: Path, policy: Path | LedgerBinding) -> Path:
+    """Create a new ledger bound to a policy file (or a binding), as `dpsql ledger init` does:
+    the one place tests create ledgers."""
+    binding = policy if isinstance(policy, LedgerBinding) else binding_of(load_policy(policy))
+    Ledger(path, binding, create=True).close()
+    return path
+
+
+def record_charge(ledger: Ledger, charge: Charge) -> None:
+    """Write a charge as it is, without admission: for tests that build ledgers by hand."""
+    ledger.charge(lambda spent, binding: (charge, None))

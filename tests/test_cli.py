@@ -36,7 +36,7 @@ def test_query_json(capsys, setup):
 
 def test_query_table_and_csv(capsys, setup):
     code, out, _ = _run(capsys, "query", *_paths(setup), "--epsilon", "0.5", "SELECT COUNT(*) FROM people")
-    assert code == 0 and "±" in out and "remaining" in out
+    assert code == 0 and "±" in out and "largest epsilon you can still ask" in out
     code, out, _ = _run(capsys, "query", *_paths(setup), "--epsilon", "0.5", "--format", "csv",
                         "SELECT sick, AVG(age) FROM people GROUP BY sick")
     lines = out.strip().splitlines()
@@ -90,7 +90,7 @@ def test_budget_exhaustion_exits_3(capsys, setup, tmp_path):
             "--epsilon", "0.4", "SELECT COUNT(*) FROM people"]
     assert _run(capsys, *args)[0] == 0
     code, out, err = _run(capsys, *args)
-    assert code == 3 and out == "" and "budget exhausted" in err
+    assert code == 3 and out == "" and "over budget" in err
 
 
 def test_calibrate_json_reproduces_the_headline(capsys):

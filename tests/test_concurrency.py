@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import write_policy
+from tests.support import create_ledger, write_policy
 
 ROOT = Path(__file__).parent.parent
 EPSILON = 0.5  # with k = 1 the calibration is the identity: epsilon_dp = 0.5, exact in binary
@@ -32,7 +32,8 @@ def _ledger_rows(path: Path) -> list[float]:
 
 @pytest.mark.parametrize(("processes", "admitted"), [(10, 4)])
 def test_exactly_n_of_many_processes_are_answered(people_db, tmp_path, processes, admitted):
-    policy, ledger = _policy(tmp_path / "policy.yaml", admitted), tmp_path / "ledger.sqlite"
+    policy = _policy(tmp_path / "policy.yaml", admitted)
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     command = [sys.executable, "-m", "engine", "query", "--db", str(people_db), "--policy",
                str(policy), "--ledger", str(ledger), "--epsilon", str(EPSILON), "--format", "json",
                "SELECT state, COUNT(*), SUM(income) FROM people GROUP BY state"]
@@ -43,7 +44,7 @@ def test_exactly_n_of_many_processes_are_answered(people_db, tmp_path, processes
     refused = [err for code, _, err in outcomes if code == 3]
     assert len(answered) == admitted, outcomes
     assert len(refused) == processes - admitted, outcomes
-    assert all(err.startswith("error: budget exhausted") for err in refused)
+    assert all(err.startswith("error: over budget") for err in refused)
     assert all(out == "" for code, out, _ in outcomes if code == 3)
     rows = _ledger_rows(ledger)
     assert len(rows) == admitted
@@ -71,7 +72,8 @@ with PrivateDatabase.connect(db_path, policy, ledger) as db:
 def test_exactly_n_under_heavy_contention(people_db, tmp_path):
     """Twelve processes released at once by a start file, 15 queries each, 53 admitted."""
     admitted, processes, each = 53, 12, 15
-    policy, ledger = _policy(tmp_path / "policy.yaml", admitted), tmp_path / "ledger.sqlite"
+    policy = _policy(tmp_path / "policy.yaml", admitted)
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     start = tmp_path / "start"
     children = [subprocess.Popen([sys.executable, "-c", _WORKER, str(people_db), str(policy),
                                   str(ledger), str(start), str(each), str(EPSILON)], cwd=ROOT,

@@ -10,7 +10,7 @@ import pytest
 from calibration import DependenceModel, calibrate, transcript_level
 from engine import BudgetExhausted, InputError, PolicyError, PrivateDatabase, QueryRefused
 from engine.ledger import Ledger, LedgerBinding
-from tests.support import write_policy
+from tests.support import create_ledger, write_policy
 
 
 def _connect(setup, **kwargs):
@@ -97,7 +97,8 @@ def test_explain_spends_nothing_and_matches_the_query(setup):
 
 def test_calibration_drives_the_noise(tmp_path, setup):
     policy = write_policy(tmp_path / "dep.yaml", {"dependence": {"k": 10, "eta": 0.001}})
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=tmp_path / "l.sqlite") as db:
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
         res = db.query("SELECT COUNT(*) FROM people", epsilon=1.0)
         group = db.query("SELECT COUNT(*) FROM people", epsilon=1.0, mode="group")
     want = calibrate(1.0, DependenceModel(10, 0.001)).epsilon_dp
@@ -108,7 +109,7 @@ def test_calibration_drives_the_noise(tmp_path, setup):
 
 def test_budget_is_enforced_and_refusal_charges_nothing(tmp_path, setup):
     policy = write_policy(tmp_path / "small.yaml", {"budget": {"epsilon": 1.0}})
-    ledger = tmp_path / "small.sqlite"
+    ledger = create_ledger(tmp_path / "small.sqlite", policy)
     with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
         db.query("SELECT COUNT(*) FROM people", epsilon=0.6)
         with pytest.raises(BudgetExhausted) as info:
@@ -117,7 +118,10 @@ def test_budget_is_enforced_and_refusal_charges_nothing(tmp_path, setup):
         db.query("SELECT COUNT(*) FROM people", epsilon=0.4)
         assert db.budget().remaining == pytest.approx(0, abs=1e-9)
     message = str(info.value)
-    assert "asks epsilon 0.6" in message and "remaining 0.4" in message and "spent 0.6" in message
+    assert message.startswith("over budget") and "asks epsilon 0.6" in message
+    assert "largest epsilon you can still ask is 0.4" in message
+    assert (info.value.asked, info.value.cost) == (0.6, pytest.approx(0.6))
+    assert info.value.largest_epsilon == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize(
@@ -147,7 +151,8 @@ def test_refusals_name_the_construct_and_charge_nothing(setup, sql, fragment):
 def test_sum_of_an_unbounded_column_is_refused(tmp_path, setup):
     policy = write_policy(tmp_path / "p.yaml", {"tables": {"people": {"columns": {
         "age": {"type": "int"}}}}})
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=tmp_path / "l.sqlite") as db:
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
         with pytest.raises(QueryRefused, match="gives no lower/upper bounds for age"):
             db.query("SELECT SUM(age) FROM people", epsilon=1)
 
@@ -214,7 +219,8 @@ def test_data_connection_is_read_only_and_locked(setup):
 def test_transcript_level_composes_in_dp_space(tmp_path, setup):
     """Two answers at epsilon 0.5 under k=10, eta=0.001 are together about 2.31-private, not 1.0."""
     policy = write_policy(tmp_path / "dep.yaml", {"dependence": {"k": 10, "eta": 0.001}})
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=tmp_path / "l.sqlite") as db:
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
         first = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
         ex = db.explain("SELECT COUNT(*) FROM people", epsilon=0.5)
         second = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)

@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from engine import PrivateDatabase, execute
 from engine.errors import DpsqlError
-from tests.support import write_policy
+from tests.support import create_ledger, write_policy
 
 NUMERIC = ["age", "income"]
 COLUMNS = ["age", "income", "state", "sick", "note", "person_id", "rowid", "nosuch"]
@@ -159,7 +159,7 @@ def queries(draw) -> str:
 def engine(people_db, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     policy = write_policy(root / "policy.yaml", {"budget": {"epsilon": 1e6}})
-    db = PrivateDatabase.connect(people_db, policy, root / "ledger.sqlite")
+    db = PrivateDatabase.connect(people_db, policy, create_ledger(root / "ledger.sqlite", policy))
     yield db, root / "ledger.sqlite"
     db.close()
 

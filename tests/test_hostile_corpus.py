@@ -32,10 +32,11 @@ def test_corpus_is_large_and_covers_every_category():
 
 @pytest.fixture(scope="module")
 def shared(people_db, tmp_path_factory):
-    from tests.support import write_policy
+    from tests.support import create_ledger, write_policy
 
     root = tmp_path_factory.mktemp("hostile")
-    return people_db, write_policy(root / "policy.yaml"), root / "ledger.sqlite"
+    policy = write_policy(root / "policy.yaml")
+    return people_db, policy, create_ledger(root / "ledger.sqlite", policy)
 
 
 @pytest.fixture
@@ -89,8 +90,11 @@ def test_refused_before_duckdb_with_exit_2(entry, shared, duckdb_spy, capsys):
 
 def test_spies_see_an_accepted_query(shared, duckdb_spy, capsys, tmp_path):
     """The harness would notice a query reaching DuckDB: an accepted one does."""
+    from tests.support import create_ledger
+
     db, policy, _ = shared
-    code = _cli((db, policy, tmp_path / "ledger.sqlite"), "SELECT COUNT(*) FROM people")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    code = _cli((db, policy, ledger), "SELECT COUNT(*) FROM people")
     assert code == 0, capsys.readouterr().err
     assert [c.split(":")[0] for c in duckdb_spy] == ["bound", "run"]
     assert _charges(tmp_path / "ledger.sqlite") == 1

@@ -19,16 +19,16 @@ from calibration import DependenceModel, transcript_level
 from engine import cli
 from engine.errors import LedgerError
 from engine.ledger import Charge, Ledger, LedgerBinding
+from tests.support import create_ledger, record_charge
 
 BINDING = LedgerBinding(budget=4.0, k=10, eta=0.001)
 
 
 def _charged_ledger(path: Path, n: int = 5, binding: LedgerBinding = BINDING) -> float:
     """A ledger with n charges of 0.1; returns the total."""
-    ledger = Ledger(path, binding)
+    ledger = Ledger(create_ledger(path, binding), binding)
     for i in range(n):
-        ledger.charge(Charge("a", f"q{i}", 1.0, 0.1, "auto", binding.k, binding.eta, ()),
-                      admits=lambda spent, new: True, refusal=str)
+        record_charge(ledger, Charge("a", f"q{i}", 1.0, 0.1, "auto", binding.k, binding.eta, ()))
     total = ledger.spent_dp()
     ledger.close()
     return total
@@ -70,7 +70,7 @@ def test_garbage_and_foreign_files_are_refused(tmp_path):
     with pytest.raises(LedgerError, match="is a directory"):
         Ledger(tmp_path, BINDING)
     with pytest.raises(LedgerError, match="is not a directory"):
-        Ledger(garbage / "ledger.sqlite", BINDING)
+        Ledger(garbage / "ledger.sqlite", BINDING, create=True)
 
 
 def test_tampered_charge_is_refused(tmp_path):
@@ -86,7 +86,7 @@ def test_tampered_charge_is_refused(tmp_path):
 def test_a_crash_while_creating_leaves_no_ledger_behind(tmp_path):
     """Creation happens under a temporary name: a stray one does not count as a ledger."""
     (tmp_path / ".ledger.sqlite.0123456789ab.creating").write_bytes(b"")
-    ledger = Ledger(tmp_path / "ledger.sqlite", BINDING)
+    ledger = Ledger(tmp_path / "ledger.sqlite", BINDING, create=True)
     assert ledger.spent_dp() == 0
     ledger.close()
 
@@ -114,8 +114,8 @@ def test_stricter_policy_change_is_recorded_and_cannot_be_undone(tmp_path):
     assert ledger.spent_dp() == total
     ledger.close()
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        history = conn.execute("SELECT budget, k, eta FROM bindings ORDER BY id").fetchall()
-    assert history == [(4.0, 10, 0.001), (3.0, 12, 0.01)]
+        history = conn.execute("SELECT budget, k, eta, mode FROM bindings ORDER BY id").fetchall()
+    assert history == [(4.0, 10, 0.001, "auto"), (3.0, 12, 0.01, "auto")]
     with pytest.raises(LedgerError, match="is more lenient"):
         Ledger(path, BINDING)
 
@@ -177,7 +177,7 @@ def test_read_only_directory_is_refused(tmp_path):
         with pytest.raises(LedgerError, match="cannot be written"):
             Ledger(path, BINDING)
         with pytest.raises(LedgerError, match="cannot create ledger"):
-            Ledger(directory / "new.sqlite", BINDING)
+            Ledger(directory / "new.sqlite", BINDING, create=True)
     ledger = Ledger(path, BINDING)
     assert ledger.spent_dp() == total
     ledger.close()

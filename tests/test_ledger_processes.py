@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.ledger import Ledger, LedgerBinding
-from tests.support import write_policy
+from tests.support import create_ledger, write_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ WORKER = textwrap.dedent("""
 
 def test_two_processes_never_overspend(tmp_path, people_db):
     policy = write_policy(tmp_path / "p.yaml", {"budget": {"epsilon": 3.0}})  # k = 1: 12 answers
-    ledger = tmp_path / "shared.sqlite"
+    ledger = create_ledger(tmp_path / "shared.sqlite", policy)
     procs = [
         subprocess.Popen([sys.executable, "-c", WORKER, str(people_db), str(policy), str(ledger)],
                          stdout=subprocess.PIPE, text=True, cwd=ROOT)

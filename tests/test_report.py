@@ -17,7 +17,7 @@ from calibration import DependenceModel, calibrate, dp_budget, transcript_level
 from engine import LedgerError, PrivateDatabase, load_policy
 from engine.ledger import Charge, Ledger, LedgerBinding
 from engine.report import ENTRY_COLUMNS, build_report
-from tests.support import write_policy
+from tests.support import create_ledger, record_charge, write_policy
 
 DEPENDENT = LedgerBinding(budget=4.0, k=10, eta=0.001)
 AGGREGATE = {"column": "n", "function": "COUNT(*)", "mechanism": "discrete_laplace",
@@ -28,14 +28,13 @@ def write_ledger(path: Path, asks: list[tuple[str, float, str]],
                  binding: LedgerBinding = DEPENDENT) -> Path:
     """A ledger bound to `binding`, one charge per (analyst, epsilon, mode) calibrated as the engine does."""
     model = DependenceModel(binding.k, binding.eta)
-    book = Ledger(path, binding)
+    book = Ledger(create_ledger(path, binding), binding)
     try:
         for i, (analyst, epsilon, mode) in enumerate(asks):
             cal = calibrate(epsilon, model, mode)
-            book.charge(Charge(analyst, f"SELECT COUNT(*) AS n FROM people -- {i}", epsilon,
-                               cal.epsilon_dp, cal.mode, binding.k, binding.eta,
-                               ({**AGGREGATE, "epsilon_dp": cal.epsilon_dp},)),
-                        admits=lambda spent, new: True, refusal=str)
+            record_charge(book, Charge(analyst, f"SELECT COUNT(*) AS n FROM people -- {i}",
+                                       epsilon, cal.epsilon_dp, cal.mode, binding.k, binding.eta,
+                                       ({**AGGREGATE, "epsilon_dp": cal.epsilon_dp},)))
     finally:
         book.close()
     return path

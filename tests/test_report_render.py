@@ -18,7 +18,7 @@ from engine.ledger import Charge, Ledger
 from engine.report import ReportTotals, build_report
 from engine.report_plot import plot_png
 from engine.report_render import render_html, render_markdown, render_table
-from tests.support import write_policy
+from tests.support import record_charge, write_policy
 from tests.test_report import AGGREGATE, DEPENDENT, write_ledger
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -32,8 +32,7 @@ ENTRY_KEYS = ["id", "time", "analyst", "sql", "epsilon", "epsilon_dp", "mode", "
 def ledger(tmp_path):
     path = write_ledger(tmp_path / "ledger.sqlite", [("alice", 0.5, "auto"), ("bob", 0.4, "tight")])
     book = Ledger(path, DEPENDENT)
-    book.charge(Charge("mallory", HOSTILE_SQL, 0.2, 0.1, "tight", 10, 0.001, (AGGREGATE,)),
-                admits=lambda spent, new: True, refusal=str)
+    record_charge(book, Charge("mallory", HOSTILE_SQL, 0.2, 0.1, "tight", 10, 0.001, (AGGREGATE,)))
     book.close()
     return path
 
@@ -133,7 +132,7 @@ def test_html_page_shows_totals_tables_and_embedded_plot(ledger):
     assert shown["transcript IP level L(Σε_dp)"] == number(t.transcript_level)
     assert shown["Σε asked (sum of per-answer levels)"] == number(1.1)
     assert shown["bound on I(X_i; Y), bits"] == number(t.information_bits)
-    assert shown["remaining (IP)"] == number(t.remaining)
+    assert shown["level headroom (IP): budget − L(Σε_dp)"] == number(t.remaining)
     assert shown["remaining (DP): L⁻¹(budget) − Σε_dp"] == number(t.remaining_dp)
     assert [row[0] for row in page.tables["analysts"][1:]] == ["alice", "bob", "mallory"]
     entries = page.tables["entries"][1:]
@@ -155,7 +154,7 @@ def test_html_page_is_self_contained_and_inert(ledger):
 def test_html_of_an_empty_ledger_is_a_valid_page(tmp_path):
     page = parse(render_html(build_report(write_ledger(tmp_path / "l.sqlite", []))))
     totals = {row[0]: row[1] for row in page.tables["totals"]}
-    assert totals["answers released"] == "0" and totals["remaining (IP)"] == "4"
+    assert totals["answers released"] == "0" and totals["level headroom (IP): budget − L(Σε_dp)"] == "4"
     assert "entries" not in page.tables and len(page.images) == 1
 
 

@@ -1,0 +1,95 @@
+"""The accountant: a transcript's level, what a query costs, and the largest epsilon left.
+
+The ledger keeps S, the sum of every released answer's eps_dp; the transcript is then
+L(S)-information private, where L is the guarantee map of the policy's mode under its
+(k, eta). The budget B bounds L(S). Because L is convex, "B - L(S)" cannot be spent as an
+epsilon; what a user can spend is expressed here:
+
+* cost(S, eps_dp) = L(S + eps_dp) - L(S): how much one answer raises the level;
+* largest_epsilon(S) = L_m(L^-1(B) - S): the largest epsilon a query calibrated under mode m
+  (eps_dp = L_m^-1(epsilon)) can still ask and be admitted;
+* epsilon_dp_for_cost(S, C) = L^-1(L(S) + C) - S: the eps_dp that raises the level by at
+  most C. Since L is convex with L(0) = 0 it is superadditive, so that answer alone is at
+  most C-private too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..calibration import (
+    CalibrationError,
+    DependenceModel,
+    admits,
+    dp_budget,
+    guarantee,
+    transcript_level,
+)
+from ..calibration.composition import ADMISSION_TOLERANCE
+
+
+@dataclass(frozen=True)
+class Accountant:
+    """The budget B and the map L (the policy's mode under its model) that admit answers."""
+
+    budget: float
+    model: DependenceModel
+    mode: str
+
+    def level(self, spent_dp: float) -> float:
+        """L(S): the information-privacy level of a transcript that spent S in DP terms."""
+        return transcript_level(spent_dp, self.model, self.mode)
+
+    def dp_budget(self) -> float:
+        """L^-1(B): the most DP level the whole transcript may spend (0 if L cannot reach B)."""
+        return inverse(self.budget, self.model, self.mode)
+
+    def admits(self, spent_dp: float, new_dp: float) -> bool:
+        """True if an answer of new_dp keeps the transcript level within the budget."""
+        return admits(spent_dp, new_dp, self.budget, self.model, self.mode)
+
+    def cost(self, spent_dp: float, new_dp: float) -> float:
+        """How much an answer of new_dp raises the transcript level: L(S + new) - L(S)."""
+        return self.level(spent_dp + new_dp) - self.level(spent_dp)
+
+    def largest_epsilon(self, spent_dp: float, mode: str | None = None) -> float:
+        """The largest epsilon a query calibrated under `mode` (default: the policy's) can ask."""
+        total = self.dp_budget()
+        room = total - spent_dp
+        if room <= total * ADMISSION_TOLERANCE:  # only float residue of a spent budget is left
+            return 0.0
+        return guarantee(self.mode if mode is None else mode, room, self.model)
+
+    def epsilon_dp_for_cost(self, spent_dp: float, cost: float) -> float:
+        """The eps_dp whose answer raises the level by at most `cost`: L^-1(L(S) + C) - S."""
+        return inverse(self.level(spent_dp) + cost, self.model, self.mode) - spent_dp
+
+
+def inverse(level: float, model: DependenceModel, mode: str) -> float:
+    """The largest eps_dp with L_mode(eps_dp) <= level; 0 where the mode cannot reach it.
+
+    A level here is a total (a budget, or a transcript level plus a cost), so it is checked
+    against the budget range, not the range of one answer's epsilon."""
+    try:
+        return dp_budget(level, model, mode)
+    except CalibrationError:
+        return 0.0
+
+
+def mode_dominates(new: str, old: str, model: DependenceModel) -> bool:
+    """True if the accounting map of mode `new` is >= that of `old` at every eps_dp >= 0.
+
+    Then switching a ledger from `old` to `new` never counts past spending as less. The order
+    (THEORY section 4): independent (eps) <= tight = auto <= group (k eps) and <= theorem2
+    (ln 2 + max(eps, k eps - b)); theorem2 >= group everywhere only when b = -ln eta <= ln 2
+    (eta >= 1/2) or k = 1, and group is never >= theorem2 near 0 (theorem2 starts at ln 2).
+    Under an independent model (k = 1 or eta = 0) independent, tight and auto are one map.
+    """
+    same = {"auto", "tight"} | ({"independent"} if model.is_independent else set())
+    if new == old or {new, old} <= same:
+        return True
+    if old == "independent" or old in same:
+        return new in ("group", "theorem2") or new in same
+    if (new, old) == ("theorem2", "group"):
+        return model.eta >= 0.5 or model.k == 1
+    return False
