@@ -80,7 +80,7 @@ def mode_dominates(new: str, old: str, model: DependenceModel) -> bool:
     """True if the accounting map of mode `new` is >= that of `old` at every eps_dp >= 0.
 
     Then switching a ledger from `old` to `new` never counts past spending as less. The order
-    (THEORY section 4): independent (eps) <= tight = auto <= group (k eps) and <= theorem2
+    (docs/theory.md §4): independent (eps) <= tight = auto <= group (k eps) and <= theorem2
     (ln 2 + max(eps, k eps - b)); theorem2 >= group everywhere only when b = -ln eta <= ln 2
     (eta >= 1/2) or k = 1, and group is never >= theorem2 near 0 (theorem2 starts at ln 2).
     Under an independent model (k = 1 or eta = 0) independent, tight and auto are one map.

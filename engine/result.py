@@ -101,24 +101,6 @@ class QueryResult:
             level_after=answer["transcript_level_after"], cost=answer["cost"], id=id,
         )
 
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One released answer as the ledger stored it with its charge."""
-
-    id: int
-    time: str  # ISO 8601, UTC
-    analyst: str
-    sql: str
-    epsilon: float
-    epsilon_dp: float
-    mode: str
-    answer: dict | None  # the JSON form printed when released; None for answers charged
-    # before answers were stored (ledgers migrated from schema version 2)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:
         """The half-widths a display prints beside the values, and the line saying what they
         are: per cell, or simultaneous when rows were chosen by noise (the per-cell ones would
@@ -144,6 +126,24 @@ class HistoryEntry:
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
             f"{number(self.level_before)}); remaining {number(b.remaining)}",
         )
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One released answer as the ledger stored it with its charge."""
+
+    id: int
+    time: str  # ISO 8601, UTC
+    analyst: str
+    sql: str
+    epsilon: float
+    epsilon_dp: float
+    mode: str
+    answer: dict | None  # the JSON form printed when released; None for answers charged
+    # before answers were stored (ledgers migrated from schema version 2)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

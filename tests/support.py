@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sqlite3
 from pathlib import Path
 
 import duckdb
@@ -70,3 +71,9 @@ def create_ledger(path: Path, policy: Path | LedgerBinding) -> Path:
 def record_charge(ledger: Ledger, charge: Charge) -> None:
     """Write a charge as it is, without admission: for tests that build ledgers by hand."""
     ledger.charge(lambda spent, binding: (charge, None))
+
+
+def charge_count(ledger: Path) -> int:
+    """How many answers a ledger has charged, read directly from its file."""
+    with sqlite3.connect(ledger) as conn:
+        return conn.execute("SELECT COUNT(*) FROM charges").fetchone()[0]

@@ -20,6 +20,7 @@ import yaml
 
 from calibration import DependenceModel
 from engine import PrivateDatabase
+from tests.support import create_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "households.py"
@@ -42,6 +43,7 @@ def small_copy(example, tmp_path_factory):
     root = tmp_path_factory.mktemp("households")
     example.generate(root / "people.duckdb", households=400)
     (root / "policy.yaml").write_text(yaml.safe_dump(example.policy(), sort_keys=False))
+    create_ledger(root / "ledger.sqlite", root / "policy.yaml")
     return root
 
 

@@ -104,7 +104,8 @@ def test_simultaneous_interval_covers_the_selected_group(near_equal):
     root, counts = near_equal
     sql = "SELECT g, COUNT(*) AS n FROM t GROUP BY g ORDER BY n DESC LIMIT 1"
     per_cell = simultaneous = 0
-    with PrivateDatabase.connect(root / "t.duckdb", root / "p.yaml", root / "l.sqlite") as db:
+    with PrivateDatabase.connect(root / "t.duckdb", root / "p.yaml", root / "l.sqlite",
+                                 create=True) as db:
         public = db.query(sql, epsilon=1)
         prepared = db._prepare(sql, 1.0, None)
         plan = prepared.plan

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import re
-import sqlite3
 import time
 
 import duckdb
@@ -15,7 +14,7 @@ import yaml
 from engine import PolicyError, PrivateDatabase, QueryTooLarge, ResourceLimitExceeded, execute
 from engine.cli import main
 from engine.policy import Limits, parse_policy
-from tests.support import BASE_POLICY, write_policy
+from tests.support import BASE_POLICY, charge_count, create_ledger, write_policy
 
 SLOW_ROWS = 400_000
 # Nested string functions and a backtracking LIKE on every row: well over a second here.
@@ -28,11 +27,6 @@ def _limits_policy(limits: dict) -> dict:
     policy = copy.deepcopy(BASE_POLICY)
     policy["limits"] = limits
     return policy
-
-
-def _charges(ledger) -> int:
-    with sqlite3.connect(ledger) as conn:
-        return conn.execute("SELECT COUNT(*) FROM charges").fetchone()[0]
 
 
 def _run_cli(capsys, *args) -> tuple[int, str, str]:
@@ -87,7 +81,7 @@ def test_plan_time_limit_refuses_with_exit_2_before_the_data(capsys, setup, tmp_
             "error: query refused: it would release 8 noisy values (4 group(s) x 2 noisy "
             "aggregate(s)), over the policy's limit of 7 (limits.max_noisy_values); "
             "nothing was charged")
-    assert ran == [] and _charges(setup.ledger) == 0
+    assert ran == [] and charge_count(setup.ledger) == 0
     with PrivateDatabase.connect(setup.db, policy, setup.ledger) as db:
         with pytest.raises(QueryTooLarge) as info:
             db.query(sql, epsilon=1)
@@ -108,7 +102,7 @@ def test_a_million_groups_is_refused_by_default_before_any_work(tmp_path):
                   "a": {"type": "int", "domain": list(range(1000))},
                   "b": {"type": "int", "domain": list(range(1000))}}}}}
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(policy))
-    with PrivateDatabase.connect(data, tmp_path / "grid.yaml", tmp_path / "l.sqlite") as db:
+    with PrivateDatabase.connect(data, tmp_path / "grid.yaml", tmp_path / "l.sqlite", create=True) as db:
         start = time.perf_counter()
         with pytest.raises(QueryTooLarge, match="1000000 noisy values") as info:
             db.query("SELECT a, b, COUNT(*) FROM grid GROUP BY a, b", epsilon=1)
@@ -140,7 +134,7 @@ def _slow_policy(path, limits: dict):
 def test_time_limit_cancels_charges_nothing_and_the_next_query_runs(slow_db, tmp_path):
     policy = _slow_policy(tmp_path / "p.yaml", {"time_seconds": 0.05})
     ledger = tmp_path / "l.sqlite"
-    with PrivateDatabase.connect(slow_db, policy, ledger) as db:
+    with PrivateDatabase.connect(slow_db, policy, ledger, create=True) as db:
         start = time.perf_counter()
         with pytest.raises(ResourceLimitExceeded) as info:
             db.query(SLOW_SQL, epsilon=1)
@@ -148,19 +142,20 @@ def test_time_limit_cancels_charges_nothing_and_the_next_query_runs(slow_db, tmp
         assert (info.value.limit, info.value.value) == ("limits.time_seconds", 0.05)
         assert str(info.value) == ("query cancelled: it ran longer than the time limit of 0.05 s "
                                    "(limits.time_seconds in the policy); nothing was charged")
-        assert db.budget().spent_dp == 0 and _charges(ledger) == 0
+        assert db.budget().spent_dp == 0 and charge_count(ledger) == 0
         answer = db.query(FAST_SQL, epsilon=1)  # the same connection still answers
         assert len(answer.df) == 1 and db.budget().spent_dp == pytest.approx(1)
-    assert _charges(ledger) == 1
+    assert charge_count(ledger) == 1
 
 
 def test_time_limit_through_the_cli_is_one_line_and_exit_2(capsys, slow_db, tmp_path):
     policy = _slow_policy(tmp_path / "p.yaml", {"time_seconds": 0.05})
-    paths = ["--db", str(slow_db), "--policy", str(policy), "--ledger", str(tmp_path / "l.sqlite")]
+    paths = ["--db", str(slow_db), "--policy", str(policy), "--ledger",
+             str(create_ledger(tmp_path / "l.sqlite", policy))]
     code, out, err = _run_cli(capsys, "query", *paths, "--epsilon", "1", SLOW_SQL)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "time limit of 0.05 s (limits.time_seconds in the policy)" in err
-    assert _charges(tmp_path / "l.sqlite") == 0
+    assert charge_count(tmp_path / "l.sqlite") == 0
 
 
 def _bytes(setting: str) -> float:
@@ -200,7 +195,7 @@ def test_a_query_over_the_memory_limit_is_cancelled_and_charges_nothing(tmp_path
                          "small": {"columns": sick}},
               "limits": {"memory_mb": 64}}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
-    with PrivateDatabase.connect(data, tmp_path / "p.yaml", tmp_path / "l.sqlite") as db:
+    with PrivateDatabase.connect(data, tmp_path / "p.yaml", tmp_path / "l.sqlite", create=True) as db:
         with pytest.raises(ResourceLimitExceeded) as info:
             db.query("SELECT COUNT(DISTINCT person_id) FROM visits", epsilon=1)
         assert (info.value.limit, info.value.value) == ("limits.memory_mb", 64)

@@ -28,7 +28,7 @@ from engine.display import number, visible
 from engine.ledger import Charge, Ledger
 from engine.report import build_report
 from engine.report_render import render_markdown, render_table
-from tests.support import write_policy
+from tests.support import charge_count, create_ledger, record_charge, write_policy
 from tests.test_report import AGGREGATE, DEPENDENT, write_ledger
 
 TOUR_SQL = ("SELECT state, COUNT(*) AS n, AVG(income) FROM people WHERE age >= 18 GROUP BY state "
@@ -92,8 +92,7 @@ def test_cli_at_80_columns(monkeypatch, capsys, setup):
 def test_report_table_fits_80_columns_and_wraps_between_words(tmp_path):
     path = write_ledger(tmp_path / "ledger.sqlite", [("alice", 0.5, "auto"), ("bob", 0.4, "tight")])
     book = Ledger(path, DEPENDENT)
-    book.charge(Charge("mallory", WIDE_SQL, 0.2, 0.1, "theorem2", 10, 0.001, (AGGREGATE,)),
-                admits=lambda spent, new: True, refusal=str)
+    record_charge(book, Charge("mallory", WIDE_SQL, 0.2, 0.1, "theorem2", 10, 0.001, (AGGREGATE,)))
     book.close()
     report = build_report(path)
     _assert_fits_80_without_split_words(render_table(report, width=400), render_table(report, width=80))
@@ -157,8 +156,8 @@ def test_errors_show_escape_codes_visibly(capsys, setup):
 def test_report_shows_escape_codes_visibly(tmp_path, capsys):
     path = write_ledger(tmp_path / "ledger.sqlite", [])
     book = Ledger(path, DEPENDENT)
-    book.charge(Charge(f"eve{ESC}", f"SELECT COUNT(*) AS n FROM people -- {ESC}\u202eevil", 0.2, 0.1,
-                       "tight", 10, 0.001, (AGGREGATE,)), admits=lambda spent, new: True, refusal=str)
+    record_charge(book, Charge(f"eve{ESC}", f"SELECT COUNT(*) AS n FROM people -- {ESC}\u202eevil",
+                               0.2, 0.1, "tight", 10, 0.001, (AGGREGATE,)))
     book.close()
     for fmt in ("table", "markdown", "html"):
         code, out, _ = _run(capsys, "report", "--ledger", str(path), "--format", fmt)
@@ -176,7 +175,7 @@ def formula_setup(tmp_path):
         conn.execute("CREATE TABLE people AS SELECT k AS tag, 10 AS age FROM unnest(?) t(k)", [keys * 5])
     policy = write_policy(tmp_path / "policy.yaml", {"tables": {"people": {"columns": {
         "tag": {"type": "str", "domain": keys}, "age": {"type": "int", "lower": 0, "upper": 100}}}}})
-    return path, policy, tmp_path / "ledger.sqlite", keys
+    return path, policy, create_ledger(tmp_path / "ledger.sqlite", policy), keys
 
 
 def test_csv_neutralises_formulas_in_text_and_keeps_numbers(capsys, formula_setup):
@@ -258,7 +257,7 @@ def test_yaml_errors_keep_line_column_and_problem(capsys, setup, tmp_path, text,
                           str(setup.ledger), "--epsilon", "1", "SELECT COUNT(*) FROM people")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"is not valid YAML at line {line}, column {column}: " in err and problem in err
-    assert not setup.ledger.exists()
+    assert charge_count(setup.ledger) == 0
     with pytest.raises(PolicyError) as info:
         PrivateDatabase.connect(setup.db, broken, setup.ledger)
     assert (info.value.line, info.value.column) == (line, column) and problem in info.value.problem
@@ -269,7 +268,7 @@ def test_a_data_column_missing_from_the_policy_says_so(tmp_path):
     data.write_text("age,ssn\n30,123\n40,456\n")
     policy = write_policy(tmp_path / "policy.yaml", {"tables": {"people": {"columns": {
         "age": {"type": "int", "lower": 0, "upper": 100}}}}})
-    with PrivateDatabase.connect(data, policy, tmp_path / "ledger.sqlite") as db:
+    with PrivateDatabase.connect(data, policy, tmp_path / "ledger.sqlite", create=True) as db:
         with pytest.raises(QueryRefused) as info:
             db.query("SELECT SUM(SSN) FROM people", epsilon=1)
         assert str(info.value) == ("column 'SSN' exists in table people but is not in the policy; "
