@@ -19,7 +19,8 @@ from calibration import (
 )
 
 from . import execute, postprocess
-from .errors import InputError
+from .errors import EngineHalted, InputError
+from .gate import SchemaGate
 from .ledger import Charge, Ledger, LedgerBinding
 from .noise import Mechanism, build_mechanism, release
 from .parse import parse_select
@@ -56,7 +57,8 @@ class PrivateDatabase:
         self.analyst = _check_analyst(analyst)
         self.model = DependenceModel(policy.k, policy.eta)
         self._post = postprocess.connect()
-        self._bounded_tables: dict[str, bool] = {}
+        self._gate = execute.schema_gate(conn, policy)
+        self._bounded_tables: set[str] = set()
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
         self._post_checked: set[str] = set()
 
@@ -80,6 +82,7 @@ class PrivateDatabase:
         self.close()
 
     def close(self) -> None:
+        self._gate.close()
         self._post.close()
         self._conn.close()
         self.ledger.close()
@@ -93,9 +96,11 @@ class PrivateDatabase:
         return build_report(self.ledger.path, policy=self.policy, analyst=analyst)
 
     def explain(self, sql: str, epsilon: float, mode: str | None = None) -> Explanation:
-        """The plan, rewritten SQL, sensitivities, epsilon_dp and expected error; spends nothing."""
+        """The plan, rewritten SQL, sensitivities, epsilon_dp and expected error; spends nothing.
+
+        Reads no data: the SQL was bound on the schema-only gate, so every word of the
+        explanation is a function of the query text, the policy and the ledger."""
         prepared = self._prepare(sql, epsilon, mode)
-        execute.check_binds(self._conn, prepared.sql)
         plan, cal = prepared.plan, prepared.calibration
         spent = self.ledger.spent_dp()
         return Explanation(
@@ -118,7 +123,11 @@ class PrivateDatabase:
         analyst = self.analyst if analyst is None else _check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode)
         plan, cal = prepared.plan, prepared.calibration
-        exact = execute.run(self._conn, prepared.sql, len(plan.group_by))
+        try:
+            self._bound(plan)
+            exact = execute.run(self._conn, prepared.sql, len(plan.group_by))
+        except execute.DataFailure as failure:
+            self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
         infos = _aggregate_infos(plan, prepared.mechanisms)
         charge = Charge(analyst, sql, cal.epsilon, cal.epsilon_dp, cal.mode, self.policy.k,
                         self.policy.eta, tuple(_ledger_entry(a) for a in infos))
@@ -142,6 +151,8 @@ class PrivateDatabase:
 
     def _prepare(self, sql: str, epsilon: float, mode: str | None) -> _Prepared:
         """Validate and plan; everything here is independent of the data's values."""
+        if self.ledger.halted() is not None:
+            raise EngineHalted(_HALTED)
         epsilon = _check_epsilon(epsilon)
         mode = self.policy.mode if mode is None else mode
         if mode not in MODES:
@@ -158,25 +169,39 @@ class PrivateDatabase:
         return _Prepared(plan, cal, mechanisms, rewritten, post_sql)
 
     def _plan(self, sql: str) -> tuple[QueryPlan, str, str]:
-        """Plan, rewritten SQL and post-processing SQL of a query text. They depend only on the
-        text and the policy, so repeated texts reuse them, like a prepared statement."""
+        """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate.
+        They depend only on the text and the policy, so repeated texts reuse them, like a
+        prepared statement."""
         cached = self._plans.get(sql)
         if cached is None:
             plan = build_plan(parse_select(sql), self.policy, sql)
-            cached = (plan, rewrite(plan, self._bounded(plan)), postprocess.query_sql(plan))
+            rewritten, post_sql = rewrite(plan), postprocess.query_sql(plan)
+            self._gate.check(rewritten)
+            post_gate = SchemaGate({("noisy",): postprocess.noisy_columns(plan)})
+            try:
+                post_gate.check(post_sql)
+            finally:
+                post_gate.close()
+            cached = (plan, rewritten, post_sql)
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[sql] = cached
         return cached
 
-    def _bounded(self, plan: QueryPlan) -> bool:
-        """Whether queries on the plan's table read its bounded copy, made on first use: the
-        data is read-only, so the copy stays valid for the connection."""
-        name = plan.table.name
-        if name not in self._bounded_tables:
-            self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,
-                                                             self.ledger.hash_key)
-        return self._bounded_tables[name]
+    def _bound(self, plan: QueryPlan) -> None:
+        """Make the bounded copy of the plan's table on its first query (never for explain):
+        the data is read-only, so the copy stays valid for the connection."""
+        table = plan.table
+        if table.privacy_unit is not None and table.name not in self._bounded_tables:
+            execute.bound_units(self._conn, table, self.ledger.hash_key)
+            self._bounded_tables.add(table.name)
+
+    def _halt(self, reason: str) -> None:
+        """SQL that passed the gate failed on the data: record it durably and refuse this and
+        every later query. Never a per-query refusal, which would answer a data-dependent
+        question for free; the one bit a halt reveals is revealed once, and the owner sees it."""
+        self.ledger.halt(reason)
+        raise EngineHalted(_HALTED)
 
     def _check_post_processing(self, plan: QueryPlan, post_sql: str,
                                mechanisms: dict[str, Mechanism]) -> None:
@@ -212,6 +237,11 @@ class PrivateDatabase:
             f"spent {status.spent_ip:.4g}, remaining {status.remaining:.4g} "
             f"(epsilon_dp {status.remaining_dp:.4g}); nothing was charged"
         )
+
+
+_HALTED = ("internal error: a query that passed every check failed on the data, so this database "
+           "is halted and refuses every query until its owner has inspected it (the ledger "
+           "records why); nothing was charged")
 
 
 def _all_keys(plan: QueryPlan) -> list[tuple]:

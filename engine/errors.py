@@ -32,3 +32,10 @@ class BudgetExhausted(DpsqlError):
     """The query would take the transcript past the policy's budget (exit code 3)."""
 
     exit_code = 3
+
+
+class EngineHalted(DpsqlError):
+    """A query that passed every check failed on the data: the database refuses all further
+    queries until its owner has inspected it (exit code 4). Nothing was charged."""
+
+    exit_code = 4

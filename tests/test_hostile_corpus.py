@@ -42,22 +42,17 @@ def shared(people_db, tmp_path_factory):
 def duckdb_spy(monkeypatch) -> list[str]:
     """Record every attempt to run analyst-derived SQL on the data connection."""
     calls: list[str] = []
-    real_run, real_binds, real_bound = execute.run, execute.check_binds, execute.bound_units
+    real_run, real_bound = execute.run, execute.bound_units
 
     def run(conn, sql, n_keys):
         calls.append(f"run: {sql}")
         return real_run(conn, sql, n_keys)
-
-    def check_binds(conn, sql):
-        calls.append(f"explain: {sql}")
-        return real_binds(conn, sql)
 
     def bound_units(conn, table, key):
         calls.append(f"bound: {table.name}")
         return real_bound(conn, table, key)
 
     monkeypatch.setattr(execute, "run", run)
-    monkeypatch.setattr(execute, "check_binds", check_binds)
     monkeypatch.setattr(execute, "bound_units", bound_units)
     return calls
 
