@@ -146,10 +146,30 @@ def _expression_problem(node: dict) -> str | None:
 def _cast_problem(node: dict) -> str | None:
     if node.get("function_data", {}).get("try_cast"):
         return None
-    source, target = _type(_children(node)[0]), _type(node)
-    if total_cast(source, target):
+    operand = _children(node)[0]
+    source, target = _type(operand), _type(node)
+    if total_cast(source, target) or _constant_fits(operand, target):
         return None
     return f"cast from {_type_name(source)} to {_type_name(target)}"
+
+
+def _constant_fits(operand: dict, target: dict) -> bool:
+    """Whether `operand` is an integer constant that the target type holds exactly (DuckDB
+    casts a literal to a narrow column's type, e.g. 3 to TINYINT in `age > 3`)."""
+    if operand.get("expression_class") != "BOUND_CONSTANT":
+        return False
+    kind, value = _type(operand)["id"], operand["value"].get("value")
+    if (kind not in _SIGNED and kind not in _UNSIGNED) or isinstance(value, bool) \
+            or not isinstance(value, int):
+        return False
+    t = target["id"]
+    if t in _SIGNED:
+        return -(2 ** (_SIGNED[t] - 1)) <= value < 2 ** (_SIGNED[t] - 1)
+    if t in _UNSIGNED:
+        return 0 <= value < 2 ** _UNSIGNED[t]
+    if t == "DECIMAL":
+        return abs(value) < 10 ** (_width(target) - _scale(target))
+    return False
 
 
 def total_cast(source: dict, target: dict) -> bool:

@@ -23,6 +23,7 @@ from engine.gate import SchemaGate, total_cast
 from engine.parse import parse_select
 from engine.plan import build_plan
 from engine.policy import parse_policy
+from engine.rewrite import rewrite
 from tests.support import BASE_POLICY, write_policy
 
 SCHEMA = ("person_id BIGINT, state VARCHAR, age INTEGER, income DOUBLE, sick BOOLEAN, "
@@ -331,3 +332,24 @@ def test_rows_with_a_null_unit_are_each_counted(tmp_path):
                        epsilon=1e6)
     assert res.df["n"].iloc[0] == 271
     assert res.df["u"].iloc[0] == 261
+
+
+@pytest.mark.parametrize("age_type", ["TINYINT", "SMALLINT", "BIGINT", "UTINYINT", "UBIGINT",
+                                      "HUGEINT"])
+@pytest.mark.parametrize("income_type", ["FLOAT", "DECIMAL(18,3)", "INTEGER"])
+def test_gate_accepts_ordinary_queries_over_every_column_type(age_type, income_type):
+    """DuckDB casts literals to a narrow column's type (3 to TINYINT in `age > 3`): the gate
+    accepts a constant the type holds, so ordinary queries run whatever the data's types."""
+    columns = [("person_id", "BIGINT"), ("age", age_type), ("income", income_type),
+               ("note", "VARCHAR"), ("sick", "BOOLEAN"), ("state", "VARCHAR")]
+    gate = SchemaGate({("people",): columns, ("dpsql_bounded", "main", "people"): columns})
+    policy = parse_policy(BASE_POLICY)
+    for sql in ["SELECT COUNT(*), SUM(age), AVG(income), COUNT(DISTINCT person_id) FROM people "
+                "WHERE age > 3 AND age < 300 AND income < 2.5 AND age IN (1, 2) AND sick",
+                "SELECT state, sick, SUM(age), SUM(income) FROM people WHERE age BETWEEN 1 AND "
+                "1e15 AND LEAST(age, 5) = 3 AND COALESCE(income, 1) > 0 GROUP BY state, sick"]:
+        gate.check(rewrite(build_plan(parse_select(sql), policy, sql)))
+    if age_type == "TINYINT":
+        with pytest.raises(QueryRefused, match="cast from INTEGER to TINYINT"):
+            gate.check("SELECT COUNT(*) FROM people WHERE "
+                       "(CASE WHEN age = 37 THEN CAST(300 AS TINYINT) END) = 1")
