@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from calibration import (
 )
 
 from . import execute, postprocess
-from .errors import EngineHalted, InputError
+from .errors import EngineHalted, InputError, LedgerError
 from .gate import SchemaGate
 from .ledger import Charge, Ledger, LedgerBinding
 from .noise import Mechanism, build_mechanism, release
@@ -59,6 +60,7 @@ class PrivateDatabase:
         self._post = postprocess.connect()
         self._gate = execute.schema_gate(conn, policy)
         self._bounded_tables: set[str] = set()
+        self._halted = False
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
         self._post_checked: set[str] = set()
 
@@ -151,7 +153,7 @@ class PrivateDatabase:
 
     def _prepare(self, sql: str, epsilon: float, mode: str | None) -> _Prepared:
         """Validate and plan; everything here is independent of the data's values."""
-        if self.ledger.halted() is not None:
+        if self._halted or self.ledger.halted() is not None:
             raise EngineHalted(_HALTED)
         epsilon = _check_epsilon(epsilon)
         mode = self.policy.mode if mode is None else mode
@@ -199,8 +201,11 @@ class PrivateDatabase:
     def _halt(self, reason: str) -> None:
         """SQL that passed the gate failed on the data: record it durably and refuse this and
         every later query. Never a per-query refusal, which would answer a data-dependent
-        question for free; the one bit a halt reveals is revealed once, and the owner sees it."""
-        self.ledger.halt(reason)
+        question for free; the one bit a halt reveals is revealed once, and the owner sees it.
+        The output is the same even if the ledger cannot record it (this process stays halted)."""
+        self._halted = True
+        with contextlib.suppress(LedgerError):
+            self.ledger.halt(reason)
         raise EngineHalted(_HALTED)
 
     def _check_post_processing(self, plan: QueryPlan, post_sql: str,

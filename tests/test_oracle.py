@@ -353,3 +353,21 @@ def test_gate_accepts_ordinary_queries_over_every_column_type(age_type, income_t
         with pytest.raises(QueryRefused, match="cast from INTEGER to TINYINT"):
             gate.check("SELECT COUNT(*) FROM people WHERE "
                        "(CASE WHEN age = 37 THEN CAST(300 AS TINYINT) END) = 1")
+
+
+def test_gate_stops_a_fallible_query_that_got_past_the_planner(setup, monkeypatch):
+    """As if the type rules and the rewriter had a gap: the SQL handed to the data is the IS
+    TRUE oracle itself. The gate refuses it before the data is touched, and nothing is charged."""
+    from engine import database
+
+    oracle = ('SELECT COUNT(*) AS "__m0" FROM dpsql_bounded.main."people" WHERE '
+              "(CASE WHEN age = 37 THEN 'x' ELSE 'true' END) IS TRUE")
+    monkeypatch.setattr(database, "rewrite", lambda plan: oracle)
+    touched = []
+    monkeypatch.setattr(execute, "run", lambda *a: touched.append("run"))
+    monkeypatch.setattr(execute, "bound_units", lambda *a: touched.append("bound"))
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        for call in (db.query, db.explain):
+            with pytest.raises(QueryRefused, match="cast from VARCHAR to BOOLEAN"):
+                call("SELECT COUNT(*) FROM people", epsilon=1.0)
+    assert touched == [] and _charges(setup.ledger) == 0
