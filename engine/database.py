@@ -34,6 +34,7 @@ from .sensitivity import sensitivity
 
 DEFAULT_ANALYST = "analyst"
 PLAN_CACHE_SIZE = 256
+POST_GATES = 16
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class PrivateDatabase:
         self.model = DependenceModel(policy.k, policy.eta)
         self._post = postprocess.connect()
         self._gate = execute.schema_gate(conn, policy)
+        self._post_gates: dict[tuple[tuple[str, str], ...], SchemaGate] = {}
         self._bounded_tables: set[str] = set()
         self._halted = False
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
@@ -84,6 +86,8 @@ class PrivateDatabase:
         self.close()
 
     def close(self) -> None:
+        for gate in self._post_gates.values():
+            gate.close()
         self._gate.close()
         self._post.close()
         self._conn.close()
@@ -179,16 +183,24 @@ class PrivateDatabase:
             plan = build_plan(parse_select(sql), self.policy, sql)
             rewritten, post_sql = rewrite(plan), postprocess.query_sql(plan)
             self._gate.check(rewritten)
-            post_gate = SchemaGate({("noisy",): postprocess.noisy_columns(plan)})
-            try:
-                post_gate.check(post_sql)
-            finally:
-                post_gate.close()
+            self._post_gate(plan).check(post_sql)
             cached = (plan, rewritten, post_sql)
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[sql] = cached
         return cached
+
+    def _post_gate(self, plan: QueryPlan) -> SchemaGate:
+        """The gate for post-processing SQL over the plan's table of noisy values, one per
+        distinct table schema (a few recent ones are kept open)."""
+        columns = tuple(postprocess.noisy_columns(plan))
+        gate = self._post_gates.pop(columns, None)
+        if gate is None:
+            gate = SchemaGate({("noisy",): list(columns)})
+            if len(self._post_gates) >= POST_GATES:
+                self._post_gates.pop(next(iter(self._post_gates))).close()
+        self._post_gates[columns] = gate
+        return gate
 
     def _bound(self, plan: QueryPlan) -> None:
         """Make the bounded copy of the plan's table on its first query (never for explain):
