@@ -7,9 +7,9 @@ if __name__ == "engine":  # imported from a checkout by the folder's own name
 
 from .database import PrivateDatabase
 from .errors import (
-    AnswerFailed,
     BudgetExhausted,
     DpsqlError,
+    EngineHalted,
     InputError,
     LedgerError,
     PolicyError,
@@ -23,10 +23,10 @@ from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, Quer
 
 __all__ = [
     "AggregateInfo",
-    "AnswerFailed",
     "BudgetExhausted",
     "BudgetStatus",
     "DpsqlError",
+    "EngineHalted",
     "Explanation",
     "HistoryEntry",
     "InputError",

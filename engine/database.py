@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn
 
 import duckdb
 
@@ -17,7 +19,8 @@ from ..calibration import (
 )
 from . import execute, postprocess
 from .accounting import Accountant, inverse
-from .errors import AnswerFailed, BudgetExhausted, InputError
+from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
+from .gate import SchemaGate
 from .ledger import Charge, Ledger, LedgerBinding
 from .noise import Mechanism, build_mechanism, release
 from .parse import parse_select
@@ -30,6 +33,7 @@ from .sensitivity import sensitivity
 
 DEFAULT_ANALYST = "analyst"
 PLAN_CACHE_SIZE = 256
+POST_GATES = 16
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,10 @@ class PrivateDatabase:
         self.model = DependenceModel(policy.k, policy.eta)
         self.accountant = Accountant(policy.budget_epsilon, self.model, policy.mode)
         self._post = postprocess.connect()
-        self._bounded_tables: dict[str, bool] = {}
+        self._gate = execute.schema_gate(conn, policy)
+        self._post_gates: dict[tuple[tuple[str, str], ...], SchemaGate] = {}
+        self._bounded_tables: set[str] = set()
+        self._halted = False
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
         self._post_checked: set[str] = set()
         self._data_columns = execute.data_columns(conn, policy)
@@ -85,6 +92,9 @@ class PrivateDatabase:
         self.close()
 
     def close(self) -> None:
+        for gate in self._post_gates.values():
+            gate.close()
+        self._gate.close()
         self._post.close()
         self._conn.close()
         self.ledger.close()
@@ -113,9 +123,11 @@ class PrivateDatabase:
                 cost: float | None = None) -> Explanation:
         """The plan, rewritten SQL, sensitivities, epsilon_dp, cost and expected error; spends
         nothing. Asked by cost, epsilon_dp is the one today's spending gives (a later charge
-        recomputes it against the spending it reads)."""
+        recomputes it against the spending it reads).
+
+        Reads no data: the SQL was bound on the schema-only gate, so every word of the
+        explanation is a function of the query text, the policy and the ledger."""
         prepared = self._prepare(sql, epsilon, mode, cost)
-        execute.check_binds(self._conn, prepared.sql)
         plan = prepared.plan
         spent, stored = self.ledger.state()
         accountants = self._accountants(stored)
@@ -146,7 +158,11 @@ class PrivateDatabase:
         analyst = self.analyst if analyst is None else _check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
-        exact = execute.run(self._conn, prepared.sql, len(plan.group_by))
+        try:
+            self._bound(plan)
+            exact = execute.run(self._conn, prepared.sql, len(plan.group_by))
+        except execute.DataFailure as failure:
+            self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
 
         def settle(spent: float, stored: LedgerBinding) -> tuple[Charge, QueryResult]:
             accountants = self._accountants(stored)
@@ -170,21 +186,23 @@ class PrivateDatabase:
                     level_before=before, level_after=after, cost=after - before,
                 )
                 stored_answer = result.to_dict()
-            except Exception:
-                raise AnswerFailed(
-                    "the answer could not be completed after its noise was drawn (post-processing "
-                    "failed); nothing was charged or released"
-                ) from None
+            except Exception as exc:
+                raise _PostProcessingFailed from exc
             charge = Charge(analyst, sql, cal.epsilon, cal.epsilon_dp, cal.mode, self.policy.k,
                             self.policy.eta, tuple(_ledger_entry(a) for a in infos), stored_answer)
             return charge, result
 
-        ident, result = self.ledger.charge(settle)
+        try:
+            ident, result = self.ledger.charge(settle)
+        except _PostProcessingFailed:
+            self._halt(f"post-processing failed on noisy values (analyst {analyst!r}, query {sql!r})")
         return replace(result, id=ident)
 
     def _prepare(self, sql: str, epsilon: float | None, mode: str | None,
                  cost: float | None = None) -> _Prepared:
         """Validate and plan; everything here is independent of the data's values."""
+        if self._halted or self.ledger.halted() is not None:
+            raise EngineHalted(_HALTED)
         if (epsilon is None) == (cost is None):
             raise InputError("ask either an epsilon or a cost (how much the transcript level may "
                              f"rise), exactly one of them; got epsilon={epsilon!r}, cost={cost!r}")
@@ -280,26 +298,52 @@ class PrivateDatabase:
             asked=asked, cost=cost, largest_epsilon=largest)
 
     def _plan(self, sql: str) -> tuple[QueryPlan, str, str]:
-        """Plan, rewritten SQL and post-processing SQL of a query text. They depend only on the
-        text and the policy, so repeated texts reuse them, like a prepared statement."""
+        """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate.
+        They depend only on the text and the policy, so repeated texts reuse them, like a
+        prepared statement."""
         cached = self._plans.get(sql)
         if cached is None:
             plan = build_plan(parse_select(sql), self.policy, sql, self._data_columns)
             execute.check_size(plan, self.policy.limits)
-            cached = (plan, rewrite(plan, self._bounded(plan)), postprocess.query_sql(plan))
+            rewritten, post_sql = rewrite(plan), postprocess.query_sql(plan)
+            self._gate.check(rewritten)
+            self._post_gate(plan).check(post_sql)
+            cached = (plan, rewritten, post_sql)
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[sql] = cached
         return cached
 
-    def _bounded(self, plan: QueryPlan) -> bool:
-        """Whether queries on the plan's table read its bounded copy, made on first use: the
-        data is read-only, so the copy stays valid for the connection."""
-        name = plan.table.name
-        if name not in self._bounded_tables:
-            self._bounded_tables[name] = execute.bound_units(self._conn, plan.table,
-                                                             self.ledger.hash_key)
-        return self._bounded_tables[name]
+    def _post_gate(self, plan: QueryPlan) -> SchemaGate:
+        """The gate for post-processing SQL over the plan's table of noisy values, one per
+        distinct table schema (a few recent ones are kept open)."""
+        columns = tuple(postprocess.noisy_columns(plan))
+        gate = self._post_gates.pop(columns, None)
+        if gate is None:
+            gate = SchemaGate({("noisy",): list(columns)})
+            if len(self._post_gates) >= POST_GATES:
+                self._post_gates.pop(next(iter(self._post_gates))).close()
+        self._post_gates[columns] = gate
+        return gate
+
+    def _bound(self, plan: QueryPlan) -> None:
+        """Make the bounded copy of the plan's table on its first query (never for explain):
+        the data is read-only, so the copy stays valid for the connection."""
+        table = plan.table
+        if table.privacy_unit is not None and table.name not in self._bounded_tables:
+            execute.bound_units(self._conn, table, self.ledger.hash_key)
+            self._bounded_tables.add(table.name)
+
+    def _halt(self, reason: str) -> NoReturn:
+        """SQL that passed the gate failed on the data, or post-processing failed on noisy
+        values: record it durably and refuse this and every later query. Never a per-query
+        refusal, which would answer a data-dependent question for free; the one bit a halt
+        reveals is revealed once, and the owner sees it. The output is the same even if the
+        ledger cannot record it (this process stays halted)."""
+        self._halted = True
+        with contextlib.suppress(LedgerError):
+            self.ledger.halt(reason)
+        raise EngineHalted(_HALTED)
 
     def _check_post_processing(self, plan: QueryPlan, post_sql: str,
                                mechanisms: dict[str, Mechanism]) -> None:
@@ -329,6 +373,16 @@ class PrivateDatabase:
             largest_epsilon=min(a.largest_epsilon(spent) for a in accountants),
             mode=self.policy.mode,
         )
+
+
+_HALTED = ("internal error: a query that passed every check failed on the data, so this database "
+           "is halted and refuses every query until its owner has inspected it (the ledger "
+           "records why); nothing was charged")
+
+
+class _PostProcessingFailed(Exception):
+    """Post-processing failed on noisy values inside the charge: the charge rolls back and the
+    database halts (internal; never shown)."""
 
 
 def binding_of(policy: Policy) -> LedgerBinding:

@@ -55,11 +55,6 @@ class BudgetExhausted(DpsqlError, RuntimeError):
         super().__init__(message, asked=asked, cost=cost, largest_epsilon=largest_epsilon)
 
 
-class AnswerFailed(DpsqlError, RuntimeError):
-    """The answer could not be completed after its noise was drawn; nothing was charged or
-    released. Its message is fixed: it never carries a noisy value."""
-
-
 class QueryTooLarge(QueryRefused):
     """The query would release more noisy values than the policy's limits.max_noisy_values."""
 
@@ -73,3 +68,9 @@ class ResourceLimitExceeded(DpsqlError):
 
     def __init__(self, message: str, limit: str, value: float) -> None:
         super().__init__(message, limit=limit, value=value)
+
+class EngineHalted(DpsqlError, RuntimeError):
+    """A query that passed every check failed on the data: the database refuses all further
+    queries until its owner has inspected it (exit code 4). Nothing was charged."""
+
+    exit_code = 4

@@ -18,9 +18,10 @@ from pathlib import Path
 import duckdb
 
 from .errors import InputError, PolicyError, QueryTooLarge, ResourceLimitExceeded
+from .gate import SchemaGate
 from .plan import QueryPlan
 from .policy import Limits, Policy, TableSpec
-from .rewrite import BOUNDED_CATALOG, bounded_table_sql, heavy_units_sql
+from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path, bounded_table_sql
 
 _LOCKED = {
     "enable_external_access": False,
@@ -220,6 +221,11 @@ def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     ).fetchall())
 
 
+class DataFailure(Exception):
+    """SQL that passed the gate failed on the data. Internal: the message is never shown,
+    because it could quote data values and its occurrence depends on the data."""
+
+
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
     """Run the rewritten query; the first `n_keys` columns are group keys."""
     try:
@@ -231,36 +237,20 @@ def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
         cancelled = cancellation(conn, exc)
         if cancelled is not None:
             raise cancelled from None
-        check_binds(conn, sql)
-        # It binds, so it failed on the data: the message could quote values, so it is never shown.
-        raise InputError("the query failed while running on the data; nothing was charged") \
-            from None
+        raise DataFailure("the query failed while running on the data") from None
     keys = [tuple(row[:n_keys]) for row in rows]
     values = {name: [row[i] for row in rows] for i, name in enumerate(names) if i >= n_keys}
     return ExactAnswer(keys, values)
 
 
-def check_binds(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Bind `sql` without running it; a failure here cannot depend on data values."""
-    try:
-        conn.execute("EXPLAIN " + sql)
-    except duckdb.Error as exc:
-        raise InputError(f"the query cannot be run: {str(exc).splitlines()[0]}; nothing was charged") \
-            from None
-
-
-def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str) -> bool:
+def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str) -> None:
     """Make, once per connection, the bounded copy of `table` that queries then read.
 
-    The copy (unit and policy columns of each unit's kept rows) goes into an in-memory catalog
-    that DuckDB compresses on checkpoint, so it costs less memory than the rows it holds and
-    scans as fast as the table itself. Returns False when the table has no privacy unit or no
-    unit exceeds the limit: queries then read the table as it is."""
-    if table.privacy_unit is None:
-        return False
+    The copy (unit and policy columns of each unit's kept rows) is made whether or not any
+    unit is over the bound, so that nothing observable says whether one is. It goes into an
+    in-memory catalog that DuckDB compresses on checkpoint, so it costs less memory than the
+    rows it holds and scans as fast as the table itself."""
     try:
-        if conn.execute(heavy_units_sql(table)).fetchone()[0] == 0:
-            return False
         attached = conn.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
                                 [BOUNDED_CATALOG]).fetchone()[0]
         if not attached:
@@ -268,6 +258,22 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
         conn.execute(bounded_table_sql(table, hash_key))
         conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error as exc:
-        raise cancellation(conn, exc) or InputError(
-            "bounding rows per privacy unit failed on the data; nothing was charged") from None
-    return True
+        cancelled = cancellation(conn, exc)
+        if cancelled is not None:
+            raise cancelled from None
+        raise DataFailure("bounding rows per privacy unit failed on the data") from None
+
+
+def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
+    """The gate for this data: each policy table and its bounded copy, EMPTY, with the data's
+    column types (the privacy unit and the policy's columns, which are all a query may read)."""
+    tables: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for name, table in policy.tables.items():
+        types = _columns(conn, name)
+        if table.privacy_unit is None:
+            tables[(name,)] = [(col, types[col]) for col in sorted(table.columns)]
+            continue
+        columns = [(col, types[col]) for col in bounded_columns(table)]
+        tables[(name,)] = columns
+        tables[bounded_table_path(table)] = columns
+    return SchemaGate(tables)

@@ -355,6 +355,21 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
+    def halt(self, reason: str) -> None:
+        """Record durably that the engine halted on this ledger's data (kept if already set).
+
+        A halted ledger refuses every further query until the owner removes the record."""
+        try:
+            self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('halted', ?)",
+                               [f"{_now()} {reason}"])
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+
+    def halted(self) -> str | None:
+        """When and why the engine halted on this ledger, or None."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'halted'").fetchone()
+        return None if row is None else row[0]
+
     def close(self) -> None:
         self._conn.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -134,6 +135,13 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
     for key in ("sample", "pivots", "joins", "laterals", "hints", "version", "when", "changes"):
         if table.args.get(key):
             raise QueryRefused(f"{key.upper()} on the table refused: not supported")
+    _check_args(table, "FROM")
+    alias = table.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        raise QueryRefused(f"column aliases in FROM {table.name} AS {alias.sql(dialect='duckdb')} "
+                           "refused: not supported; use the table's own column names")
+    if alias is not None:
+        _check_args(alias, "FROM")
     name = table.name.lower()
     spec = policy.tables.get(name)
     if spec is None:
@@ -219,8 +227,12 @@ def _bind_order(select: exp.Select, post: _PostScope, aliases: dict[str, OutputC
     order = select.args.get("order")
     if order is None:
         return ()
+    _check_args(order, "ORDER BY")
     items = []
     for ordered in order.expressions:
+        if not isinstance(ordered, exp.Ordered):
+            raise QueryRefused(f"ORDER BY {_short(ordered)} refused: not supported")
+        _check_args(ordered, "ORDER BY")
         key = ordered.this
         if isinstance(key, exp.Literal) and not key.is_string:
             position = _int_literal(key, "ORDER BY position")
@@ -237,6 +249,17 @@ def _bind_order(select: exp.Select, post: _PostScope, aliases: dict[str, OutputC
 def _bind_count(clause: exp.Expression | None, what: str) -> int | None:
     if clause is None:
         return None
+    if isinstance(clause, exp.Fetch):
+        raise QueryRefused("FETCH refused: not supported; write LIMIT n instead")
+    if isinstance(clause, exp.Limit):
+        options = clause.args.get("limit_options")
+        if options is not None and options.args.get("percent"):
+            raise QueryRefused(f"{what} with a percentage refused: not supported; write "
+                               "LIMIT n with a whole number of rows")
+        if options is not None and options.args.get("with_ties"):
+            raise QueryRefused(f"{what} ... WITH TIES refused: not supported; write LIMIT n")
+    if isinstance(clause, (exp.Limit, exp.Offset)):
+        _check_args(clause, what)
     value = clause.expression if isinstance(clause, (exp.Limit, exp.Offset)) else clause
     if not isinstance(value, exp.Literal) or value.is_string:
         raise QueryRefused(f"{what} refused: expected a whole number literal")
@@ -522,6 +545,7 @@ def _type_of(node: exp.Expression, where: str, leaf, recurse, shallow: bool = Fa
     """Type-check one whitelisted scalar construct; children are typed by `recurse`.
 
     With `shallow`, only the construct itself is checked (children are checked elsewhere)."""
+    _check_args(node, where)
     leaf_type = leaf(node, where)
     if leaf_type is not None:
         return leaf_type
@@ -566,9 +590,13 @@ def _type_of(node: exp.Expression, where: str, leaf, recurse, shallow: bool = Fa
         _common([child(node.this), child(node.args["low"]), child(node.args["high"])], node)
         return "bool"
     if isinstance(node, exp.Is):
-        child(node.this)
+        operand = child(node.this)
         if not isinstance(node.expression, (exp.Null, exp.Boolean)):
             raise QueryRefused("IS is supported only as IS [NOT] NULL, TRUE or FALSE")
+        if isinstance(node.expression, exp.Boolean) and operand not in ("bool", "null"):
+            # DuckDB would cast the operand to BOOLEAN, which fails on some values.
+            raise QueryRefused(f"IS {node.expression.sql()} on a {operand} value refused in "
+                               f"{_short(node)}: it applies to conditions (bool) only")
         return "bool"
     if isinstance(node, (exp.Like, exp.ILike)):
         if node.args.get("escape"):
@@ -623,26 +651,83 @@ def _type_of(node: exp.Expression, where: str, leaf, recurse, shallow: bool = Fa
             )
         operand = child(node.this)
         if target in ("int", "float") and operand == "str":
-            _check_cast_constant(node.this)
+            _check_text_to_number(node.this)
         return target
     _check_known(node, where)
     raise QueryRefused(f"{_construct_name(node)} refused in {where}")
 
 
-def _check_cast_constant(operand: exp.Expression) -> None:
-    """Text cast to a number may not smuggle in NaN, infinity or a huge value: a string literal
-    must read as a number within the literal bounds, and other constant text is refused."""
+_PLAIN_NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def _check_text_to_number(operand: exp.Expression) -> None:
+    """Text cast to a number may not smuggle in NaN, infinity or a huge value: it is allowed
+    on a column (data, not the analyst's constant) or on a string literal that is a plain
+    decimal number within the literal bounds. DuckDB also reads hexadecimal, 'inf', 'nan' and
+    underscores, and an expression (CASE, COALESCE, ...) can yield any literal text, so every
+    other operand is refused."""
+    while isinstance(operand, exp.Paren):
+        operand = operand.this
+    if isinstance(operand, exp.Column):
+        return
     if isinstance(operand, exp.Literal) and operand.is_string:
-        try:
-            value = float(operand.this)
-        except ValueError:
-            return  # TRY_CAST gives NULL for text that is not a number
-        if not math.isfinite(value) or abs(value) > MAX_LITERAL:
-            raise QueryRefused(f"CAST of {operand.sql()} to a number refused: NaN, infinity and "
-                               f"magnitudes above {MAX_LITERAL:.0e} are not accepted")
-    elif operand.find(exp.Column) is None:
-        raise QueryRefused(f"CAST of the constant {_short(operand)} to a number refused: "
-                           "write the number as a literal")
+        if _PLAIN_NUMBER.fullmatch(operand.this) is None:
+            raise QueryRefused(f"CAST of {_short(operand)} to a number refused: text literals "
+                               "cast to numbers must be plain decimal numbers; write the number "
+                               "as a literal")
+        if abs(float(operand.this)) > MAX_LITERAL:
+            raise QueryRefused(f"CAST of {_short(operand)} to a number refused: magnitudes "
+                               f"above {MAX_LITERAL:.0e} are not accepted")
+        return
+    raise QueryRefused(f"CAST of the text expression {_short(operand)} to a number refused: "
+                       "cast a text column or a plain numeric literal instead")
+
+
+_BINARY = frozenset({"this", "expression"})
+_ONE_ARG = frozenset({"this"})
+_ALLOWED_ARGS: dict[type, frozenset[str]] = {
+    exp.Column: frozenset({"this", "table", "db", "catalog"}),
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.In: frozenset({"this", "expressions", "query", "unnest", "field"}),
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.Is: _BINARY, exp.Like: _BINARY | {"negate", "escape"},
+    exp.ILike: _BINARY | {"negate", "escape"},
+    exp.Floor: frozenset({"this", "decimals", "to"}), exp.Ceil: frozenset({"this", "decimals", "to"}),
+    exp.Round: frozenset({"this", "decimals"}), exp.Length: _ONE_ARG,
+    exp.Trim: frozenset({"this", "expression", "position"}),
+    exp.Substring: frozenset({"this", "start", "length"}),
+    exp.Coalesce: frozenset({"this", "expressions", "is_nvl", "is_null"}),
+    exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
+    exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
+    exp.Case: frozenset({"this", "ifs", "default"}), exp.If: frozenset({"this", "true", "false"}),
+    exp.TryCast: frozenset({"this", "to", "safe"}), exp.Cast: frozenset({"this", "to"}),
+    exp.DataType: frozenset({"this", "expressions", "nested", "kind"}),
+    exp.Count: frozenset({"this", "expressions", "big_int"}),
+    exp.Sum: frozenset({"this", "expressions"}), exp.Avg: frozenset({"this", "expressions"}),
+    exp.Distinct: frozenset({"expressions"}),
+    exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
+    exp.Order: frozenset({"expressions"}),
+    exp.Limit: frozenset({"expression", "limit_options"}), exp.Offset: frozenset({"expression"}),
+    exp.Table: frozenset({"this", "alias", "db", "catalog"}),
+    exp.TableAlias: frozenset({"this", "columns"}),
+    **{kind: _ONE_ARG for kind in (exp.Paren, exp.Neg, exp.Not, exp.Abs, exp.Lower, exp.Upper,
+                                   exp.Boolean)},
+}
+
+
+def _check_args(node: exp.Expression, where: str) -> None:
+    """Refuse a construct carrying an option the engine would silently ignore (e.g. BETWEEN
+    SYMMETRIC, LENGTH of bytes): only options that are implemented exactly may be set.
+    Constructs outside the whitelist are left to `_check_known`, which names them."""
+    allowed = _ALLOWED_ARGS.get(type(node))
+    if allowed is None and isinstance(node, _ARITHMETIC + _COMPARISONS + (exp.And, exp.Or)):
+        allowed = _BINARY
+    if allowed is None:
+        return
+    extra = sorted(k for k, v in node.args.items() if k not in allowed and v not in (None, [], False))
+    if extra:
+        raise QueryRefused(f"{_short(node)} in {where} refused: the option {extra[0]!r} of "
+                           f"{node.key.upper()} is not supported")
 
 
 def _check_known(node: exp.Expression, where: str) -> None:

@@ -15,13 +15,25 @@ from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
 
 ALPHA = 0.05  # 1 - the intervals' coverage
+_DTYPES = {"BOOLEAN": "bool", "BIGINT": "int64", "DOUBLE": "float64", "VARCHAR": "object"}
+_KEY_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "str": "VARCHAR"}
+
+
+def noisy_columns(plan: QueryPlan) -> list[tuple[str, str]]:
+    """The table `noisy` that post-processing reads, as (column, DuckDB type): a function of
+    the plan alone, so the gate can bind the post-processing query before anything runs."""
+    columns = [(col.name, _KEY_TYPES[col.type]) for col in plan.group_by]
+    columns += [(m.name, "BIGINT" if m.integer else "DOUBLE") for m in plan.measurements]
+    return columns + [(f"{prefix}{j}", "DOUBLE") for j in range(len(plan.outputs))
+                      for prefix in ("__ci", "__cs")]
 
 
 def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
                 mechanisms: dict[str, Mechanism]) -> pd.DataFrame:
     """Group keys, noisy measurements, and each output's 95% half-widths per group: `__ci` for
     each cell alone, `__cs` for all groups at once (Bonferroni: each cell at ALPHA / groups),
-    which stays valid for rows chosen by their noisy values."""
+    which stays valid for rows chosen by their noisy values; with the types `noisy_columns`
+    promises."""
     frame = pd.DataFrame(keys, columns=[c.name for c in plan.group_by]) if plan.group_by \
         else pd.DataFrame(index=range(len(next(iter(noisy.values())))))
     for name, values in noisy.items():
@@ -30,7 +42,7 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     for j, out in enumerate(plan.outputs):
         frame[f"__ci{j}"] = _halfwidths(out, frame, mechanisms, ALPHA)
         frame[f"__cs{j}"] = _halfwidths(out, frame, mechanisms, ALPHA / groups)
-    return frame
+    return frame.astype({name: _DTYPES[kind] for name, kind in noisy_columns(plan)})
 
 
 def _halfwidths(out: OutputColumn, frame: pd.DataFrame, mechanisms: dict[str, Mechanism],

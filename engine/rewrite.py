@@ -1,8 +1,9 @@
 """Rewrite a QueryPlan into the one DuckDB query that computes its exact measurements.
 
-The query reads the rows per-unit bounding keeps (computed once per table, see
-`bounded_table_sql`), filters, clamps numeric columns to the policy bounds and joins the public
-domain so that every group appears, empty or not.
+The query reads the rows per-unit bounding keeps (the bounded copy of a table with a privacy
+unit, made once per table, see `bounded_table_sql`), filters, clamps numeric columns to the
+policy bounds and joins the public domain so that every group appears, empty or not. The SQL
+is a function of the query text and the policy only, never of the data.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from .plan import Measurement, QueryPlan
 from .policy import ColumnSpec, TableSpec
 
 
-def rewrite(plan: QueryPlan, bounded: bool) -> str:
+def rewrite(plan: QueryPlan) -> str:
     """Return DuckDB SQL yielding one row per group: group keys, then each measurement.
 
-    With `bounded`, the rows come from the bounded copy of the table (see
-    `bounded_table_sql`); without, from the table itself (no unit is over the bound)."""
-    source = _bounded_rows(plan, bounded)
+    A table with a privacy unit is always read through its bounded copy (see
+    `bounded_table_sql`), whether or not any unit is over the bound, so that the SQL, and
+    everything `explain` shows, cannot tell whether one is."""
+    source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
     aggregates = (_aggregate(m, plan.table.privacy_unit) for m in plan.measurements)
     aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
@@ -47,25 +49,32 @@ def rewrite(plan: QueryPlan, bounded: bool) -> str:
     return query.sql("duckdb")
 
 
-def heavy_units_sql(table: TableSpec) -> str:
-    """How many privacy units have more rows than the policy allows."""
-    return exp.select(exp.Count(this=exp.Star())).from_(_heavy_units(table).subquery("heavy")).sql("duckdb")
-
-
 BOUNDED_CATALOG = "dpsql_bounded"
 
 
-def bounded_table(table: TableSpec) -> exp.Table:
+def bounded_table_path(table: TableSpec) -> tuple[str, str, str]:
     """Where the bounded copy of `table` lives: a compressed in-memory catalog."""
-    return exp.Table(this=exp.to_identifier(table.name, quoted=True),
-                     db=exp.to_identifier("main"), catalog=exp.to_identifier(BOUNDED_CATALOG))
+    return (BOUNDED_CATALOG, "main", table.name)
+
+
+def bounded_table(table: TableSpec) -> exp.Table:
+    """The bounded copy of `table` as a table reference."""
+    catalog, schema, name = bounded_table_path(table)
+    return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(schema),
+                     catalog=exp.to_identifier(catalog))
+
+
+def bounded_columns(table: TableSpec) -> list[str]:
+    """The columns of the bounded copy: the privacy unit, then the policy's columns."""
+    return [table.privacy_unit] + sorted(table.columns)
 
 
 def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
     """Create `bounded_table(table)`: the unit and policy columns of the rows each privacy
     unit keeps under its bound.
 
-    Each unit keeps the `max_rows_per_unit` rows with the smallest keyed hash of their own
+    A row whose unit is NULL is a unit of its own (one row, within any bound), so it is always
+    kept. Each other unit keeps the `max_rows_per_unit` rows with the smallest keyed hash of their own
     content (the unit and every column the policy lists), ties broken by rowid. The choice
     depends only on the unit's own rows, never on other units' rows or on row positions, so
     changing one unit cannot change what another contributes; rows that tie on the hash are
@@ -74,7 +83,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
     sorts just their rows.
     """
     unit = exp.column(table.privacy_unit, "t", quoted=True)
-    content = [unit.copy()] + [exp.column(name, "t", quoted=True) for name in sorted(table.columns)]
+    content = [exp.column(name, "t", quoted=True) for name in bounded_columns(table)]
     row_id = exp.column("rowid", "t")
     rank = exp.Window(
         this=exp.RowNumber(),
@@ -84,7 +93,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
             exp.Ordered(this=row_id.copy()),
         ]),
     )
-    on = exp.NullSafeEQ(this=unit.copy(), expression=exp.column(table.privacy_unit, "heavy", quoted=True))
+    on = exp.EQ(this=unit.copy(), expression=exp.column(table.privacy_unit, "heavy", quoted=True))
     ranked = (
         exp.select(exp.alias_(row_id.copy(), "rid"), exp.alias_(rank, "rank"))
         .from_(exp.to_table(table.name, quoted=True).as_("t"))
@@ -102,16 +111,19 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
 
 
 def _heavy_units(table: TableSpec) -> exp.Select:
+    """The (non-NULL) units with more rows than the bound."""
     unit = exp.column(table.privacy_unit, quoted=True)
     return (
-        exp.select(unit).from_(exp.to_table(table.name, quoted=True)).group_by(unit.copy())
+        exp.select(unit).from_(exp.to_table(table.name, quoted=True))
+        .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+        .group_by(unit.copy())
         .having(exp.GT(this=exp.Count(this=exp.Star()),
                        expression=exp.Literal.number(table.max_rows_per_unit)))
     )
 
 
-def _bounded_rows(plan: QueryPlan, bounded: bool) -> exp.Select:
-    """Filtered rows of the table, or of its bounded copy when some unit is over the bound.
+def _bounded_rows(plan: QueryPlan) -> exp.Select:
+    """Filtered rows of the bounded copy (or of the table, when each row is an individual).
 
     Rows whose group key is outside the public domain form groups that the domain join
     leaves out; bounding happened before, on the whole table, so they cannot displace
@@ -126,7 +138,8 @@ def _bounded_rows(plan: QueryPlan, bounded: bool) -> exp.Select:
         items.append(exp.column(table.privacy_unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
-    source_table = bounded_table(table) if bounded else exp.to_table(table.name, quoted=True)
+    source_table = bounded_table(table) if table.privacy_unit is not None \
+        else exp.to_table(table.name, quoted=True)
     rows = exp.select(*items).from_(source_table, copy=False)
     if plan.where is not None:
         rows = rows.where(plan.where.copy(), copy=False)
@@ -135,13 +148,22 @@ def _bounded_rows(plan: QueryPlan, bounded: bool) -> exp.Select:
 
 def _aggregate(m: Measurement, unit: str | None) -> exp.Expression:
     if m.kind == "count_distinct":
-        inner = exp.Count(this=exp.Distinct(expressions=[exp.column(unit, quoted=True)]))
+        # Each row with a NULL unit is a unit of its own: COUNT(*) - COUNT(unit) of them, added
+        # in DOUBLE (exact below 2**53 rows) so that the plan holds no integer arithmetic.
+        distinct = exp.Count(this=exp.Distinct(expressions=[exp.column(unit, quoted=True)]))
+        nulls = exp.Sub(this=_double(exp.Count(this=exp.Star())),
+                        expression=_double(exp.Count(this=exp.column(unit, quoted=True))))
+        inner = exp.Add(this=_double(distinct), expression=exp.paren(nulls))
     elif m.kind == "count":
         inner = exp.Count(this=exp.Star() if m.column is None
                           else exp.column(m.column.name, quoted=True))
     else:
         inner = exp.Sum(this=_clamped(m.column))
     return exp.alias_(inner, m.name, quoted=True)
+
+
+def _double(node: exp.Expression) -> exp.Expression:
+    return exp.cast(node, "DOUBLE")
 
 
 def _clamped(column: ColumnSpec) -> exp.Expression:

@@ -7,7 +7,6 @@ import duckdb
 import pytest
 
 from engine import execute
-from engine.errors import InputError
 from engine.policy import parse_policy
 from tests.support import BASE_POLICY
 
@@ -56,7 +55,7 @@ def test_locked_connection_refuses(conn, attack, secret_csv, tmp_path):
     with pytest.raises(duckdb.Error):
         conn.execute(sql).fetchall()
     assert not (tmp_path / "out.csv").exists()
-    with pytest.raises(InputError, match="nothing was charged"):
+    with pytest.raises(execute.DataFailure):
         execute.run(conn, sql, 0)
 
 

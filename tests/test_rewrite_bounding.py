@@ -45,9 +45,8 @@ def _table_spec(limit: int):
 
 def _kept(conn, limit: int, key: str) -> list[tuple]:
     """The rows a query sees after bounding, as sorted content tuples."""
-    bounded = execute.bound_units(conn, _table_spec(limit).tables["people"], key)
-    source = "dpsql_bounded.people" if bounded else "people"
-    return sorted(conn.execute(f"SELECT {COLUMNS} FROM {source}").fetchall(), key=repr)
+    execute.bound_units(conn, _table_spec(limit).tables["people"], key)
+    return sorted(conn.execute(f"SELECT {COLUMNS} FROM dpsql_bounded.people").fetchall(), key=repr)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -57,10 +56,12 @@ def test_each_unit_keeps_min_of_its_rows_and_the_limit(rows, limit, key):
     kept = _kept(conn, limit, key)
     for unit in {r[0] for r in rows}:
         have = sum(1 for r in rows if r[0] == unit)
-        assert sum(1 for r in kept if r[0] == unit) == min(have, limit)
+        # A row with a NULL unit is a unit of its own: every one is kept.
+        assert sum(1 for r in kept if r[0] == unit) == (have if unit is None else min(have, limit))
     reference = conn.execute(
-        f"SELECT {COLUMNS} FROM people QUALIFY row_number() OVER (PARTITION BY person_id ORDER BY "
-        f"hash('{key}', person_id, age, income, note, sick, state), rowid) <= {limit}").fetchall()
+        f"SELECT {COLUMNS} FROM people QUALIFY person_id IS NULL OR row_number() OVER (PARTITION BY "
+        f"person_id ORDER BY hash('{key}', person_id, age, income, note, sick, state), rowid) "
+        f"<= {limit}").fetchall()
     assert kept == sorted(reference, key=repr)
 
 
@@ -74,19 +75,28 @@ def test_what_a_unit_keeps_does_not_depend_on_other_units(rows, other, limit):
     assert [r for r in mixed if r[0] != 99] == alone
 
 
-def test_null_units_are_one_unit_and_queries_skip_dropped_rows():
+def _exact(conn, policy, sql: str) -> list:
+    plan = build_plan(parse_select(sql), policy, sql)
+    return execute.run(conn, rewrite(plan), len(plan.group_by)).values["__m0"]
+
+
+def test_each_null_unit_row_is_a_unit_of_its_own_and_queries_skip_dropped_rows():
     conn = _table([(None, "CA", 1, 1.0, True)] * 5 + [(1, "NY", 2, 2.0, False)] * 4
                   + [(2, "TX", 3, 3.0, False)] * 2)
     policy = _table_spec(3)
-    bounded = execute.bound_units(conn, policy.tables["people"], "k")
-    sql = "SELECT COUNT(*) FROM people"
-    plan = build_plan(parse_select(sql), policy, sql)
-    assert execute.run(conn, rewrite(plan, bounded), 0).values["__m0"] == [3 + 3 + 2]
+    execute.bound_units(conn, policy.tables["people"], "k")
+    assert _exact(conn, policy, "SELECT COUNT(*) FROM people") == [5 + 3 + 2]
+    assert _exact(conn, policy, "SELECT COUNT(DISTINCT person_id) FROM people") == [5 + 1 + 1]
+    assert _exact(conn, policy, "SELECT COUNT(DISTINCT person_id) FROM people WHERE sick") == [5]
+    grouped = "SELECT state, COUNT(DISTINCT person_id) FROM people GROUP BY state"
+    assert _exact(conn, policy, grouped) == [5, 1, 1, 0]
 
 
-def test_no_unit_over_the_limit_means_the_table_is_read_as_it_is():
+def test_the_bounded_copy_is_read_even_when_no_unit_is_over_the_limit():
+    """The SQL never says whether some unit is over the bound: it always reads the copy."""
     conn = _table([(1, "CA", 1, 1.0, True), (2, "NY", 2, 2.0, False)])
     policy = _table_spec(1)
-    assert execute.bound_units(conn, policy.tables["people"], "k") is False
+    execute.bound_units(conn, policy.tables["people"], "k")
     sql = "SELECT COUNT(*) FROM people"
-    assert "dpsql_bounded" not in rewrite(build_plan(parse_select(sql), policy, sql), False)
+    assert "dpsql_bounded" in rewrite(build_plan(parse_select(sql), policy, sql))
+    assert _exact(conn, policy, sql) == [2]

@@ -33,15 +33,17 @@ row = st.tuples(
 unit_rows = st.lists(row, max_size=5)
 
 
-def _exact(table: dict[int, list[tuple]]) -> list[dict[str, list]]:
+def _exact(table: dict[int, list[tuple]], nulls: list[tuple] = ()) -> list[dict[str, list]]:
+    """Exact measurements of every plan; `nulls` are rows whose unit is NULL."""
     conn = duckdb.connect()
     conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age BIGINT, income DOUBLE, "
                  "sick BOOLEAN, note VARCHAR)")
     records = [(unit, *r, "x") for unit, rows in table.items() for r in rows]
+    records += [(None, *r, "x") for r in nulls]
     if records:
         conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", records)
-    bounded = bound_units(conn, POLICY.tables["people"], "fixed-key")
-    answers = [run(conn, rewrite(plan, bounded), len(plan.group_by)).values for plan in PLANS]
+    bound_units(conn, POLICY.tables["people"], "fixed-key")
+    answers = [run(conn, rewrite(plan), len(plan.group_by)).values for plan in PLANS]
     conn.close()
     return answers
 
@@ -64,6 +66,26 @@ def test_one_unit_moves_each_aggregate_within_its_sensitivity(others, unit, befo
             moved = sum(abs(float(x) - float(y)) for x, y in zip(a[m.name], b[m.name], strict=True))
             bound = sensitivity(m, plan)
             assert moved <= bound * (1 + 1e-9), (plan.sql, m.label, moved, bound)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(others=st.dictionaries(st.integers(0, 6), unit_rows, max_size=4),
+       nulls=st.lists(row, max_size=6), before=st.lists(row, max_size=1),
+       after=st.lists(row, max_size=1))
+def test_one_null_unit_row_moves_each_aggregate_within_its_sensitivity(others, nulls, before, after):
+    """A row whose unit is NULL is an individual of its own: adding, removing or changing one
+    moves every aggregate, COUNT(DISTINCT unit) included, within its sensitivity."""
+    for plan, a, b in zip(PLANS, _exact(others, nulls + before), _exact(others, nulls + after),
+                          strict=True):
+        for m in plan.measurements:
+            moved = sum(abs(float(x) - float(y)) for x, y in zip(a[m.name], b[m.name], strict=True))
+            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+
+
+def test_null_unit_rows_are_each_counted():
+    nulls = [("CA", 30, 10.0, False)] * 5
+    assert _exact({0: nulls * 2}, nulls)[0]["__m0"] == [2 + 5]
+    assert _exact({0: nulls * 2}, nulls)[1]["__m3"] == [1 + 5]
 
 
 def test_bounding_is_tight_for_a_heavy_unit():

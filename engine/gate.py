@@ -1,0 +1,283 @@
+"""The structural gate: bind SQL on an empty copy of the schema and refuse fallible plans.
+
+Before SQL built from a query runs on the data, it is bound on a DuckDB connection that holds
+EMPTY tables with the data's column types (and the bounded copies'). DuckDB's own binder then
+shows every cast it inserted, implicit ones included, and every function it chose, with their
+argument types (`json_serialize_plan`, unoptimized). A plan is accepted only if every cast is
+total (no value of its source type can make it fail) or a TRY_CAST, and every function and
+operator is on an allow-list of total ones for the argument types it got. That connection reads
+no data, so its verdict, and every message it produces, depends on the query text and the schema
+alone; `explain` binds there too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import duckdb
+
+from .errors import QueryRefused
+
+_SIGNED = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
+_UNSIGNED = {"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64, "UHUGEINT": 128}
+_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19, "HUGEINT": 39,
+           "UTINYINT": 3, "USMALLINT": 5, "UINTEGER": 10, "UBIGINT": 20, "UHUGEINT": 39}
+_FLOATS = {"FLOAT", "DOUBLE"}
+_NUMBERS = set(_SIGNED) | set(_UNSIGNED) | _FLOATS | {"DECIMAL"}
+_TO_TEXT = _NUMBERS | {"BOOLEAN", "VARCHAR"}
+# SUBSTRING is total for positions within 32-bit integers and fails beyond (measured).
+_SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT"}
+
+_OPERATORS = {"LOGICAL_PROJECTION", "LOGICAL_AGGREGATE_AND_GROUP_BY", "LOGICAL_FILTER",
+              "LOGICAL_GET", "LOGICAL_COMPARISON_JOIN", "LOGICAL_CROSS_PRODUCT",
+              "LOGICAL_ORDER_BY", "LOGICAL_EXPRESSION_GET", "LOGICAL_DUMMY_SCAN", "LOGICAL_LIMIT"}
+_TOTAL_CLASSES = {"BOUND_REF", "BOUND_COLUMN_REF", "BOUND_CONSTANT", "BOUND_CASE",
+                  "BOUND_CONJUNCTION"}
+_TOTAL_OPERATORS = {"COMPARE_IN", "COMPARE_NOT_IN", "OPERATOR_COALESCE", "OPERATOR_IS_NULL",
+                    "OPERATOR_IS_NOT_NULL", "OPERATOR_NOT"}
+# The binder casts both sides of a comparison to one type (those casts are checked).
+_COMPARISONS = {"COMPARE_EQUAL", "COMPARE_NOTEQUAL", "COMPARE_LESSTHAN", "COMPARE_GREATERTHAN",
+                "COMPARE_LESSTHANOREQUALTO", "COMPARE_GREATERTHANOREQUALTO",
+                "COMPARE_DISTINCT_FROM", "COMPARE_NOT_DISTINCT_FROM"}
+# Total scalar functions, by the argument types they are total for.
+_ON_FLOATS = {"+", "-", "*", "/", "%", "//", "abs", "floor", "ceil", "round"}
+_ON_TEXT = {"lower", "upper", "trim", "length", "~~", "!~~", "~~*", "!~~*"}
+_SAME_TYPE = {"least", "greatest"}
+_AGGREGATES = {"count_star", "count", "sum"}
+_TABLE_SCAN = "seq_scan"
+
+
+class SchemaGate:
+    """A schema-only DuckDB connection that binds SQL and judges its bound plan, per SQL text."""
+
+    def __init__(self, tables: dict[tuple[str, ...], list[tuple[str, str]]]) -> None:
+        """`tables` maps a table's path, `(name,)` or `(catalog, schema, name)`, to its
+        (column, DuckDB type) list; the tables are created empty."""
+        self._conn = duckdb.connect(":memory:", config={
+            "enable_external_access": False, "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False, "error_on_division_by_zero": False,
+        })
+        for path, columns in tables.items():
+            if len(path) > 1 and not self._conn.execute(
+                    "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                    [path[0]]).fetchone()[0]:
+                self._conn.execute(f"ATTACH ':memory:' AS {_quote(path[0])}")
+            body = ", ".join(f"{_quote(col)} {kind}" for col, kind in columns)
+            self._conn.execute(f"CREATE TABLE {'.'.join(map(_quote, path))} ({body})")
+        self._conn.execute("SET lock_configuration = true")
+        self._verdicts: dict[str, str | None] = {}
+
+    def check(self, sql: str) -> None:
+        """Raise QueryRefused unless `sql` binds and its plan can fail on no value."""
+        if sql not in self._verdicts:
+            self._verdicts[sql] = self._judge(sql)
+        refusal = self._verdicts[sql]
+        if refusal is not None:
+            raise QueryRefused(refusal)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _judge(self, sql: str) -> str | None:
+        try:
+            text = self._conn.execute("SELECT json_serialize_plan(?, optimize := false)",
+                                      [sql]).fetchone()[0]
+        except duckdb.Error as exc:
+            return f"the query cannot be run: {_first_line(str(exc))}"
+        plan = json.loads(text)
+        if plan.get("error"):
+            return f"the query cannot be run: {_first_line(plan.get('error_message', ''))}"
+        for node in _nodes(plan["plans"]):
+            problem = _operator_problem(node) if "expression_class" not in node \
+                else _expression_problem(node)
+            if problem is not None:
+                return (f"{problem} refused: it could fail on some data value, and whether a "
+                        "query fails must not depend on the data")
+        return None
+
+
+def _nodes(value) -> Iterator[dict]:
+    """Every plan operator and bound expression in the serialized plan, without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            kind = item.get("type")
+            if "expression_class" in item or (isinstance(kind, str)
+                                              and kind.startswith("LOGICAL_")):
+                yield item
+            stack.extend(v for v in item.values() if isinstance(v, (list, dict)))
+
+
+def _operator_problem(node: dict) -> str | None:
+    kind = node["type"]
+    if kind not in _OPERATORS:
+        return f"plan operator {kind}"
+    if kind == "LOGICAL_GET" and node.get("qname", {}).get("path") != [_TABLE_SCAN]:
+        return f"table function {'.'.join(node.get('qname', {}).get('path', ['?']))}"
+    return None
+
+
+def _expression_problem(node: dict) -> str | None:
+    cls, kind = node["expression_class"], node.get("type")
+    if cls in _TOTAL_CLASSES:
+        return None
+    if cls == "BOUND_OPERATOR":
+        return None if kind in _TOTAL_OPERATORS else f"operator {kind}"
+    if cls == "BOUND_AGGREGATE":
+        name = _name(node)
+        if name not in _AGGREGATES:
+            return f"aggregate {name}()"
+        if name == "sum" and not all(_type(c)["id"] in _NUMBERS for c in _children(node)):
+            return "SUM of a non-number"
+        return None
+    if cls != "BOUND_FUNCTION":
+        return f"expression {cls}"
+    if kind == "OPERATOR_CAST":
+        return _cast_problem(node)
+    if kind in _COMPARISONS:
+        return None
+    return _function_problem(node)
+
+
+def _cast_problem(node: dict) -> str | None:
+    if node.get("function_data", {}).get("try_cast"):
+        return None
+    operand = _children(node)[0]
+    source, target = _type(operand), _type(node)
+    if total_cast(source, target) or _constant_fits(operand, target):
+        return None
+    return f"cast from {_type_name(source)} to {_type_name(target)}"
+
+
+def _constant_fits(operand: dict, target: dict) -> bool:
+    """Whether `operand` is an integer constant that the target type holds exactly (DuckDB
+    casts a literal to a narrow column's type, e.g. 3 to TINYINT in `age > 3`)."""
+    if operand.get("expression_class") != "BOUND_CONSTANT":
+        return False
+    kind, value = _type(operand)["id"], operand["value"].get("value")
+    if (kind not in _SIGNED and kind not in _UNSIGNED) or isinstance(value, bool) \
+            or not isinstance(value, int):
+        return False
+    t = target["id"]
+    if t in _SIGNED:
+        return -(2 ** (_SIGNED[t] - 1)) <= value < 2 ** (_SIGNED[t] - 1)
+    if t in _UNSIGNED:
+        return 0 <= value < 2 ** _UNSIGNED[t]
+    if t == "DECIMAL":
+        return abs(value) < 10 ** (_width(target) - _scale(target))
+    return False
+
+
+def total_cast(source: dict, target: dict) -> bool:
+    """Whether DuckDB's CAST from `source` to `target` succeeds on every value of `source`."""
+    s, t = source["id"], target["id"]
+    if s == "NULL" or (s == t and s != "DECIMAL"):
+        return True
+    if t == "VARCHAR":
+        return s in _TO_TEXT
+    if s == "BOOLEAN":
+        return t in _SIGNED or t in _UNSIGNED or t in _FLOATS or (
+            t == "DECIMAL" and _width(target) - _scale(target) >= 1)
+    if t == "BOOLEAN":
+        return s in _NUMBERS
+    if s in _SIGNED:
+        if t in _SIGNED:
+            return _SIGNED[t] >= _SIGNED[s]
+        if t in _FLOATS:
+            return True
+    if s in _UNSIGNED:
+        if t in _UNSIGNED:
+            return _UNSIGNED[t] >= _UNSIGNED[s]
+        if t in _SIGNED:
+            return _SIGNED[t] > _UNSIGNED[s]
+        if t in _FLOATS:
+            return t == "DOUBLE" or s != "UHUGEINT"
+    if (s in _SIGNED or s in _UNSIGNED) and t == "DECIMAL":
+        return _width(target) - _scale(target) >= _DIGITS[s]
+    if s == "FLOAT":
+        return t == "DOUBLE"
+    if s == "DECIMAL":
+        if t in _FLOATS:
+            return True
+        if t == "DECIMAL":
+            return _scale(target) >= _scale(source) and \
+                _width(target) - _scale(target) >= _width(source) - _scale(source)
+    return False
+
+
+def _function_problem(node: dict) -> str | None:
+    name = _name(node)
+    kinds = [_type(c)["id"] for c in _children(node)]
+    if name in _ON_FLOATS:
+        operands = kinds[:1] if name == "round" else kinds
+        if all(k in _FLOATS for k in operands) and (name != "round" or kinds[1:] in ([], ["INTEGER"])):
+            return None
+        return f"function {name}({', '.join(kinds)}) (total only on DOUBLE)"
+    if name in _ON_TEXT:
+        return None if all(k == "VARCHAR" for k in kinds) else \
+            f"function {name}({', '.join(kinds)}) (total only on VARCHAR)"
+    if name in _SAME_TYPE:
+        return None if len(set(kinds)) == 1 else f"function {name}({', '.join(kinds)})"
+    if name == "substring":
+        children = _children(node)
+        if kinds[0] == "VARCHAR" and all(_small_int(c) for c in children[1:]):
+            return None
+        return f"function substring({', '.join(kinds)}) (positions must be 32-bit integers)"
+    return f"function {name}()"
+
+
+def _small_int(node: dict) -> bool:
+    """Whether an integer argument always holds a 32-bit value (a widened small integer)."""
+    kind = _type(node)["id"]
+    if kind in _SMALL_INTS:
+        return True
+    if node.get("type") == "OPERATOR_CAST" and not node.get("function_data", {}).get("try_cast"):
+        return _small_int(_children(node)[0])
+    if node.get("expression_class") == "BOUND_CONSTANT":
+        value = node["value"]
+        return value.get("is_null") or (isinstance(value.get("value"), int)
+                                        and abs(value["value"]) < 2**31)
+    return False
+
+
+def _children(node: dict) -> list[dict]:
+    return node.get("children") or []
+
+
+def _type(node: dict) -> dict:
+    if "return_type" in node:
+        return node["return_type"]
+    return node["value"]["type"]  # a constant carries its type with its value
+
+
+def _name(node: dict) -> str:
+    path = node.get("qname", {}).get("path") or [node.get("name", "?")]
+    return path[-1]
+
+
+def _width(kind: dict) -> int:
+    return (kind.get("type_info") or {}).get("width", 0)
+
+
+def _scale(kind: dict) -> int:
+    return (kind.get("type_info") or {}).get("scale", 0)
+
+
+def _type_name(kind: dict) -> str:
+    if kind["id"] == "DECIMAL":
+        return f"DECIMAL({_width(kind)},{_scale(kind)})"
+    return kind["id"]
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else "binder error"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
