@@ -81,10 +81,11 @@ def test_json_at_the_largest_epsilon_is_valid_json_and_stored(capsys, setup, sql
     assert json.loads(again) == printed
 
 
-def test_post_processing_failing_after_the_noise_charges_and_releases_nothing(
+def test_post_processing_failing_after_the_noise_charges_releases_nothing_and_halts(
         capsys, setup, monkeypatch):
     """A HAVING/ORDER BY that passes the dry run on zeros and then fails on the real noisy
-    values: the charge rolls back and the message carries no noisy value."""
+    values: the charge rolls back, the message carries no noisy value, and the database halts
+    (a per-query refusal would answer a noise-dependent question for free, again and again)."""
     real = postprocess.finish
 
     def fails_on_noisy_values(conn, plan, sql, frame):
@@ -95,10 +96,14 @@ def test_post_processing_failing_after_the_noise_charges_and_releases_nothing(
     monkeypatch.setattr(postprocess, "finish", fails_on_noisy_values)
     code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1",
                           "SELECT COUNT(*) AS n FROM people HAVING n > 10")
-    assert code == 2 and out == "" and err.count("\n") == 1
-    assert "nothing was charged or released" in err and "[" not in err
+    assert code == 4 and out == "" and err.count("\n") == 1
+    assert "halted" in err and "nothing was charged" in err and "[" not in err
     assert _charges(setup.ledger) == []
     assert json.loads(_history(capsys, setup, "--format", "json")[1]) == []
+    monkeypatch.setattr(postprocess, "finish", real)
+    code, _, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1",
+                        "SELECT COUNT(*) AS n FROM people")
+    assert code == 4 and "halted" in err and _charges(setup.ledger) == []
 
 
 def test_every_answer_is_stored_with_its_charge(setup):
