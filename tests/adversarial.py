@@ -82,7 +82,8 @@ def datasets(rng_seed: int = 7) -> dict[str, list[tuple]]:
     `extremes` gives every row its own unit, cycles each column through its odd values (so
     every value meets several others) and adds rows that are NULL in one column or in all;
     `mixed` draws every cell at random from the ordinary and odd values, with units of one to
-    a hundred rows and rows without a unit; `empty` has no rows."""
+    a hundred rows and rows without a unit (the only dataset with NULL units, so a rule about
+    them touches one dataset); `empty` has no rows."""
     rng = np.random.default_rng(rng_seed)
     base = _ordinary(rng, 120)
     pools = _column_pools()
@@ -91,7 +92,7 @@ def datasets(rng_seed: int = 7) -> dict[str, list[tuple]]:
         "note", ODD_STRINGS), "state", ODD_STRINGS[::-1] + STATES)
     nulls = [tuple(None if j == k else v for j, v in enumerate(row))
              for k in range(len(COLUMNS)) for row in base[:5]] + [(None,) * len(COLUMNS)] * 3
-    extremes = [(None if row[0] is None else i, *row[1:]) for i, row in enumerate(extremes + nulls)]
+    extremes = [(i, *row[1:]) for i, row in enumerate(extremes + nulls)]
     mixed = [
         (int(rng.integers(0, 400)) if rng.random() > 0.05 else None,
          *(pools[c][int(rng.integers(0, len(pools[c])))] for c in COLUMNS[1:]))

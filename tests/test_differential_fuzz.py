@@ -12,7 +12,7 @@ fails the test and names the SQL, the dataset and the error.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from engine import DpsqlError, PrivateDatabase
 from tests import adversarial
 
-EPSILON = 20.0  # large: noisy values sit close to the exact ones, so HAVING sees real magnitudes
+EPSILON = 10.0  # large: noisy values sit close to the exact ones, so HAVING sees real magnitudes
 TYPES = ("int", "float", "str", "bool")
 MAX_DEPTH = 3
 ILL_TYPED_PERCENT = 4  # how often a child of the wrong type is drawn on purpose
@@ -58,6 +58,7 @@ def row_context() -> Context:
 
 def post_context(group: tuple[str, ...]) -> Context:
     leaves: dict[str, list[str]] = {t: list(AGGREGATES.get(t, [])) for t in TYPES}
+    leaves["str"] = [f"CAST({a} AS VARCHAR)" for a in ("COUNT(*)", "SUM(income)", "AVG(age)")]
     for key in group:
         for typ, names in ROW_LEAVES.items():
             if key in names:
@@ -236,7 +237,7 @@ class Dataset:
     """One adversarial dataset opened under the shared policy, with its own large ledger."""
 
     name: str
-    db: PrivateDatabase
+    db: PrivateDatabase = field(repr=False)
 
 
 @pytest.fixture(scope="session")
@@ -289,27 +290,32 @@ def _report(sql: str, problems: list[str]) -> str:
 
 
 KNOWN_HOLES = [
-    # IS TRUE on text casts each row's string to BOOLEAN: fails exactly when a row has age 37.
+    # Fail on d4c1ca0. IS TRUE/FALSE on text makes DuckDB cast each row's string to BOOLEAN at
+    # run time: the query fails exactly when some row holds text that is not a boolean (here:
+    # when some row has age 37), and is answered otherwise. One exact bit per query, free.
     "SELECT COUNT(*) FROM people WHERE (CASE WHEN age = 37 THEN 'x' ELSE 'true' END) IS TRUE",
-    # integer overflow inside a CASE branch taken only by some rows
+    "SELECT COUNT(*) FROM people WHERE note IS TRUE",
+    "SELECT COUNT(*) FROM people WHERE CAST(age AS VARCHAR) IS NOT FALSE",
+    # Fail on d4c1ca0. The same cast after noise: it passes the dry run on zeros, then fails on the
+    # noisy value after the charge, and DuckDB's message quotes that value.
+    "SELECT COUNT(*) FROM people HAVING (CASE WHEN COUNT(*) > 5 THEN 'x' ELSE 'true' END) IS TRUE",
+    "SELECT COUNT(*) FROM people HAVING CAST(COUNT(*) AS VARCHAR) IS TRUE",
+    "SELECT state, COUNT(*) FROM people GROUP BY state ORDER BY CAST(COUNT(*) AS VARCHAR) IS FALSE",
+    "SELECT COUNT(*), CAST(SUM(income) AS VARCHAR) IS FALSE FROM people",
+    # Answered on d4c1ca0 (the engine's hardening covers them); kept so that they stay answered.
     "SELECT COUNT(*) FROM people WHERE (CASE WHEN age = 37 THEN 9223372036854775807 + age ELSE 0 END) > 0",
     "SELECT COUNT(*) FROM people WHERE (CASE WHEN sick THEN CAST(age AS TINYINT) ELSE 0 END) > 0",
-    # SUBSTRING offsets computed from a column
     "SELECT COUNT(*) FROM people WHERE SUBSTRING(note, age * 100000000000) = 'x'",
     "SELECT COUNT(*) FROM people WHERE SUBSTRING(note, 1, age - 1000) = ''",
-    # literal caps bypassed through text casts
+    "SELECT COUNT(*) FROM people WHERE CAST(note AS INTEGER) = 1",
+    # Answered on d4c1ca0 although they bypass the literal caps (a cap is not a run-time error, so
+    # this test only requires that they are refused everywhere or answered everywhere).
     "SELECT COUNT(*) FROM people WHERE age < CAST('0x7FFFFFFFFFFFFFFF' AS BIGINT)",
     "SELECT SUM(income) FROM people WHERE income < CAST(CASE WHEN sick THEN 'inf' END AS DOUBLE)",
-    # text compared with a column of another type through an implicit cast
-    "SELECT COUNT(*) FROM people WHERE CAST(note AS INTEGER) = 1",
-    # HAVING that passes on zeros and fails on a noisy non-zero value after the charge
-    "SELECT COUNT(*) FROM people HAVING (CASE WHEN COUNT(*) > 5 THEN 'x' ELSE 'true' END) IS TRUE",
-    "SELECT state, COUNT(*) FROM people GROUP BY state "
-    "HAVING (CASE WHEN COUNT(*) > 2 THEN 'x' ELSE 'false' END) IS FALSE",
 ]
 
 
-def _differential(datasets: list[Dataset], examples: int, derandomize: bool) -> None:
+def _differential(datasets: list[Dataset], examples: int, derandomize: bool, capsys) -> None:
     tally: Counter = Counter()
 
     @settings(max_examples=examples, derandomize=derandomize, deadline=None, database=None,
@@ -317,33 +323,36 @@ def _differential(datasets: list[Dataset], examples: int, derandomize: bool) -> 
     @given(sql=queries())
     def check(sql: str) -> None:
         problems = failures_of(sql, datasets, tally)
-        assert not problems, _report(sql, problems)
+        if problems:
+            raise AssertionError(_report(sql, problems))
 
     for hole in KNOWN_HOLES:
         check = example(sql=hole)(check)
     check()
     total = tally["accepted"] + tally["refused"]
-    print(f"\ndifferential fuzz: {total} queries x {len(datasets)} datasets, "
-          f"{tally['accepted']} accepted, {tally['refused']} refused")
+    with capsys.disabled():
+        print(f"\ndifferential fuzz: {total} queries x {len(datasets)} datasets, "
+              f"{tally['accepted']} accepted, {tally['refused']} refused")
     assert tally["accepted"] >= 0.3 * total, f"only {tally['accepted']} of {total} accepted: fuzzer too weak"
 
 
-def test_accepted_queries_succeed_on_every_dataset(datasets):
-    """Thousands of random queries (fixed seed, reproducible) plus the known holes."""
-    _differential(datasets, examples=2000, derandomize=True)
+def test_accepted_queries_succeed_on_every_dataset(datasets, capsys):
+    """800 random queries (fixed seed, reproducible), each on every dataset, plus the known
+    holes: about 50 s of CPU, most of it inside the engine (planning and post-processing)."""
+    _differential(datasets, examples=800, derandomize=True, capsys=capsys)
 
 
 @pytest.mark.slow
-def test_accepted_queries_succeed_on_every_dataset_slow(datasets):
+def test_accepted_queries_succeed_on_every_dataset_slow(datasets, capsys):
     """Ten times as many, from a fresh seed each run."""
-    _differential(datasets, examples=20_000, derandomize=False)
+    _differential(datasets, examples=8000, derandomize=False, capsys=capsys)
 
 
 # Fields of an Explanation that describe the ledger (each dataset has its own), not the query.
 _LEDGER_FIELDS = {"budget", "level_before", "level_after", "admissible"}
 
 
-@settings(max_examples=300, derandomize=True, deadline=None, database=None,
+@settings(max_examples=150, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sql=queries())
 @example(sql="SELECT COUNT(*) FROM people")
