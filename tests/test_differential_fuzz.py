@@ -5,14 +5,17 @@ free of charge. So random typed expression trees over every column type are put 
 and each query is run through the public API on several adversarial datasets that share one
 schema and policy (tests/adversarial.py). A query refused on the first dataset must be refused
 with the same message on every dataset; a query accepted there must return an answer on every
-dataset, whatever the rows hold. Any exception at all (engine error, DuckDB error, traceback)
-fails the test and names the SQL, the dataset and the error.
+dataset, whatever the rows hold, with the same columns, row count (unless HAVING filters noisy
+values) and noise mechanisms, as strict JSON. Any exception at all (engine error, DuckDB error,
+traceback) fails the test and names the SQL, the dataset and the error.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,7 @@ from hypothesis import strategies as st
 from engine import DpsqlError, PrivateDatabase
 from tests import adversarial
 
-EPSILON = 10.0  # large: noisy values sit close to the exact ones, so HAVING sees real magnitudes
+EPSILON = 5.0  # large: noisy values sit close to the exact ones, so HAVING sees real magnitudes
 TYPES = ("int", "float", "str", "bool")
 MAX_DEPTH = 3
 ILL_TYPED_PERCENT = 4  # how often a child of the wrong type is drawn on purpose
@@ -232,22 +235,44 @@ def queries(draw) -> str:
     return sql
 
 
-@dataclass(frozen=True)
 class Dataset:
-    """One adversarial dataset opened under the shared policy, with its own large ledger."""
+    """One adversarial dataset opened under the shared policy. Its ledger is replaced by a fresh
+    one when the budget runs low or a query fails (an engine may stop a database whose query
+    failed on the data), so every example starts from a usable database."""
 
-    name: str
-    db: PrivateDatabase = field(repr=False)
+    def __init__(self, name: str, path: Path, policy: Path) -> None:
+        self.name, self.path, self.policy = name, path, policy
+        self.ledgers = 0
+        self.db = self._open()
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name!r})"
+
+    def _open(self) -> PrivateDatabase:
+        self.ledgers += 1
+        ledger = self.path.with_name(f"{self.path.stem}-{self.ledgers}.ledger")
+        return PrivateDatabase.connect(self.path, self.policy, ledger)
+
+    def reopen(self) -> None:
+        self.db.close()
+        self.db = self._open()
+
+    def query(self, sql: str):
+        if self.db.budget().remaining < 2 * EPSILON:
+            self.reopen()
+        try:
+            return self.db.query(sql, epsilon=EPSILON)
+        except Exception:
+            self.reopen()
+            raise
 
 
 @pytest.fixture(scope="session")
 def datasets(tmp_path_factory) -> list[Dataset]:
     root: Path = tmp_path_factory.mktemp("differential")
     policy = adversarial.write_policy(root / "policy.yaml")
-    opened = []
-    for name, rows in adversarial.datasets().items():
-        path = adversarial.write_dataset(root / f"{name}.duckdb", rows)
-        opened.append(Dataset(name, PrivateDatabase.connect(path, policy, root / f"{name}.ledger")))
+    opened = [Dataset(name, adversarial.write_dataset(root / f"{name}.duckdb", rows), policy)
+              for name, rows in adversarial.datasets().items()]
     yield opened
     for dataset in opened:
         dataset.db.close()
@@ -276,12 +301,19 @@ def failures_of(sql: str, datasets: list[Dataset], tally: Counter) -> list[str]:
         return [f"explain on {first.name} raised {type(exc).__name__}: {exc}"]
     tally["accepted"] += 1
     problems = []
+    shapes = {}
     for dataset in datasets:
         try:
-            result = dataset.db.query(sql, epsilon=EPSILON)
-            assert len(result.df.columns) >= 1
+            result = dataset.query(sql)
+            json.dumps(result.to_dict(), allow_nan=False)
         except Exception as exc:  # noqa: BLE001
             problems.append(f"query on {dataset.name} raised {type(exc).__name__}: {exc}")
+            continue
+        # Only noisy values may differ; rows can differ only through HAVING on noisy values.
+        rows = None if " HAVING " in sql else len(result.df)
+        shapes[dataset.name] = (list(result.df.columns), rows, result.aggregates)
+    if len({repr(shape) for shape in shapes.values()}) > 1:
+        problems.append(f"answer's columns, row count or mechanisms differ: {shapes}")
     return problems
 
 
@@ -302,6 +334,9 @@ KNOWN_HOLES = [
     "SELECT COUNT(*) FROM people HAVING CAST(COUNT(*) AS VARCHAR) IS TRUE",
     "SELECT state, COUNT(*) FROM people GROUP BY state ORDER BY CAST(COUNT(*) AS VARCHAR) IS FALSE",
     "SELECT COUNT(*), CAST(SUM(income) AS VARCHAR) IS FALSE FROM people",
+    # Fails on d4c1ca0 on every dataset: the answer's JSON form holds pandas' NA, which the JSON
+    # encoder rejects (the CLI's --format json loses this answer after its charge).
+    "SELECT COUNT(*), CAST(NULL AS BOOLEAN) FROM people",
     # Answered on d4c1ca0 (the engine's hardening covers them); kept so that they stay answered.
     "SELECT COUNT(*) FROM people WHERE (CASE WHEN age = 37 THEN 9223372036854775807 + age ELSE 0 END) > 0",
     "SELECT COUNT(*) FROM people WHERE (CASE WHEN sick THEN CAST(age AS TINYINT) ELSE 0 END) > 0",
@@ -328,11 +363,12 @@ def _differential(datasets: list[Dataset], examples: int, derandomize: bool, cap
 
     for hole in KNOWN_HOLES:
         check = example(sql=hole)(check)
+    start = time.perf_counter()
     check()
     total = tally["accepted"] + tally["refused"]
     with capsys.disabled():
-        print(f"\ndifferential fuzz: {total} queries x {len(datasets)} datasets, "
-              f"{tally['accepted']} accepted, {tally['refused']} refused")
+        print(f"\ndifferential fuzz: {total} queries x {len(datasets)} datasets in "
+              f"{time.perf_counter() - start:.0f} s: {tally['accepted']} accepted, {tally['refused']} refused")
     assert tally["accepted"] >= 0.3 * total, f"only {tally['accepted']} of {total} accepted: fuzzer too weak"
 
 
