@@ -25,12 +25,13 @@ from hypothesis import strategies as st
 from engine import DpsqlError, PrivateDatabase
 from tests import adversarial
 
-EPSILON = 5.0  # large: noisy values sit close to the exact ones, so HAVING sees real magnitudes
+EPSILON = 2.0  # noisy counts within a few units of the exact ones, so HAVING sees real magnitudes
 TYPES = ("int", "float", "str", "bool")
 MAX_DEPTH = 3
 ILL_TYPED_PERCENT = 4  # how often a child of the wrong type is drawn on purpose
 
-ROW_LEAVES = {"int": ["age", "level"], "float": ["income"], "str": ["state", "note"], "bool": ["sick"]}
+ROW_LEAVES = {"int": ["age", "level", "people.age"], "float": ["income", "people.income"],
+              "str": ["state", "note", "people.note"], "bool": ["sick"]}
 AGGREGATES = {
     "int": ["COUNT(*)", "COUNT(age)", "COUNT(note)", "COUNT(sick)", "COUNT(DISTINCT person_id)",
             "SUM(age)", "SUM(level)"],
@@ -42,7 +43,7 @@ INT_LITERALS = ["0", "1", "-1", "2", "37", "100", "101", "-5", "127", "128", "25
 FLOAT_LITERALS = ["0.5", "-0.0", "1.5", "37.0", "999.999", "1e15", "1e-300", "3.14159", "2.5e3", "1e16"]
 TEXT_LITERALS = ["true", "false", "t", "x", "1e999", "0x7F", "0x7FFFFFFFFFFFFFFF", "", " ", " 1 ",
                  "NaN", "inf", "-1", "1", "37", "1.5", "CA", "NY", "ZZ", "row", "%", "_", "a%",
-                 "\u00e9t\u00e9", "\U0001f4a5", "it's"]
+                 "\\", "%\\", "\u00e9t\u00e9", "\U0001f4a5", "it's", "b" * 300]
 INT_CASTS = ["INTEGER", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "UBIGINT"]
 FLOAT_CASTS = ["DOUBLE", "FLOAT", "REAL", "DECIMAL(18, 3)", "DECIMAL(4, 1)"]
 CASTS = {"int": INT_CASTS, "float": FLOAT_CASTS, "str": ["VARCHAR", "TEXT"], "bool": ["BOOLEAN"]}
@@ -175,7 +176,8 @@ def _boolean(draw, sub) -> str:
     kind = draw(st.integers(0, 8))
     operand = draw(st.sampled_from(TYPES))
     if kind == 0:
-        op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM"]))
+        op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM",
+                                   "IS NOT DISTINCT FROM"]))
         return f"({draw(sub(operand))} {op} {draw(sub(operand))})"
     if kind == 1:
         op = draw(st.sampled_from(["AND", "OR"]))
@@ -217,7 +219,10 @@ def queries(draw) -> str:
             items.append(draw(aggregate()))
         else:
             items.append(draw(expression(draw(st.sampled_from(TYPES)), post, 2)))
-    items = [f"{item} AS c{i}" if draw(st.integers(0, 3)) == 0 else item for i, item in enumerate(items)]
+    aliases = [f"c{i}" if draw(st.integers(0, 3)) == 0 else None for i in range(len(items))]
+    numeric = [alias for alias, item in zip(aliases, items, strict=True)
+               if alias and item in AGGREGATES["int"] + AGGREGATES["float"]]
+    items = [f"{item} AS {alias}" if alias else item for item, alias in zip(items, aliases, strict=True)]
     keys = [key for key in group if draw(st.booleans())]
     sql = f"SELECT {', '.join(keys + items)} FROM people"
     if draw(st.integers(0, 9)) < 7:
@@ -225,13 +230,19 @@ def queries(draw) -> str:
     if group:
         sql += f" GROUP BY {', '.join(group)}"
     if draw(st.integers(0, 3)) == 0:
-        sql += f" HAVING {draw(expression('bool', post, 2))}"
+        having = draw(expression("bool", post, 2))
+        if numeric and draw(st.booleans()):
+            having = f"{draw(st.sampled_from(numeric))} > {draw(literal('int'))}"
+        sql += f" HAVING {having}"
     if draw(st.integers(0, 3)) == 0:
         key = draw(st.one_of(expression(draw(st.sampled_from(TYPES)), post, 2),
-                             st.integers(1, len(keys) + len(items)).map(str)))
+                             st.integers(1, len(keys) + len(items)).map(str),
+                             st.sampled_from(numeric or ["1"])))
         sql += f" ORDER BY {key} {draw(st.sampled_from(['ASC', 'DESC']))}"
     if draw(st.integers(0, 6)) == 0:
         sql += f" LIMIT {draw(st.integers(0, 3))}"
+        if draw(st.booleans()):
+            sql += f" OFFSET {draw(st.integers(0, 2))}"
     return sql
 
 
@@ -334,6 +345,9 @@ KNOWN_HOLES = [
     "SELECT COUNT(*) FROM people HAVING CAST(COUNT(*) AS VARCHAR) IS TRUE",
     "SELECT state, COUNT(*) FROM people GROUP BY state ORDER BY CAST(COUNT(*) AS VARCHAR) IS FALSE",
     "SELECT COUNT(*), CAST(SUM(income) AS VARCHAR) IS FALSE FROM people",
+    # Fails on d4c1ca0: HAVING accepts a text value as its condition (WHERE refuses one), and
+    # DuckDB casts the text of the noisy count to BOOLEAN after the charge.
+    "SELECT COUNT(*) FROM people HAVING CAST(COUNT(*) AS VARCHAR)",
     # Fails on d4c1ca0 on every dataset: the answer's JSON form holds pandas' NA, which the JSON
     # encoder rejects (the CLI's --format json loses this answer after its charge).
     "SELECT COUNT(*), CAST(NULL AS BOOLEAN) FROM people",
