@@ -57,10 +57,12 @@ class Context:
 
 
 def row_context() -> Context:
+    """Before aggregation: the policy's columns, some written with the table name."""
     return Context(ROW_LEAVES)
 
 
 def post_context(group: tuple[str, ...]) -> Context:
+    """After noise: aggregates, their text, and the group keys."""
     leaves: dict[str, list[str]] = {t: list(AGGREGATES.get(t, [])) for t in TYPES}
     leaves["str"] = [f"CAST({a} AS VARCHAR)" for a in ("COUNT(*)", "SUM(income)", "AVG(age)")]
     for key in group:
@@ -76,6 +78,7 @@ def _text(value: str) -> str:
 
 @st.composite
 def literal(draw, typ: str) -> str:
+    """A literal of `typ`, or a (typed) NULL; text literals read as booleans, numbers and odd text."""
     if draw(st.integers(0, 9)) == 0:
         return draw(st.sampled_from(["NULL", f"CAST(NULL AS {CASTS[typ][0]})"]))
     if typ == "int":
@@ -115,6 +118,7 @@ def expression(draw, typ: str, ctx: Context, depth: int = MAX_DEPTH) -> str:
 
 @st.composite
 def _case(draw, typ: str, sub) -> str:
+    """CASE WHEN with one or two branches, one in ten of another type, ELSE sometimes."""
     branches = draw(st.integers(1, 2))
     parts = []
     for _ in range(branches):
@@ -127,6 +131,7 @@ def _case(draw, typ: str, sub) -> str:
 
 @st.composite
 def _integer(draw, sub) -> str:
+    """Integer-valued forms (addition drawn most often, as it is the commonest in practice)."""
     kind = draw(st.integers(0, 5))
     if kind == 0:
         op = draw(st.sampled_from(["+", "-", "*", "//", "%"]))
@@ -142,6 +147,7 @@ def _integer(draw, sub) -> str:
 
 @st.composite
 def _float(draw, sub) -> str:
+    """Number-valued forms over int and float operands, division drawn most often."""
     kind = draw(st.integers(0, 4))
     number = lambda: sub(draw(st.sampled_from(["int", "float", "float"])))  # noqa: E731
     if kind == 0:
@@ -158,6 +164,7 @@ def _float(draw, sub) -> str:
 
 @st.composite
 def _string(draw, sub) -> str:
+    """Text-valued forms: case and trim functions, SUBSTRING with computed offsets, casts."""
     kind = draw(st.integers(0, 3))
     if kind == 0:
         return f"{draw(st.sampled_from(['LOWER', 'UPPER', 'TRIM']))}({draw(sub('str'))})"
@@ -173,6 +180,7 @@ def _string(draw, sub) -> str:
 
 @st.composite
 def _boolean(draw, sub) -> str:
+    """Conditions: comparisons, AND/OR/NOT, IN, BETWEEN, IS tests and LIKE, on operands of any type."""
     kind = draw(st.integers(0, 8))
     operand = draw(st.sampled_from(TYPES))
     if kind == 0:
@@ -202,6 +210,7 @@ def _boolean(draw, sub) -> str:
 
 @st.composite
 def aggregate(draw) -> str:
+    """A supported aggregate on a bare column, or (rarely) SUM of an expression, which is refused."""
     if draw(st.integers(0, 19)) == 0:  # outside the grammar: an expression inside SUM
         return f"SUM({draw(expression('float', row_context(), 1))})"
     return draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
