@@ -102,10 +102,34 @@ def datasets(rng_seed: int = 7) -> dict[str, list[tuple]]:
     return {"ordinary": base, "extremes": extremes, "mixed": mixed, "empty": []}
 
 
-def write_dataset(path: Path, rows: list[tuple]) -> Path:
-    """A DuckDB file holding `rows` in the shared schema."""
+# The same policy over other physical types the engine accepts for int and float columns. DuckDB
+# then inserts other implicit casts (HUGEINT meeting DECIMAL becomes DECIMAL(38, 2), which cannot
+# hold every HUGEINT), so type rules that only know the policy's int and float are not enough.
+WIDE_SCHEMA = ("CREATE TABLE people (person_id VARCHAR, age HUGEINT, level UBIGINT, "
+               "income DECIMAL(18, 2), state VARCHAR, note VARCHAR, sick BOOLEAN)")
+HUGEINT_MAX = 2**127 - 1
+DECIMAL_MAX = "9999999999999999.99"
+
+
+def wide_rows() -> list[tuple]:
+    """Rows for WIDE_SCHEMA (numbers as text, cast on insert): ordinary values, then each wide
+    type's extremes, with odd text and NULLs."""
+    rng = np.random.default_rng(11)
+    ordinary = [(f"u{i // 2}", str(v[1]), str(v[2]), str(v[3]), v[4], v[5], v[6])
+                for i, v in enumerate(_ordinary(rng, 40))]
+    ages = [str(HUGEINT_MAX), str(-HUGEINT_MAX), str(10**37), str(INT64_MAX + 1), "37", None]
+    levels = [str(2**64 - 1), "0", str(2**63), "1", "2", None]
+    incomes = [DECIMAL_MAX, "-" + DECIMAL_MAX, "0.01", "-0.01", "1000.00", None]
+    extremes = [(f"x{i}", ages[i % len(ages)], levels[(i + 1) % len(levels)],
+                 incomes[(i + 2) % len(incomes)], ODD_STRINGS[i % len(ODD_STRINGS)],
+                 ODD_STRINGS[-1 - i % len(ODD_STRINGS)], [True, False, None][i % 3]) for i in range(36)]
+    return ordinary + extremes
+
+
+def write_dataset(path: Path, rows: list[tuple], schema: str = SCHEMA) -> Path:
+    """A DuckDB file holding `rows` in `schema` (by default the shared one)."""
     with duckdb.connect(str(path)) as conn:
-        conn.execute(SCHEMA)
+        conn.execute(schema)
         if rows:
             conn.executemany(f"INSERT INTO people VALUES ({', '.join('?' * len(COLUMNS))})", rows)
     return path

@@ -260,8 +260,8 @@ class Dataset:
     one when the budget runs low or a query fails (an engine may stop a database whose query
     failed on the data), so every example starts from a usable database."""
 
-    def __init__(self, name: str, path: Path, policy: Path) -> None:
-        self.name, self.path, self.policy = name, path, policy
+    def __init__(self, name: str, path: Path, policy: Path, shared_schema: bool = True) -> None:
+        self.name, self.path, self.policy, self.shared_schema = name, path, policy, shared_schema
         self.ledgers = 0
         self.db = self._open()
 
@@ -293,36 +293,50 @@ def datasets(tmp_path_factory) -> list[Dataset]:
     policy = adversarial.write_policy(root / "policy.yaml")
     opened = [Dataset(name, adversarial.write_dataset(root / f"{name}.duckdb", rows), policy)
               for name, rows in adversarial.datasets().items()]
+    wide = adversarial.write_dataset(root / "wide_types.duckdb", adversarial.wide_rows(),
+                                     adversarial.WIDE_SCHEMA)
+    opened.append(Dataset("wide_types", wide, policy, shared_schema=False))
     yield opened
     for dataset in opened:
         dataset.db.close()
 
 
 def failures_of(sql: str, datasets: list[Dataset], tally: Counter) -> list[str]:
-    """Run `sql` differentially; return one line per failure (empty when the engine behaved)."""
-    first = datasets[0]
+    """Run `sql` differentially; return one line per failure (empty when the engine behaved).
+
+    Datasets in the shared schema must all refuse it alike or all answer it. A dataset in
+    another physical schema may refuse it for its types, but if it accepts, it must answer."""
+    shared = [d for d in datasets if d.shared_schema]
+    first, problems = shared[0], []
     try:
         first.db.explain(sql, epsilon=EPSILON)
     except DpsqlError as exc:
         tally["refused"] += 1
-        refusal = str(exc)
-        problems = []
-        for other in datasets[1:]:
+        targets = []
+        for other in shared[1:]:
             try:
                 other.db.explain(sql, epsilon=EPSILON)
-                problems.append(f"refused on {first.name} ({refusal}) but accepted on {other.name}")
+                problems.append(f"refused on {first.name} ({exc}) but accepted on {other.name}")
             except DpsqlError as again:
-                if str(again) != refusal:
-                    problems.append(f"refusal differs: {first.name}: {refusal!r}; {other.name}: {again!r}")
+                if str(again) != str(exc):
+                    problems.append(f"refusal differs: {first.name}: {exc}; {other.name}: {again}")
             except Exception as again:  # noqa: BLE001 - any crash is a finding
                 problems.append(f"explain on {other.name} raised {type(again).__name__}: {again}")
-        return problems
     except Exception as exc:  # noqa: BLE001
         return [f"explain on {first.name} raised {type(exc).__name__}: {exc}"]
-    tally["accepted"] += 1
-    problems = []
+    else:
+        tally["accepted"] += 1
+        targets = list(shared)
+    for other in (d for d in datasets if not d.shared_schema):
+        try:
+            other.db.explain(sql, epsilon=EPSILON)
+            targets.append(other)
+        except DpsqlError:
+            tally[f"refused on {other.name}"] += 1
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"explain on {other.name} raised {type(exc).__name__}: {exc}")
     shapes = {}
-    for dataset in datasets:
+    for dataset in targets:
         try:
             result = dataset.query(sql)
             json.dumps(result.to_dict(), allow_nan=False)
@@ -357,6 +371,11 @@ KNOWN_HOLES = [
     # Fails on d4c1ca0: HAVING accepts a text value as its condition (WHERE refuses one), and
     # DuckDB casts the text of the noisy count to BOOLEAN after the charge.
     "SELECT COUNT(*) FROM people HAVING CAST(COUNT(*) AS VARCHAR)",
+    # Fails on d4c1ca0 on wide_types only: an int column stored as HUGEINT meets a float column
+    # stored as DECIMAL(18, 2); DuckDB casts the HUGEINT to DECIMAL(38, 2), which fails on a row
+    # whose value is above 10^36.
+    "SELECT COUNT(*) FROM people WHERE income = age",
+    "SELECT COUNT(*) FROM people WHERE (CASE WHEN sick THEN income ELSE age END) > 0",
     # Fails on d4c1ca0 on every dataset: the answer's JSON form holds pandas' NA, which the JSON
     # encoder rejects (the CLI's --format json loses this answer after its charge).
     "SELECT COUNT(*), CAST(NULL AS BOOLEAN) FROM people",
@@ -391,7 +410,8 @@ def _differential(datasets: list[Dataset], examples: int, derandomize: bool, cap
     total = tally["accepted"] + tally["refused"]
     with capsys.disabled():
         print(f"\ndifferential fuzz: {total} queries x {len(datasets)} datasets in "
-              f"{time.perf_counter() - start:.0f} s: {tally['accepted']} accepted, {tally['refused']} refused")
+              f"{time.perf_counter() - start:.0f} s: {tally['accepted']} accepted, {tally['refused']} refused, "
+              f"{tally['refused on wide_types']} refused on wide_types")
     assert tally["accepted"] >= 0.3 * total, f"only {tally['accepted']} of {total} accepted: fuzzer too weak"
 
 
@@ -419,14 +439,14 @@ def test_explain_is_the_same_on_every_dataset(datasets, sql):
     """`explain` reads no data values: its whole output (plan, rewritten SQL, sensitivities,
     noise) must be identical on every dataset, and so must a refusal."""
     outputs = {}
-    for dataset in datasets:
+    for dataset in (d for d in datasets if d.shared_schema):
         try:
             explanation = dataset.db.explain(sql, epsilon=EPSILON)
             outputs[dataset.name] = {f.name: getattr(explanation, f.name) for f in fields(explanation)
                                      if f.name not in _LEDGER_FIELDS}
         except DpsqlError as exc:
             outputs[dataset.name] = {"refused": str(exc)}
-    first = outputs[datasets[0].name]
+    first = next(iter(outputs.values()))
     differing = {name: {k: v for k, v in out.items() if first.get(k) != v}
                  for name, out in outputs.items() if out != first}
     assert not differing, f"explain depends on the data for {sql}: {differing}"
