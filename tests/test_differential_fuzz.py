@@ -72,6 +72,12 @@ def post_context(group: tuple[str, ...]) -> Context:
     return Context(leaves)
 
 
+def _peer(typ: str):
+    """A type DuckDB must unify with `typ`: either number type for a number (so int and float
+    columns meet, whatever their physical types), else `typ` itself."""
+    return st.sampled_from(["int", "float"]) if typ in ("int", "float") else st.just(typ)
+
+
 def _text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -107,7 +113,7 @@ def expression(draw, typ: str, ctx: Context, depth: int = MAX_DEPTH) -> str:
         return draw(_case(typ, sub))
     if generic == 1:
         function = draw(st.sampled_from(["COALESCE", "LEAST", "GREATEST"]))
-        args = draw(st.lists(sub(typ), min_size=1, max_size=3))
+        args = [draw(sub(draw(_peer(typ)))) for _ in range(draw(st.integers(1, 3)))]
         return f"{function}({', '.join(args)})"
     if generic == 2:
         source = draw(st.sampled_from(TYPES))
@@ -122,10 +128,10 @@ def _case(draw, typ: str, sub) -> str:
     branches = draw(st.integers(1, 2))
     parts = []
     for _ in range(branches):
-        result = typ if draw(st.integers(0, 9)) else draw(st.sampled_from(TYPES))  # mixed types
+        result = draw(_peer(typ)) if draw(st.integers(0, 9)) else draw(st.sampled_from(TYPES))  # mixed
         parts.append(f"WHEN {draw(sub('bool'))} THEN {draw(sub(result))}")
     if draw(st.booleans()):
-        parts.append(f"ELSE {draw(sub(typ))}")
+        parts.append(f"ELSE {draw(sub(draw(_peer(typ))))}")
     return f"(CASE {' '.join(parts)} END)"
 
 
@@ -183,29 +189,30 @@ def _boolean(draw, sub) -> str:
     """Conditions: comparisons, AND/OR/NOT, IN, BETWEEN, IS tests and LIKE, on operands of any type."""
     kind = draw(st.integers(0, 8))
     operand = draw(st.sampled_from(TYPES))
+    peer = lambda: sub(draw(_peer(operand)))  # noqa: E731
     if kind == 0:
         op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM",
                                    "IS NOT DISTINCT FROM"]))
-        return f"({draw(sub(operand))} {op} {draw(sub(operand))})"
+        return f"({draw(sub(operand))} {op} {draw(peer())})"
     if kind == 1:
         op = draw(st.sampled_from(["AND", "OR"]))
         return f"({draw(sub('bool'))} {op} {draw(sub('bool'))})"
     if kind == 2:
         return f"(NOT {draw(sub('bool'))})"
     if kind == 3:
-        items = draw(st.lists(sub(operand), min_size=1, max_size=3))
+        items = [draw(peer()) for _ in range(draw(st.integers(1, 3)))]
         negated = draw(st.sampled_from(["", "NOT "]))
         return f"({draw(sub(operand))} {negated}IN ({', '.join(items)}))"
     if kind == 4:
         negated = draw(st.sampled_from(["", "NOT "]))
-        return f"({draw(sub(operand))} {negated}BETWEEN {draw(sub(operand))} AND {draw(sub(operand))})"
+        return f"({draw(sub(operand))} {negated}BETWEEN {draw(peer())} AND {draw(peer())})"
     if kind in (5, 6):
         test = draw(st.sampled_from(["NULL", "NOT NULL", "TRUE", "FALSE", "NOT TRUE", "NOT FALSE"]))
         return f"({draw(sub(operand))} IS {test})"
     if kind == 7:
         op = draw(st.sampled_from(["LIKE", "NOT LIKE", "ILIKE"]))
         return f"({draw(sub('str'))} {op} {draw(sub('str'))})"
-    return f"({draw(sub(operand))} = {draw(sub(operand))})"
+    return f"({draw(sub(operand))} = {draw(peer())})"
 
 
 @st.composite
