@@ -424,7 +424,7 @@ def _differential(datasets: list[Dataset], examples: int, derandomize: bool, cap
 
 def test_accepted_queries_succeed_on_every_dataset(datasets, capsys):
     """800 random queries (fixed seed, reproducible), each on every dataset, plus the known
-    holes: about 50 s of CPU, most of it inside the engine (planning and post-processing)."""
+    holes: about a minute, most of it inside the engine (planning and post-processing)."""
     _differential(datasets, examples=800, derandomize=True, capsys=capsys)
 
 
