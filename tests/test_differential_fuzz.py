@@ -1,0 +1,459 @@
+"""Differential fuzzer: a query the engine accepts must be answered on every dataset.
+
+An error that happens on some data and not on other data is a noiseless bit about the data,
+free of charge. So random typed expression trees over every column type are put into queries,
+and each query is run through the public API on several adversarial datasets that share one
+schema and policy (tests/adversarial.py). A query refused on the first dataset must be refused
+with the same message on every dataset; a query accepted there must return an answer on every
+dataset, whatever the rows hold, with the same columns, row count (unless HAVING filters noisy
+values) and noise mechanisms, as strict JSON. Any exception at all (engine error, DuckDB error,
+traceback) fails the test and names the SQL, the dataset and the error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from engine import DpsqlError, PrivateDatabase
+from tests import adversarial
+
+EPSILON = 2.0  # noisy counts within a few units of the exact ones, so HAVING sees real magnitudes
+TYPES = ("int", "float", "str", "bool")
+MAX_DEPTH = 3
+ILL_TYPED_PERCENT = 4  # how often a child of the wrong type is drawn on purpose
+
+ROW_LEAVES = {"int": ["age", "level", "people.age"], "float": ["income", "people.income"],
+              "str": ["state", "note", "people.note"], "bool": ["sick"]}
+AGGREGATES = {
+    "int": ["COUNT(*)", "COUNT(age)", "COUNT(note)", "COUNT(sick)", "COUNT(DISTINCT person_id)",
+            "SUM(age)", "SUM(level)"],
+    "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)"],
+}
+GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick")]
+INT_LITERALS = ["0", "1", "-1", "2", "37", "100", "101", "-5", "127", "128", "255", "32768",
+                "2147483648", "1000000000000000", "9223372036854775807"]
+FLOAT_LITERALS = ["0.5", "-0.0", "1.5", "37.0", "999.999", "1e15", "1e-300", "3.14159", "2.5e3", "1e16"]
+TEXT_LITERALS = ["true", "false", "t", "x", "1e999", "0x7F", "0x7FFFFFFFFFFFFFFF", "", " ", " 1 ",
+                 "NaN", "inf", "-1", "1", "37", "1.5", "CA", "NY", "ZZ", "row", "%", "_", "a%",
+                 "\\", "%\\", "\u00e9t\u00e9", "\U0001f4a5", "it's", "b" * 300]
+INT_CASTS = ["INTEGER", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "UBIGINT"]
+FLOAT_CASTS = ["DOUBLE", "FLOAT", "REAL", "DECIMAL(18, 3)", "DECIMAL(4, 1)"]
+CASTS = {"int": INT_CASTS, "float": FLOAT_CASTS, "str": ["VARCHAR", "TEXT"], "bool": ["BOOLEAN"]}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an expression may reference: row columns (WHERE) or aggregates and keys (after)."""
+
+    leaves: dict[str, list[str]]
+
+
+def row_context() -> Context:
+    """Before aggregation: the policy's columns, some written with the table name."""
+    return Context(ROW_LEAVES)
+
+
+def post_context(group: tuple[str, ...]) -> Context:
+    """After noise: aggregates, their text, and the group keys."""
+    leaves: dict[str, list[str]] = {t: list(AGGREGATES.get(t, [])) for t in TYPES}
+    leaves["str"] = [f"CAST({a} AS VARCHAR)" for a in ("COUNT(*)", "SUM(income)", "AVG(age)")]
+    for key in group:
+        for typ, names in ROW_LEAVES.items():
+            if key in names:
+                leaves[typ].append(key)
+    return Context(leaves)
+
+
+def _peer(typ: str):
+    """A type DuckDB must unify with `typ`: either number type for a number (so int and float
+    columns meet, whatever their physical types), else `typ` itself."""
+    return st.sampled_from(["int", "float"]) if typ in ("int", "float") else st.just(typ)
+
+
+def _text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@st.composite
+def literal(draw, typ: str) -> str:
+    """A literal of `typ`, or a (typed) NULL; text literals read as booleans, numbers and odd text."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from(["NULL", f"CAST(NULL AS {CASTS[typ][0]})"]))
+    if typ == "int":
+        return draw(st.one_of(st.sampled_from(INT_LITERALS), st.integers(-1000, 1000).map(str)))
+    if typ == "float":
+        return draw(st.sampled_from(FLOAT_LITERALS))
+    if typ == "str":
+        return _text(draw(st.sampled_from(TEXT_LITERALS)))
+    return draw(st.sampled_from(["TRUE", "FALSE"]))
+
+
+@st.composite
+def expression(draw, typ: str, ctx: Context, depth: int = MAX_DEPTH) -> str:
+    """SQL text of an expression meant to have type `typ` (sometimes, on purpose, another)."""
+    if draw(st.integers(0, 99)) < ILL_TYPED_PERCENT:
+        typ = draw(st.sampled_from(TYPES))
+    if depth <= 0 or draw(st.integers(0, 3)) == 0:
+        leaves = ctx.leaves[typ]
+        if leaves and draw(st.booleans()):
+            return draw(st.sampled_from(leaves))
+        return draw(literal(typ))
+    sub = lambda t: expression(t, ctx, depth - 1)  # noqa: E731
+    builders = {"int": _integer, "float": _float, "str": _string, "bool": _boolean}
+    generic = draw(st.integers(0, 9))
+    if generic == 0:
+        return draw(_case(typ, sub))
+    if generic == 1:
+        function = draw(st.sampled_from(["COALESCE", "LEAST", "GREATEST"]))
+        args = [draw(sub(draw(_peer(typ)))) for _ in range(draw(st.integers(1, 3)))]
+        return f"{function}({', '.join(args)})"
+    if generic == 2:
+        source = draw(st.sampled_from(TYPES))
+        cast = draw(st.sampled_from(["CAST", "CAST", "TRY_CAST"]))
+        return f"{cast}({draw(sub(source))} AS {draw(st.sampled_from(CASTS[typ]))})"
+    return draw(builders[typ](sub))
+
+
+@st.composite
+def _case(draw, typ: str, sub) -> str:
+    """CASE WHEN with one or two branches, one in ten of another type, ELSE sometimes."""
+    branches = draw(st.integers(1, 2))
+    parts = []
+    for _ in range(branches):
+        result = draw(_peer(typ)) if draw(st.integers(0, 9)) else draw(st.sampled_from(TYPES))  # mixed
+        parts.append(f"WHEN {draw(sub('bool'))} THEN {draw(sub(result))}")
+    if draw(st.booleans()):
+        parts.append(f"ELSE {draw(sub(draw(_peer(typ))))}")
+    return f"(CASE {' '.join(parts)} END)"
+
+
+@st.composite
+def _integer(draw, sub) -> str:
+    """Integer-valued forms (addition drawn most often, as it is the commonest in practice)."""
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+        op = draw(st.sampled_from(["+", "-", "*", "//", "%"]))
+        return f"({draw(sub('int'))} {op} {draw(sub('int'))})"
+    if kind == 1:
+        return f"(-{draw(sub('int'))})"
+    if kind == 2:
+        return f"LENGTH({draw(sub('str'))})"
+    if kind == 3:
+        return f"{draw(st.sampled_from(['ABS', 'FLOOR', 'CEIL', 'ROUND']))}({draw(sub('int'))})"
+    return f"({draw(sub('int'))} + {draw(sub('int'))})"
+
+
+@st.composite
+def _float(draw, sub) -> str:
+    """Number-valued forms over int and float operands, division drawn most often."""
+    kind = draw(st.integers(0, 4))
+    number = lambda: sub(draw(st.sampled_from(["int", "float", "float"])))  # noqa: E731
+    if kind == 0:
+        op = draw(st.sampled_from(["+", "-", "*", "/", "%"]))
+        return f"({draw(number())} {op} {draw(number())})"
+    if kind == 1:
+        return f"ROUND({draw(number())}, {draw(st.integers(-3, 3))})"
+    if kind == 2:
+        return f"{draw(st.sampled_from(['ABS', 'FLOOR', 'CEIL']))}({draw(number())})"
+    if kind == 3:
+        return f"({draw(number())} / {draw(number())})"
+    return f"(-{draw(sub('float'))})"
+
+
+@st.composite
+def _string(draw, sub) -> str:
+    """Text-valued forms: case and trim functions, SUBSTRING with computed offsets, casts."""
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return f"{draw(st.sampled_from(['LOWER', 'UPPER', 'TRIM']))}({draw(sub('str'))})"
+    if kind == 1:
+        start = draw(sub("int"))
+        if draw(st.booleans()):
+            return f"SUBSTRING({draw(sub('str'))}, {start}, {draw(sub('int'))})"
+        return f"SUBSTRING({draw(sub('str'))}, {start})"
+    if kind == 2:
+        return f"CAST({draw(sub(draw(st.sampled_from(TYPES))))} AS VARCHAR)"
+    return draw(sub("str"))
+
+
+@st.composite
+def _boolean(draw, sub) -> str:
+    """Conditions: comparisons, AND/OR/NOT, IN, BETWEEN, IS tests and LIKE, on operands of any type."""
+    kind = draw(st.integers(0, 8))
+    operand = draw(st.sampled_from(TYPES))
+    peer = lambda: sub(draw(_peer(operand)))  # noqa: E731
+    if kind == 0:
+        op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM",
+                                   "IS NOT DISTINCT FROM"]))
+        return f"({draw(sub(operand))} {op} {draw(peer())})"
+    if kind == 1:
+        op = draw(st.sampled_from(["AND", "OR"]))
+        return f"({draw(sub('bool'))} {op} {draw(sub('bool'))})"
+    if kind == 2:
+        return f"(NOT {draw(sub('bool'))})"
+    if kind == 3:
+        items = [draw(peer()) for _ in range(draw(st.integers(1, 3)))]
+        negated = draw(st.sampled_from(["", "NOT "]))
+        return f"({draw(sub(operand))} {negated}IN ({', '.join(items)}))"
+    if kind == 4:
+        negated = draw(st.sampled_from(["", "NOT "]))
+        return f"({draw(sub(operand))} {negated}BETWEEN {draw(peer())} AND {draw(peer())})"
+    if kind in (5, 6):
+        test = draw(st.sampled_from(["NULL", "NOT NULL", "TRUE", "FALSE", "NOT TRUE", "NOT FALSE"]))
+        return f"({draw(sub(operand))} IS {test})"
+    if kind == 7:
+        op = draw(st.sampled_from(["LIKE", "NOT LIKE", "ILIKE"]))
+        return f"({draw(sub('str'))} {op} {draw(sub('str'))})"
+    return f"({draw(sub(operand))} = {draw(peer())})"
+
+
+@st.composite
+def aggregate(draw) -> str:
+    """A supported aggregate on a bare column, or (rarely) SUM of an expression, which is refused."""
+    if draw(st.integers(0, 19)) == 0:  # outside the grammar: an expression inside SUM
+        return f"SUM({draw(expression('float', row_context(), 1))})"
+    return draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
+
+
+@st.composite
+def queries(draw) -> str:
+    """A SELECT over `people`: aggregates and expressions over them, WHERE, GROUP BY on domain
+    columns, HAVING, ORDER BY and LIMIT, each sometimes."""
+    group = draw(st.sampled_from(GROUPINGS))
+    post = post_context(group)
+    items = [draw(aggregate())]
+    for _ in range(draw(st.integers(0, 2))):
+        if draw(st.booleans()):
+            items.append(draw(aggregate()))
+        else:
+            items.append(draw(expression(draw(st.sampled_from(TYPES)), post, 2)))
+    aliases = [f"c{i}" if draw(st.integers(0, 3)) == 0 else None for i in range(len(items))]
+    numeric = [alias for alias, item in zip(aliases, items, strict=True)
+               if alias and item in AGGREGATES["int"] + AGGREGATES["float"]]
+    items = [f"{item} AS {alias}" if alias else item for item, alias in zip(items, aliases, strict=True)]
+    keys = [key for key in group if draw(st.booleans())]
+    sql = f"SELECT {', '.join(keys + items)} FROM people"
+    if draw(st.integers(0, 9)) < 7:
+        sql += f" WHERE {draw(expression('bool', row_context()))}"
+    if group:
+        sql += f" GROUP BY {', '.join(group)}"
+    if draw(st.integers(0, 3)) == 0:
+        having = draw(expression("bool", post, 2))
+        if numeric and draw(st.booleans()):
+            having = f"{draw(st.sampled_from(numeric))} > {draw(literal('int'))}"
+        sql += f" HAVING {having}"
+    if draw(st.integers(0, 3)) == 0:
+        key = draw(st.one_of(expression(draw(st.sampled_from(TYPES)), post, 2),
+                             st.integers(1, len(keys) + len(items)).map(str),
+                             st.sampled_from(numeric or ["1"])))
+        sql += f" ORDER BY {key} {draw(st.sampled_from(['ASC', 'DESC']))}"
+    if draw(st.integers(0, 6)) == 0:
+        sql += f" LIMIT {draw(st.integers(0, 3))}"
+        if draw(st.booleans()):
+            sql += f" OFFSET {draw(st.integers(0, 2))}"
+    return sql
+
+
+class Dataset:
+    """One adversarial dataset opened under the shared policy. Its ledger is replaced by a fresh
+    one when the budget runs low or a query fails (an engine may stop a database whose query
+    failed on the data), so every example starts from a usable database."""
+
+    def __init__(self, name: str, path: Path, policy: Path, shared_schema: bool = True) -> None:
+        self.name, self.path, self.policy, self.shared_schema = name, path, policy, shared_schema
+        self.ledgers = 0
+        self.db = self._open()
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name!r})"
+
+    def _open(self) -> PrivateDatabase:
+        self.ledgers += 1
+        ledger = self.path.with_name(f"{self.path.stem}-{self.ledgers}.ledger")
+        return PrivateDatabase.connect(self.path, self.policy, ledger)
+
+    def reopen(self) -> None:
+        self.db.close()
+        self.db = self._open()
+
+    def query(self, sql: str):
+        if self.db.budget().remaining < 2 * EPSILON:
+            self.reopen()
+        try:
+            return self.db.query(sql, epsilon=EPSILON)
+        except Exception:
+            self.reopen()
+            raise
+
+
+@pytest.fixture(scope="session")
+def datasets(tmp_path_factory) -> list[Dataset]:
+    root: Path = tmp_path_factory.mktemp("differential")
+    policy = adversarial.write_policy(root / "policy.yaml")
+    opened = [Dataset(name, adversarial.write_dataset(root / f"{name}.duckdb", rows), policy)
+              for name, rows in adversarial.datasets().items()]
+    wide = adversarial.write_dataset(root / "wide_types.duckdb", adversarial.wide_rows(),
+                                     adversarial.WIDE_SCHEMA)
+    opened.append(Dataset("wide_types", wide, policy, shared_schema=False))
+    yield opened
+    for dataset in opened:
+        dataset.db.close()
+
+
+def failures_of(sql: str, datasets: list[Dataset], tally: Counter) -> list[str]:
+    """Run `sql` differentially; return one line per failure (empty when the engine behaved).
+
+    Datasets in the shared schema must all refuse it alike or all answer it. A dataset in
+    another physical schema may refuse it for its types, but if it accepts, it must answer."""
+    shared = [d for d in datasets if d.shared_schema]
+    first, problems = shared[0], []
+    try:
+        first.db.explain(sql, epsilon=EPSILON)
+    except DpsqlError as exc:
+        tally["refused"] += 1
+        targets = []
+        for other in shared[1:]:
+            try:
+                other.db.explain(sql, epsilon=EPSILON)
+                problems.append(f"refused on {first.name} ({exc}) but accepted on {other.name}")
+            except DpsqlError as again:
+                if str(again) != str(exc):
+                    problems.append(f"refusal differs: {first.name}: {exc}; {other.name}: {again}")
+            except Exception as again:  # noqa: BLE001 - any crash is a finding
+                problems.append(f"explain on {other.name} raised {type(again).__name__}: {again}")
+    except Exception as exc:  # noqa: BLE001
+        return [f"explain on {first.name} raised {type(exc).__name__}: {exc}"]
+    else:
+        tally["accepted"] += 1
+        targets = list(shared)
+    for other in (d for d in datasets if not d.shared_schema):
+        try:
+            other.db.explain(sql, epsilon=EPSILON)
+            targets.append(other)
+        except DpsqlError:
+            tally[f"refused on {other.name}"] += 1
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"explain on {other.name} raised {type(exc).__name__}: {exc}")
+    shapes = {}
+    for dataset in targets:
+        try:
+            result = dataset.query(sql)
+            json.dumps(result.to_dict(), allow_nan=False)
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"query on {dataset.name} raised {type(exc).__name__}: {exc}")
+            continue
+        # Only noisy values may differ; rows can differ only through HAVING on noisy values.
+        rows = None if " HAVING " in sql else len(result.df)
+        shapes[dataset.name] = (list(result.df.columns), rows, result.aggregates)
+    if len({repr(shape) for shape in shapes.values()}) > 1:
+        problems.append(f"answer's columns, row count or mechanisms differ: {shapes}")
+    return problems
+
+
+def _report(sql: str, problems: list[str]) -> str:
+    return "accepted query failed differentially:\n  SQL: " + sql + "\n  " + "\n  ".join(problems)
+
+
+KNOWN_HOLES = [
+    # Fail on d4c1ca0. IS TRUE/FALSE on text makes DuckDB cast each row's string to BOOLEAN at
+    # run time: the query fails exactly when some row holds text that is not a boolean (here:
+    # when some row has age 37), and is answered otherwise. One exact bit per query, free.
+    "SELECT COUNT(*) FROM people WHERE (CASE WHEN age = 37 THEN 'x' ELSE 'true' END) IS TRUE",
+    "SELECT COUNT(*) FROM people WHERE note IS TRUE",
+    "SELECT COUNT(*) FROM people WHERE CAST(age AS VARCHAR) IS NOT FALSE",
+    # Fail on d4c1ca0. The same cast after noise: it passes the dry run on zeros, then fails on the
+    # noisy value after the charge, and DuckDB's message quotes that value.
+    "SELECT COUNT(*) FROM people HAVING (CASE WHEN COUNT(*) > 5 THEN 'x' ELSE 'true' END) IS TRUE",
+    "SELECT COUNT(*) FROM people HAVING CAST(COUNT(*) AS VARCHAR) IS TRUE",
+    "SELECT state, COUNT(*) FROM people GROUP BY state ORDER BY CAST(COUNT(*) AS VARCHAR) IS FALSE",
+    "SELECT COUNT(*), CAST(SUM(income) AS VARCHAR) IS FALSE FROM people",
+    # Fails on d4c1ca0: HAVING accepts a text value as its condition (WHERE refuses one), and
+    # DuckDB casts the text of the noisy count to BOOLEAN after the charge.
+    "SELECT COUNT(*) FROM people HAVING CAST(COUNT(*) AS VARCHAR)",
+    # Fails on d4c1ca0 on wide_types only: an int column stored as HUGEINT meets a float column
+    # stored as DECIMAL(18, 2); DuckDB casts the HUGEINT to DECIMAL(38, 2), which fails on a row
+    # whose value is above 10^36.
+    "SELECT COUNT(*) FROM people WHERE income = age",
+    "SELECT COUNT(*) FROM people WHERE (CASE WHEN sick THEN income ELSE age END) > 0",
+    # Fails on d4c1ca0 on every dataset: the answer's JSON form holds pandas' NA, which the JSON
+    # encoder rejects (the CLI's --format json loses this answer after its charge).
+    "SELECT COUNT(*), CAST(NULL AS BOOLEAN) FROM people",
+    # Answered on d4c1ca0 (the engine's hardening covers them); kept so that they stay answered.
+    "SELECT COUNT(*) FROM people WHERE (CASE WHEN age = 37 THEN 9223372036854775807 + age ELSE 0 END) > 0",
+    "SELECT COUNT(*) FROM people WHERE (CASE WHEN sick THEN CAST(age AS TINYINT) ELSE 0 END) > 0",
+    "SELECT COUNT(*) FROM people WHERE SUBSTRING(note, age * 100000000000) = 'x'",
+    "SELECT COUNT(*) FROM people WHERE SUBSTRING(note, 1, age - 1000) = ''",
+    "SELECT COUNT(*) FROM people WHERE CAST(note AS INTEGER) = 1",
+    # Answered on d4c1ca0 although they bypass the literal caps (a cap is not a run-time error, so
+    # this test only requires that they are refused everywhere or answered everywhere).
+    "SELECT COUNT(*) FROM people WHERE age < CAST('0x7FFFFFFFFFFFFFFF' AS BIGINT)",
+    "SELECT SUM(income) FROM people WHERE income < CAST(CASE WHEN sick THEN 'inf' END AS DOUBLE)",
+]
+
+
+def _differential(datasets: list[Dataset], examples: int, derandomize: bool, capsys) -> None:
+    tally: Counter = Counter()
+
+    @settings(max_examples=examples, derandomize=derandomize, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(sql=queries())
+    def check(sql: str) -> None:
+        problems = failures_of(sql, datasets, tally)
+        if problems:
+            raise AssertionError(_report(sql, problems))
+
+    for hole in KNOWN_HOLES:
+        check = example(sql=hole)(check)
+    start = time.perf_counter()
+    check()
+    total = tally["accepted"] + tally["refused"]
+    with capsys.disabled():
+        print(f"\ndifferential fuzz: {total} queries x {len(datasets)} datasets in "
+              f"{time.perf_counter() - start:.0f} s: {tally['accepted']} accepted, {tally['refused']} refused, "
+              f"{tally['refused on wide_types']} refused on wide_types")
+    assert tally["accepted"] >= 0.3 * total, f"only {tally['accepted']} of {total} accepted: fuzzer too weak"
+
+
+def test_accepted_queries_succeed_on_every_dataset(datasets, capsys):
+    """800 random queries (fixed seed, reproducible), each on every dataset, plus the known
+    holes: about a minute, most of it inside the engine (planning and post-processing)."""
+    _differential(datasets, examples=800, derandomize=True, capsys=capsys)
+
+
+@pytest.mark.slow
+def test_accepted_queries_succeed_on_every_dataset_slow(datasets, capsys):
+    """Ten times as many, from a fresh seed each run."""
+    _differential(datasets, examples=8000, derandomize=False, capsys=capsys)
+
+
+# Fields of an Explanation that describe the ledger (each dataset has its own), not the query.
+_LEDGER_FIELDS = {"budget", "level_before", "level_after", "admissible"}
+
+
+@settings(max_examples=150, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(sql=queries())
+@example(sql="SELECT COUNT(*) FROM people")
+def test_explain_is_the_same_on_every_dataset(datasets, sql):
+    """`explain` reads no data values: its whole output (plan, rewritten SQL, sensitivities,
+    noise) must be identical on every dataset, and so must a refusal."""
+    outputs = {}
+    for dataset in (d for d in datasets if d.shared_schema):
+        try:
+            explanation = dataset.db.explain(sql, epsilon=EPSILON)
+            outputs[dataset.name] = {f.name: getattr(explanation, f.name) for f in fields(explanation)
+                                     if f.name not in _LEDGER_FIELDS}
+        except DpsqlError as exc:
+            outputs[dataset.name] = {"refused": str(exc)}
+    first = next(iter(outputs.values()))
+    differing = {name: {k: v for k, v in out.items() if first.get(k) != v}
+                 for name, out in outputs.items() if out != first}
+    assert not differing, f"explain depends on the data for {sql}: {differing}"
