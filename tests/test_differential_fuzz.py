@@ -278,7 +278,7 @@ class Dataset:
     def _open(self) -> PrivateDatabase:
         self.ledgers += 1
         ledger = self.path.with_name(f"{self.path.stem}-{self.ledgers}.ledger")
-        return PrivateDatabase.connect(self.path, self.policy, ledger)
+        return PrivateDatabase.connect(self.path, self.policy, ledger, create=True)
 
     def reopen(self) -> None:
         self.db.close()
