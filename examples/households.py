@@ -224,8 +224,8 @@ def main() -> None:
                                                                                strict=True)))
         status = private.budget()
         print(f"\nBudget: {status.spent_ip:.3f} of {status.total} spent as the whole transcript's\n"
-              f"information-privacy level (sum of epsilon_dp {status.spent_dp:.3f}); "
-              f"{status.remaining:.3f} left.")
+              f"information-privacy level (sum of epsilon_dp {status.spent_dp:.3f});\n"
+              f"the largest epsilon a next query can still ask is {status.largest_epsilon:.3f}.")
 
 
 if __name__ == "__main__":
