@@ -8,6 +8,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pytest
 import yaml
 
 from engine.database import binding_of
@@ -77,3 +78,18 @@ def charge_count(ledger: Path) -> int:
     """How many answers a ledger has charged, read directly from its file."""
     with sqlite3.connect(ledger) as conn:
         return conn.execute("SELECT COUNT(*) FROM charges").fetchone()[0]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the `dpsql` command in-process: (exit code, standard output, standard error)."""
+    from engine.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def cli_paths(setup) -> list[str]:
+    """The --db, --policy and --ledger options of a test's setup."""
+    return ["--db", str(setup.db), "--policy", str(setup.policy), "--ledger", str(setup.ledger)]

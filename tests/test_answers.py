@@ -11,22 +11,10 @@ import sqlite3
 import pytest
 
 from engine import PrivateDatabase, postprocess
-from engine.cli import main
 from engine.errors import DpsqlError
 from engine.ledger import LedgerBinding
 from engine.report import build_report
-from tests.support import create_ledger, write_policy
-
-
-def _run(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def _paths(setup) -> list[str]:
-    return ["--db", str(setup.db), "--policy", str(setup.policy), "--ledger", str(setup.ledger)]
+from tests.support import cli_paths, create_ledger, run_cli, write_policy
 
 
 def _charges(ledger) -> list[tuple]:
@@ -35,11 +23,11 @@ def _charges(ledger) -> list[tuple]:
 
 
 def _history(capsys, setup, *extra) -> tuple[int, str, str]:
-    return _run(capsys, "history", "--ledger", str(setup.ledger), *extra)
+    return run_cli(capsys, "history", "--ledger", str(setup.ledger), *extra)
 
 
 def test_rich_markup_in_an_alias_is_printed_literally_and_stored(capsys, setup):
-    code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1",
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1",
                           'SELECT COUNT(*) AS "[/x]", COUNT(*) AS "[bold]b" FROM people')
     assert code == 0, err
     assert "[/x]" in out and "[bold]b" in out
@@ -53,7 +41,7 @@ def test_rich_markup_in_an_alias_is_printed_literally_and_stored(capsys, setup):
 
 
 def test_null_output_column_in_json_is_null_and_history_returns_the_printed_answer(capsys, setup):
-    code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1", "--format", "json",
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--format", "json",
                           "SELECT CAST(NULL AS BOOLEAN) AS b, COUNT(*) AS n FROM people")
     assert code == 0, err
     printed = json.loads(out)
@@ -72,11 +60,11 @@ def test_null_output_column_in_json_is_null_and_history_returns_the_printed_answ
 def test_json_at_the_largest_epsilon_is_valid_json_and_stored(capsys, setup, sql):
     write_policy(setup.policy, {"budget": {"epsilon": 1e7}})
     ledger = create_ledger(setup.ledger.with_name("big.sqlite"), setup.policy)
-    code, out, err = _run(capsys, "query", "--db", str(setup.db), "--policy", str(setup.policy),
+    code, out, err = run_cli(capsys, "query", "--db", str(setup.db), "--policy", str(setup.policy),
                           "--ledger", str(ledger), "--epsilon", "100", "--format", "json", sql)
     assert code == 0, err
     printed = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
-    code, again, _ = _run(capsys, "history", "--ledger", str(ledger), "--id", "1", "--format",
+    code, again, _ = run_cli(capsys, "history", "--ledger", str(ledger), "--id", "1", "--format",
                           "json")
     assert json.loads(again) == printed
 
@@ -94,14 +82,14 @@ def test_post_processing_failing_after_the_noise_charges_releases_nothing_and_ha
         return real(conn, plan, sql, frame)
 
     monkeypatch.setattr(postprocess, "finish", fails_on_noisy_values)
-    code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1",
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1",
                           "SELECT COUNT(*) AS n FROM people HAVING n > 10")
     assert code == 4 and out == "" and err.count("\n") == 1
     assert "halted" in err and "nothing was charged" in err and "[" not in err
     assert _charges(setup.ledger) == []
     assert json.loads(_history(capsys, setup, "--format", "json")[1]) == []
     monkeypatch.setattr(postprocess, "finish", real)
-    code, _, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1",
+    code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1",
                         "SELECT COUNT(*) AS n FROM people")
     assert code == 4 and "halted" in err and _charges(setup.ledger) == []
 

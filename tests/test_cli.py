@@ -9,24 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from tests.support import cli_paths, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def _paths(setup) -> list[str]:
-    return ["--db", str(setup.db), "--policy", str(setup.policy), "--ledger", str(setup.ledger)]
 
 
 def test_query_json(capsys, setup):
-    code, out, _ = _run(capsys, "query", *_paths(setup), "--epsilon", "0.5", "--format", "json",
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.5", "--format", "json",
                         "SELECT state, COUNT(*) AS n FROM people GROUP BY state")
     assert code == 0
     payload = json.loads(out)
@@ -35,23 +26,25 @@ def test_query_json(capsys, setup):
 
 
 def test_query_table_and_csv(capsys, setup):
-    code, out, _ = _run(capsys, "query", *_paths(setup), "--epsilon", "0.5", "SELECT COUNT(*) FROM people")
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.5",
+                           "SELECT COUNT(*) FROM people")
     assert code == 0 and "±" in out and "largest epsilon you can still ask" in " ".join(out.split())
-    code, out, _ = _run(capsys, "query", *_paths(setup), "--epsilon", "0.5", "--format", "csv",
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.5", "--format", "csv",
                         "SELECT sick, AVG(age) FROM people GROUP BY sick")
     lines = out.strip().splitlines()
     assert code == 0 and lines[0] == "sick,AVG(age),AVG(age)_ci95" and len(lines) == 3
 
 
 def test_explain_spends_nothing(capsys, setup):
-    code, out, _ = _run(capsys, "explain", *_paths(setup), "--epsilon", "0.5", "--format", "json",
+    code, out, _ = run_cli(capsys, "explain", *cli_paths(setup), "--epsilon", "0.5", "--format", "json",
                         "SELECT SUM(age) FROM people")
     payload = json.loads(out)
     assert code == 0 and payload["budget"]["spent_dp"] == 0
     assert payload["aggregates"][0]["sensitivity"] == 200  # m (hi - lo) = 2 * 100
-    code, out, _ = _run(capsys, "explain", *_paths(setup), "--epsilon", "0.5", "SELECT SUM(age) FROM people")
+    code, out, _ = run_cli(capsys, "explain", *cli_paths(setup), "--epsilon", "0.5",
+                           "SELECT SUM(age) FROM people")
     assert code == 0 and "rewritten SQL" in out and "expected 95% error" in out
-    code, out, _ = _run(capsys, "query", *_paths(setup), "--epsilon", "0.5", "--format", "json",
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.5", "--format", "json",
                         "SELECT COUNT(*) FROM people")
     assert json.loads(out)["budget"]["spent_dp"] == pytest.approx(0.5)
 
@@ -67,7 +60,7 @@ def test_explain_spends_nothing(capsys, setup):
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(capsys, setup, args, fragment):
-    code, out, err = _run(capsys, "query", *_paths(setup), *args, "SELECT COUNT(*) FROM people")
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), *args, "SELECT COUNT(*) FROM people")
     assert code == 2 and out == ""
     assert fragment in err and err.count("\n") == 1
 
@@ -75,10 +68,10 @@ def test_bad_arguments_exit_2_with_one_line(capsys, setup, args, fragment):
 def test_bad_policy_and_missing_data(capsys, setup, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("budget: {epsilon: -1}\ndependence: {k: 1, eta: 0}\ntables: {}\n")
-    code, _, err = _run(capsys, "query", "--db", str(setup.db), "--policy", str(bad), "--ledger",
+    code, _, err = run_cli(capsys, "query", "--db", str(setup.db), "--policy", str(bad), "--ledger",
                         str(setup.ledger), "--epsilon", "1", "SELECT COUNT(*) FROM people")
     assert code == 2 and "budget.epsilon" in err and err.count("\n") == 1
-    code, _, err = _run(capsys, "query", "--db", str(tmp_path / "x.duckdb"), "--policy", str(setup.policy),
+    code, _, err = run_cli(capsys, "query", "--db", str(tmp_path / "x.duckdb"), "--policy", str(setup.policy),
                         "--ledger", str(setup.ledger), "--epsilon", "1", "SELECT COUNT(*) FROM people")
     assert code == 2 and "data file not found" in err
 
@@ -88,13 +81,13 @@ def test_budget_exhaustion_exits_3(capsys, setup, tmp_path):
     policy.write_text(Path(setup.policy).read_text().replace("epsilon: 1000.0", "epsilon: 0.5"))
     args = ["query", "--db", str(setup.db), "--policy", str(policy), "--ledger", str(setup.ledger),
             "--epsilon", "0.4", "SELECT COUNT(*) FROM people"]
-    assert _run(capsys, *args)[0] == 0
-    code, out, err = _run(capsys, *args)
+    assert run_cli(capsys, *args)[0] == 0
+    code, out, err = run_cli(capsys, *args)
     assert code == 3 and out == "" and "over budget" in err
 
 
 def test_calibrate_json_reproduces_the_headline(capsys):
-    code, out, _ = _run(capsys, "calibrate", "--epsilon", "1", "--k", "10", "--eta", "0.001",
+    code, out, _ = run_cli(capsys, "calibrate", "--epsilon", "1", "--k", "10", "--eta", "0.001",
                         "--format", "json")
     payload = json.loads(out)
     modes = {m["mode"]: m for m in payload["modes"]}
@@ -104,13 +97,13 @@ def test_calibrate_json_reproduces_the_headline(capsys):
     assert modes["tight"]["epsilon_dp"] == pytest.approx(0.665, abs=1e-3)
     assert not modes["independent"]["applies"]
     assert "tight" in modes["auto"]["justification"]
-    code, _, err = _run(capsys, "calibrate", "--epsilon", "1", "--k", "0", "--eta", "0.1")
+    code, _, err = run_cli(capsys, "calibrate", "--epsilon", "1", "--k", "0", "--eta", "0.1")
     assert code == 2 and "k" in err
 
 
 def test_installed_entry_point_runs_as_a_process(setup):
     proc = subprocess.run(
-        [sys.executable, "-m", "engine", "query", *_paths(setup), "--epsilon", "1", "--format", "json",
+        [sys.executable, "-m", "engine", "query", *cli_paths(setup), "--epsilon", "1", "--format", "json",
          "SELECT COUNT(*) FROM people; DROP TABLE people"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
@@ -119,12 +112,12 @@ def test_installed_entry_point_runs_as_a_process(setup):
 
 
 def test_explain_refuses_csv_before_touching_the_data(capsys, tmp_path, setup):
-    code, out, err = _run(capsys, "explain", "--db", str(tmp_path / "missing.duckdb"), "--policy",
+    code, out, err = run_cli(capsys, "explain", "--db", str(tmp_path / "missing.duckdb"), "--policy",
                           str(setup.policy), "--ledger", str(setup.ledger), "--epsilon", "1",
                           "--format", "csv", "SELECT COUNT(*) FROM people")
     assert code == 2 and out == "" and "'csv' is not one of 'table', 'json'" in err
 
 
 def test_explain_help_offers_only_the_formats_it_accepts(capsys):
-    code, out, _ = _run(capsys, "explain", "--help")
+    code, out, _ = run_cli(capsys, "explain", "--help")
     assert code == 0 and "[table|json]" in out and "csv" not in out

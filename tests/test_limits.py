@@ -12,9 +12,8 @@ import pytest
 import yaml
 
 from engine import PolicyError, PrivateDatabase, QueryTooLarge, ResourceLimitExceeded, execute
-from engine.cli import main
 from engine.policy import Limits, parse_policy
-from tests.support import BASE_POLICY, charge_count, create_ledger, write_policy
+from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 
 SLOW_ROWS = 400_000
 # Nested string functions and a backtracking LIKE on every row: well over a second here.
@@ -28,12 +27,6 @@ def _limits_policy(limits: dict) -> dict:
     policy["limits"] = limits
     return policy
 
-
-def _run_cli(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
 
 
 def test_limits_default_when_absent_and_read_when_given():
@@ -75,7 +68,7 @@ def test_plan_time_limit_refuses_with_exit_2_before_the_data(capsys, setup, tmp_
     monkeypatch.setattr(execute, "run", lambda *args: ran.append(args))
     sql = "SELECT state, COUNT(*), SUM(income) FROM people GROUP BY state"  # 4 groups x 2
     for command in ("query", "explain"):
-        code, out, err = _run_cli(capsys, command, *paths, "--epsilon", "1", sql)
+        code, out, err = run_cli(capsys, command, *paths, "--epsilon", "1", sql)
         assert code == 2 and out == ""
         assert err.strip() == (
             "error: query refused: it would release 8 noisy values (4 group(s) x 2 noisy "
@@ -152,7 +145,7 @@ def test_time_limit_through_the_cli_is_one_line_and_exit_2(capsys, slow_db, tmp_
     policy = _slow_policy(tmp_path / "p.yaml", {"time_seconds": 0.05})
     paths = ["--db", str(slow_db), "--policy", str(policy), "--ledger",
              str(create_ledger(tmp_path / "l.sqlite", policy))]
-    code, out, err = _run_cli(capsys, "query", *paths, "--epsilon", "1", SLOW_SQL)
+    code, out, err = run_cli(capsys, "query", *paths, "--epsilon", "1", SLOW_SQL)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "time limit of 0.05 s (limits.time_seconds in the policy)" in err
     assert charge_count(tmp_path / "l.sqlite") == 0

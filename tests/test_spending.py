@@ -19,19 +19,12 @@ from hypothesis import strategies as st
 from calibration import DependenceModel, calibrate, guarantee
 from engine import BudgetExhausted, InputError, LedgerError, PrivateDatabase
 from engine.accounting import Accountant, mode_dominates
-from engine.cli import main
 from engine.ledger import Ledger, LedgerBinding
-from tests.support import create_ledger, write_policy
+from tests.support import create_ledger, run_cli, write_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 COUNT = "SELECT COUNT(*) AS n FROM people"
 
-
-def _run(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
 
 
 def _charges(ledger: Path) -> int:
@@ -225,17 +218,17 @@ def test_cli_shows_cost_and_largest_epsilon_and_asks_by_cost(capsys, tmp_path, s
     ledger = create_ledger(tmp_path / "l.sqlite", policy)
     args = ["--db", str(setup.db), "--policy", str(policy), "--ledger", str(ledger)]
     def run(*extra):
-        code, out, err = _run(capsys, *extra)
+        code, out, err = run_cli(capsys, *extra)
         return code, " ".join(out.split()), err
 
     code, out, _ = run("query", *args, "--cost", "0.25", COUNT)
     assert code == 0 and "cost 0.25" in out and "largest epsilon you can still ask: 0.75" in out
     code, out, _ = run("explain", *args, "--epsilon", "0.5", COUNT)
     assert code == 0 and "cost 0.5" in out and "largest epsilon you can still ask: 0.75" in out
-    code, _, err = _run(capsys, "query", *args, "--epsilon", "0.8", COUNT)
+    code, _, err = run_cli(capsys, "query", *args, "--epsilon", "0.8", COUNT)
     assert code == 3 and err.startswith("error: over budget") and err.count("\n") == 1
     assert "largest epsilon you can still ask is 0.75" in err
-    code, _, err = _run(capsys, "query", *args, COUNT)
+    code, _, err = run_cli(capsys, "query", *args, COUNT)
     assert code == 2 and "exactly one of them" in err
     assert _charges(ledger) == 1
 
@@ -245,7 +238,7 @@ def test_cli_shows_cost_and_largest_epsilon_and_asks_by_cost(capsys, tmp_path, s
 def test_a_missing_ledger_is_refused_with_how_to_create_one(capsys, tmp_path, setup):
     typo = tmp_path / "ledgr.sqlite"
     for command in ("query", "explain"):
-        code, out, err = _run(capsys, command, "--db", str(setup.db), "--policy",
+        code, out, err = run_cli(capsys, command, "--db", str(setup.db), "--policy",
                               str(setup.policy), "--ledger", str(typo), "--epsilon", "1", COUNT)
         assert code == 2 and out == "" and err.count("\n") == 1
         assert f"dpsql ledger init --ledger {typo} --policy POLICY" in err
@@ -256,12 +249,12 @@ def test_a_missing_ledger_is_refused_with_how_to_create_one(capsys, tmp_path, se
 
 def test_ledger_init_creates_once(capsys, tmp_path, setup):
     path = tmp_path / "new.sqlite"
-    code, out, _ = _run(capsys, "ledger", "init", "--ledger", str(path), "--policy",
+    code, out, _ = run_cli(capsys, "ledger", "init", "--ledger", str(path), "--policy",
                         str(setup.policy))
     assert code == 0 and "created ledger" in out and path.is_file()
     with PrivateDatabase.connect(setup.db, setup.policy, path) as db:
         db.query(COUNT, epsilon=1.0)
-    code, _, err = _run(capsys, "ledger", "init", "--ledger", str(path), "--policy",
+    code, _, err = run_cli(capsys, "ledger", "init", "--ledger", str(path), "--policy",
                         str(setup.policy))
     assert code == 2 and "already exists" in err and _charges(path) == 1
     with pytest.raises(LedgerError, match="already exists"):
@@ -280,7 +273,7 @@ def test_the_report_shows_the_same_largest_epsilon(tmp_path, setup, capsys):
         totals = db.report().totals
     assert shown == 3.0 and totals.largest_epsilon == shown and totals.mode == "group"
     assert totals.transcript_level == 1.0, "the report accounts with the policy's map too"
-    code, out, _ = _run(capsys, "report", "--ledger", str(ledger))
+    code, out, _ = run_cli(capsys, "report", "--ledger", str(ledger))
     assert code == 0 and "largest ε a query can still ask" in out
 
 

@@ -23,12 +23,12 @@ from engine import (
     PrivateDatabase,
     QueryRefused,
 )
-from engine.cli import _print_explanation, _print_result, main
+from engine.cli import _print_explanation, _print_result
 from engine.display import number, visible
 from engine.ledger import Charge, Ledger
 from engine.report import build_report
 from engine.report_render import render_markdown, render_table
-from tests.support import charge_count, create_ledger, record_charge, write_policy
+from tests.support import charge_count, cli_paths, create_ledger, record_charge, run_cli, write_policy
 from tests.test_report import AGGREGATE, DEPENDENT, write_ledger
 
 TOUR_SQL = ("SELECT state, COUNT(*) AS n, AVG(income) FROM people WHERE age >= 18 GROUP BY state "
@@ -39,15 +39,6 @@ ESC = "\x1b[2J\x1b]0;pwned\x07"
 BOX = "│┃─━┏┓┗┛┡┩╇┯┷┳┻╋┣┫└┘┌┐├┤┼╭╮╰╯"
 
 
-def _run(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def _paths(setup) -> list[str]:
-    return ["--db", str(setup.db), "--policy", str(setup.policy), "--ledger", str(setup.ledger)]
 
 
 def _words(text: str) -> Counter:
@@ -83,9 +74,9 @@ def test_query_output_fits_80_columns_and_wraps_between_words(monkeypatch, capsy
 def test_cli_at_80_columns(monkeypatch, capsys, setup):
     monkeypatch.setenv("COLUMNS", "80")
     for command in ("query", "explain"):
-        code, out, _ = _run(capsys, command, *_paths(setup), "--epsilon", "0.5", TOUR_SQL)
+        code, out, _ = run_cli(capsys, command, *cli_paths(setup), "--epsilon", "0.5", TOUR_SQL)
         assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
-    code, out, _ = _run(capsys, "report", "--ledger", str(setup.ledger))
+    code, out, _ = run_cli(capsys, "report", "--ledger", str(setup.ledger))
     assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
 
 
@@ -133,14 +124,14 @@ def test_visible_escapes_control_and_format_characters():
 
 def test_query_table_shows_escape_codes_visibly(capsys, setup):
     sql = f"SELECT COUNT(*) AS \"n{ESC}\" FROM people WHERE note <> '{ESC}'"
-    code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1", sql)
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", sql)
     assert code == 0, err
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b[2J" in out and "\\x07" in out
 
 
 def test_aliases_are_never_read_as_rich_markup(capsys, setup):
-    code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1",
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1",
                           'SELECT COUNT(*) AS "[/x]", COUNT(*) AS "[bold]b[/bold]" FROM people')
     assert code == 0, err
     assert "[/x]" in out and "[bold]b[/bold]" in out
@@ -148,7 +139,7 @@ def test_aliases_are_never_read_as_rich_markup(capsys, setup):
 
 def test_errors_show_escape_codes_visibly(capsys, setup):
     sql = f"SELECT COUNT(*) FROM people GROUP BY lower(note || '{ESC}')"
-    code, out, err = _run(capsys, "query", *_paths(setup), "--epsilon", "1", sql)
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", sql)
     assert code == 2 and out == ""
     assert "\x1b" not in err and "\\x1b[2J" in err and err.count("\n") == 1
 
@@ -160,7 +151,7 @@ def test_report_shows_escape_codes_visibly(tmp_path, capsys):
                                0.2, 0.1, "tight", 10, 0.001, (AGGREGATE,)))
     book.close()
     for fmt in ("table", "markdown", "html"):
-        code, out, _ = _run(capsys, "report", "--ledger", str(path), "--format", fmt)
+        code, out, _ = run_cli(capsys, "report", "--ledger", str(path), "--format", fmt)
         assert code == 0 and "\x1b" not in out and "\u202e" not in out and "\x07" not in out, fmt
         assert "\\x1b[2J" in out and "\\u202e" in out, fmt
     assert "\\x1b" in render_markdown(build_report(path))
@@ -181,7 +172,7 @@ def formula_setup(tmp_path):
 def test_csv_neutralises_formulas_in_text_and_keeps_numbers(capsys, formula_setup):
     db, policy, ledger, keys = formula_setup
     sql = 'SELECT tag, COUNT(*) - 1000000 AS "=HYPERLINK(1)", COUNT(*) AS "@n" FROM people GROUP BY tag'
-    code, out, err = _run(capsys, "query", "--db", str(db), "--policy", str(policy), "--ledger",
+    code, out, err = run_cli(capsys, "query", "--db", str(db), "--policy", str(policy), "--ledger",
                           str(ledger), "--epsilon", "1", "--format", "csv", sql)
     assert code == 0, err
     rows = list(csv.reader(io.StringIO(out)))
@@ -253,7 +244,7 @@ def test_results_explanations_and_reports_show_as_html_tables(setup):
 def test_yaml_errors_keep_line_column_and_problem(capsys, setup, tmp_path, text, line, column, problem):
     broken = tmp_path / "broken.yaml"
     broken.write_text(text)
-    code, out, err = _run(capsys, "query", "--db", str(setup.db), "--policy", str(broken), "--ledger",
+    code, out, err = run_cli(capsys, "query", "--db", str(setup.db), "--policy", str(broken), "--ledger",
                           str(setup.ledger), "--epsilon", "1", "SELECT COUNT(*) FROM people")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"is not valid YAML at line {line}, column {column}: " in err and problem in err
