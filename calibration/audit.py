@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +66,29 @@ def _value_table(pmf: np.ndarray, values: np.ndarray, i: int, low: int, size: in
     return np.array([np.bincount(c, weights=w, minlength=size) for c, w in rows])
 
 
+def _worst_case(tables: Iterable[np.ndarray], log_kernel: np.ndarray, log_output: np.ndarray,
+                weights: np.ndarray, scale: float) -> tuple[tuple[float, int, int, int], float]:
+    """The worst log ratio ln(Pr[X_i = t, Y = r] / (Pr[X_i = t] Pr[Y = r])) as (ratio, i, t,
+    output column), and max_i I(X_i; Y), from each individual's table J_i[t, v] = Pr[X_i = t,
+    f = v]. log_kernel[r, v] is the log noise kernel; weights[r] folds each edge output's tail,
+    whose ratio is constant (see exact_audit), into the information sum."""
+    best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
+    information = 0.0
+    for i, table in enumerate(tables):
+        marginal = table.sum(axis=1)
+        present = np.flatnonzero(marginal > 0)
+        with np.errstate(divide="ignore"):
+            log_given = np.log(table[present] / marginal[present, None])
+        log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
+        log_ratio = log_joint - log_output[None, :]
+        row, column = (int(v) for v in np.unravel_index(np.argmax(log_ratio), log_ratio.shape))
+        if log_ratio[row, column] > best[0]:
+            best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
+        given_output = scale * np.exp(log_joint) * weights[None, :]
+        information = max(information, float((marginal[present, None] * given_output * log_ratio).sum()))
+    return best, information
+
+
 def exact_audit(
     pmf: np.ndarray,
     eps_dp: float,
@@ -101,22 +124,8 @@ def exact_audit(
         log_values = np.log(np.bincount(values.ravel() - low, array.ravel(), minlength=size))
     log_output = _log_sum_exp(log_values[None, :] + log_kernel)
 
-    best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
-    information = 0.0
-    for i in range(array.ndim):
-        table = _value_table(array, values, i, low, size)
-        mass = table.sum(axis=1)
-        present = np.flatnonzero(mass > 0)
-        with np.errstate(divide="ignore"):
-            log_given = np.log(table[present] / mass[present, None])
-        log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
-        log_ratio = log_joint - log_output[None, :]
-        row, column = (int(v) for v in np.unravel_index(np.argmax(log_ratio), log_ratio.shape))
-        if log_ratio[row, column] > best[0]:
-            best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
-        given_output = scale * np.exp(log_joint) * weights[None, :]
-        information_i = float((mass[present, None] * given_output * log_ratio).sum())
-        information = max(information, information_i)
+    tables = (_value_table(array, values, i, low, size) for i in range(array.ndim))
+    best, information = _worst_case(tables, log_kernel, log_output, weights, scale)
 
     level, individual, value, column = best
     return Audit(
@@ -183,25 +192,13 @@ def exact_audit_vector(pmf: np.ndarray, eps_dp: float, values: np.ndarray) -> Au
         log_values = np.log(np.bincount(which, mass, minlength=len(distinct)))
     log_output = _log_sum_exp(log_values[None, :] + log_kernel)
 
-    best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
-    information = 0.0
-    for i in range(array.ndim):
-        member = np.indices(array.shape)[i].reshape(-1)
-        table = np.array(
-            [np.bincount(which[member == t], mass[member == t], minlength=len(distinct))
-             for t in range(array.shape[i])]
-        )
-        marginal = table.sum(axis=1)
-        present = np.flatnonzero(marginal > 0)
-        with np.errstate(divide="ignore"):
-            log_given = np.log(table[present] / marginal[present, None])
-        log_joint = _log_sum_exp(log_given[:, None, :] + log_kernel[None, :, :])
-        log_ratio = log_joint - log_output[None, :]
-        row, column = (int(v) for v in np.unravel_index(np.argmax(log_ratio), log_ratio.shape))
-        if log_ratio[row, column] > best[0]:
-            best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
-        given_output = scale * np.exp(log_joint) * edge_weight[None, :]
-        information = max(information, float((marginal[present, None] * given_output * log_ratio).sum()))
+    members = np.indices(array.shape).reshape(array.ndim, -1)
+    tables = (
+        np.array([np.bincount(which[member == t], mass[member == t], minlength=len(distinct))
+                  for t in range(array.shape[i])])
+        for i, member in enumerate(members)
+    )
+    best, information = _worst_case(tables, log_kernel, log_output, edge_weight, scale)
 
     level, individual, value, column = best
     return Audit(
