@@ -399,7 +399,7 @@ def _levels(accountants: tuple[Accountant, ...], spent: float, new: float) -> tu
 def _all_keys(plan: QueryPlan) -> list[tuple]:
     keys: list[tuple] = [()]
     for col in plan.group_by:
-        keys = [k + (v,) for k in keys for v in col.group_values]
+        keys = [k + (v,) for k in keys for v in col.keys]
     return keys if plan.group_by else []
 
 

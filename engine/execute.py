@@ -71,8 +71,9 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
     limits = policy.limits
     # Every locked setting but external access goes in here (some apply per connection);
     # DuckDB refuses to set temp_directory once external access is off, so that comes after.
-    config = {"memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
-              **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
+        **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
     try:
         if suffix in (".csv", ".tsv", ".parquet", ".pq"):
             conn = duckdb.connect(":memory:", config=config)
@@ -99,9 +100,9 @@ def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
     """Switch external access off and lock the configuration. DuckDB shares one instance per
     file in a process (and refuses a second connection with other settings), so a connection
     may find it already locked by an earlier `open_data`: then it is only checked."""
-    if conn.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+    if conn.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
         names = ", ".join(f"current_setting('{key}')" for key in _LOCKED)
-        if list(conn.execute(f"SELECT {names}").fetchone()) != list(_LOCKED.values()):
+        if list(conn.execute(f"SELECT {names}").fetchall()[0]) != list(_LOCKED.values()):
             raise InputError("the data file is already open in this process with other settings")
         return
     conn.execute("SET enable_external_access = false")
@@ -252,7 +253,7 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
     rows it holds and scans as fast as the table itself."""
     try:
         attached = conn.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                                [BOUNDED_CATALOG]).fetchone()[0]
+                                [BOUNDED_CATALOG]).fetchall()[0][0]
         if not attached:
             conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
         conn.execute(bounded_table_sql(table, hash_key))

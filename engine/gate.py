@@ -61,7 +61,7 @@ class SchemaGate:
         for path, columns in tables.items():
             if len(path) > 1 and not self._conn.execute(
                     "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                    [path[0]]).fetchone()[0]:
+                    [path[0]]).fetchall()[0][0]:
                 self._conn.execute(f"ATTACH ':memory:' AS {_quote(path[0])}")
             body = ", ".join(f"{_quote(col)} {kind}" for col, kind in columns)
             self._conn.execute(f"CREATE TABLE {'.'.join(map(_quote, path))} ({body})")
@@ -82,7 +82,7 @@ class SchemaGate:
     def _judge(self, sql: str) -> str | None:
         try:
             text = self._conn.execute("SELECT json_serialize_plan(?, optimize := false)",
-                                      [sql]).fetchone()[0]
+                                      [sql]).fetchall()[0][0]
         except duckdb.Error as exc:
             return f"the query cannot be run: {_first_line(str(exc))}"
         plan = json.loads(text)

@@ -43,7 +43,14 @@ class Measurement:
     @property
     def integer(self) -> bool:
         """Whether the exact value is an integer (so the discrete Laplace applies)."""
-        return self.kind != "sum" or self.column.type == "int"
+        return self.kind != "sum" or self.summed.type == "int"
+
+    @property
+    def summed(self) -> ColumnSpec:
+        """The column a SUM adds up (clamped to its bounds); other measurements have none."""
+        if self.kind != "sum" or self.column is None:
+            raise TypeError(f"{self.label} adds up no column")
+        return self.column
 
     @property
     def label(self) -> str:
@@ -81,7 +88,7 @@ class QueryPlan:
 
     @property
     def group_count(self) -> int:
-        return math.prod(len(col.group_values) for col in self.group_by)
+        return math.prod(len(col.keys) for col in self.group_by)
 
 
 def build_plan(select: exp.Select, policy: Policy, sql: str,
@@ -196,7 +203,8 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
             unique = f"{name}_{suffix}"
             suffix += 1
         names.add(unique.lower())
-        column = post.scope.column(aggregate.this) if function in ("SUM", "AVG") else None
+        column = post.scope.column(aggregate.this) \
+            if aggregate is not None and function in ("SUM", "AVG") else None
         outputs.append(OutputColumn(unique, expression, function, used, column))
     return outputs
 
@@ -479,9 +487,10 @@ class _PostScope:
             if isinstance(node, exp.Sum):
                 return total
             count = self.measurement("count", column)
-            mean = exp.Div(this=total, expression=exp.func("GREATEST", count, exp.Literal.number(1)))
-            return exp.func("LEAST", exp.func("GREATEST", mean, exp.Literal.number(column.lower)),
-                            exp.Literal.number(column.upper))
+            lo, hi = column.bounds
+            mean = exp.Div(this=total, expression=_greatest(count, 1))
+            return exp.Least(this=_greatest(mean, lo), expressions=[exp.Literal.number(hi)],
+                             ignore_nulls=True)
         raise QueryRefused(
             f"aggregate {node.sql_name()} refused in {where}: supported aggregates are "
             f"{SUPPORTED_AGGREGATES}"
@@ -497,6 +506,11 @@ class _PostScope:
                 "(values are clamped to the policy's bounds, not to expressions)"
             )
         return self.scope.column(arg)
+
+
+def _greatest(node: exp.Expression, floor: float) -> exp.Greatest:
+    """GREATEST(node, floor) as DuckDB's own GREATEST, which skips NULL arguments."""
+    return exp.Greatest(this=node, expressions=[exp.Literal.number(floor)], ignore_nulls=True)
 
 
 _DOUBLE = exp.DataType.Type.DOUBLE

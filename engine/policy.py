@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,20 @@ class ColumnSpec:
         return self.lower is not None and self.upper is not None
 
     @property
+    def bounds(self) -> tuple[float, float]:
+        """(lower, upper), the public range values are clamped to; only for bounded columns."""
+        if self.lower is None or self.upper is None:
+            raise ValueError(f"column {self.name} has no lower/upper bounds")
+        return self.lower, self.upper
+
+    @property
+    def keys(self) -> tuple:
+        """The public values of a column that may be grouped on (see `group_values`)."""
+        if self.group_values is None:
+            raise ValueError(f"column {self.name} has no public domain")
+        return self.group_values
+
+    @property
     def group_values(self) -> tuple | None:
         """The public values this column may be grouped on, or None if it is not a key."""
         if self.type == "bool":
@@ -55,6 +69,13 @@ class TableSpec:
     privacy_unit: str | None
     max_rows_per_unit: int
     columns: Mapping[str, ColumnSpec]
+
+    @property
+    def unit(self) -> str:
+        """The privacy unit column; only for tables whose rows are not each an individual."""
+        if self.privacy_unit is None:
+            raise ValueError(f"table {self.name} has no privacy unit")
+        return self.privacy_unit
 
 
 @dataclass(frozen=True)
@@ -248,8 +269,8 @@ def _domain(values: Any, path: str, ctype: str) -> tuple:
     return tuple(values)
 
 
-def _mapping(raw: Any, path: str, required: set[str] = frozenset(),
-             optional: set[str] | None = None) -> dict:
+def _mapping(raw: Any, path: str, required: Set[str] = frozenset(),
+             optional: Set[str] | None = None) -> dict:
     if not isinstance(raw, dict):
         raise PolicyError(f"{path}: expected a mapping, got {type(raw).__name__}")
     missing = sorted(required - raw.keys())

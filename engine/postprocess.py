@@ -59,7 +59,9 @@ def _halfwidths(out: OutputColumn, frame: pd.DataFrame, mechanisms: dict[str, Me
     # Both intervals at alpha / 2 hold together with probability >= 1 - alpha (union bound).
     a_total = mechanisms[total_name].accuracy(alpha / 2)
     a_count = mechanisms[count_name].accuracy(alpha / 2)
-    lo, hi = float(out.column.lower), float(out.column.upper)
+    if out.column is None:
+        raise TypeError(f"AVG output {out.name} has no column")
+    lo, hi = (float(bound) for bound in out.column.bounds)
     mean = np.clip(total / np.maximum(count, 1.0), lo, hi)
     positive = count - a_count > 0
     denominators = (np.where(positive, count - a_count, 1.0), count + a_count)

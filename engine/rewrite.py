@@ -22,7 +22,7 @@ def rewrite(plan: QueryPlan) -> str:
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregates = (_aggregate(m, plan.table.privacy_unit) for m in plan.measurements)
+    aggregates = (_aggregate(m, plan.table) for m in plan.measurements)
     aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
     if keys:
         aggregated = aggregated.group_by(*keys, copy=False)
@@ -66,7 +66,7 @@ def bounded_table(table: TableSpec) -> exp.Table:
 
 def bounded_columns(table: TableSpec) -> list[str]:
     """The columns of the bounded copy: the privacy unit, then the policy's columns."""
-    return [table.privacy_unit] + sorted(table.columns)
+    return [table.unit] + sorted(table.columns)
 
 
 def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
@@ -82,7 +82,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
     answer. Only units over the limit are ranked: one aggregate finds them, and the window
     sorts just their rows.
     """
-    unit = exp.column(table.privacy_unit, "t", quoted=True)
+    unit = exp.column(table.unit, "t", quoted=True)
     content = [exp.column(name, "t", quoted=True) for name in bounded_columns(table)]
     row_id = exp.column("rowid", "t")
     rank = exp.Window(
@@ -93,7 +93,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
             exp.Ordered(this=row_id.copy()),
         ]),
     )
-    on = exp.EQ(this=unit.copy(), expression=exp.column(table.privacy_unit, "heavy", quoted=True))
+    on = exp.EQ(this=unit.copy(), expression=exp.column(table.unit, "heavy", quoted=True))
     ranked = (
         exp.select(exp.alias_(row_id.copy(), "rid"), exp.alias_(rank, "rank"))
         .from_(exp.to_table(table.name, quoted=True).as_("t"))
@@ -112,7 +112,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
 
 def _heavy_units(table: TableSpec) -> exp.Select:
     """The (non-NULL) units with more rows than the bound."""
-    unit = exp.column(table.privacy_unit, quoted=True)
+    unit = exp.column(table.unit, quoted=True)
     return (
         exp.select(unit).from_(exp.to_table(table.name, quoted=True))
         .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
@@ -135,7 +135,7 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
             needed[m.column.name] = m.column
     items: list[exp.Expression] = [exp.column(name, quoted=True) for name in needed]
     if any(m.kind == "count_distinct" for m in plan.measurements):
-        items.append(exp.column(table.privacy_unit, quoted=True))
+        items.append(exp.column(table.unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
     source_table = bounded_table(table) if table.privacy_unit is not None \
@@ -146,8 +146,10 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     return rows
 
 
-def _aggregate(m: Measurement, unit: str | None) -> exp.Expression:
+def _aggregate(m: Measurement, table: TableSpec) -> exp.Expr:
+    inner: exp.Expr
     if m.kind == "count_distinct":
+        unit = table.unit
         # Each row with a NULL unit is a unit of its own: COUNT(*) - COUNT(unit) of them, added
         # in DOUBLE (exact below 2**53 rows) so that the plan holds no integer arithmetic.
         distinct = exp.Count(this=exp.Distinct(expressions=[exp.column(unit, quoted=True)]))
@@ -158,20 +160,20 @@ def _aggregate(m: Measurement, unit: str | None) -> exp.Expression:
         inner = exp.Count(this=exp.Star() if m.column is None
                           else exp.column(m.column.name, quoted=True))
     else:
-        inner = exp.Sum(this=_clamped(m.column))
+        inner = exp.Sum(this=_clamped(m.summed))
     return exp.alias_(inner, m.name, quoted=True)
 
 
-def _double(node: exp.Expression) -> exp.Expression:
+def _double(node: exp.Expr) -> exp.Expr:
     return exp.cast(node, "DOUBLE")
 
 
-def _clamped(column: ColumnSpec) -> exp.Expression:
+def _clamped(column: ColumnSpec) -> exp.Expr:
     """CASE-based clamp: unlike GREATEST/LEAST it keeps NULL as NULL (skipped by SUM)."""
-    value = exp.column(column.name, quoted=True)
+    value: exp.Expr = exp.column(column.name, quoted=True)
     if column.type == "float":
         value = exp.cast(value, "DOUBLE")
-    lo, hi = _literal(column.lower), _literal(column.upper)
+    lo, hi = (_literal(bound) for bound in column.bounds)
     return (
         exp.Case()
         .when(exp.LT(this=value, expression=lo), lo)
@@ -183,7 +185,7 @@ def _clamped(column: ColumnSpec) -> exp.Expression:
 def _domain(group_by: tuple[ColumnSpec, ...]) -> exp.Expression:
     """The public group keys as a VALUES table (cross product of every key's domain)."""
     tables = [
-        exp.values([(_literal(v),) for v in col.group_values], alias=f"d{i}", columns=[col.name])
+        exp.values([(_literal(v),) for v in col.keys], alias=f"d{i}", columns=[col.name])
         for i, col in enumerate(group_by)
     ]
     keys = [exp.alias_(exp.column(col.name, f"d{i}", quoted=True), col.name, quoted=True)

@@ -18,8 +18,7 @@ def sensitivity(measurement: Measurement, plan: QueryPlan) -> float | int:
         return 2 * m if grouped else m
     if measurement.kind == "count_distinct":
         return 2 * m if grouped else 1
-    column = measurement.column
-    lo, hi = column.lower, column.upper
+    lo, hi = measurement.summed.bounds
     if grouped:
         return 2 * m * max(abs(lo), abs(hi))
     return m * (max(hi, 0) - min(lo, 0))
