@@ -19,12 +19,13 @@ from ..calibration import (
 )
 from . import execute, postprocess
 from .accounting import Accountant, inverse
+from .binding import build_plan
 from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
 from .gate import SchemaGate
 from .ledger import Charge, Ledger, LedgerBinding
 from .noise import Mechanism, build_mechanism, release
 from .parse import parse_select
-from .plan import QueryPlan, build_plan
+from .plan import QueryPlan
 from .policy import MODES, Policy, load_policy
 from .report import Report, build_report
 from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.binding import build_plan
 from engine.noise import build_mechanism
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.postprocess import noisy_columns, query_sql
 from engine.rewrite import bounded_table_sql, rewrite

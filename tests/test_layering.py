@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors"})),
-    ("values", frozenset({"policy", "result", "accounting"})),
-    ("query", frozenset({"parse", "plan", "gate", "rewrite", "sensitivity", "noise", "postprocess"})),
+    ("values", frozenset({"policy", "result", "accounting", "plan", "scalars"})),
+    ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),

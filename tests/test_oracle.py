@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 from engine import PrivateDatabase, QueryRefused, cli, execute, postprocess
+from engine.binding import build_plan
 from engine.errors import EngineHalted
 from engine.gate import SchemaGate, total_cast
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
 from tests.support import BASE_POLICY, charge_count, create_ledger, write_policy

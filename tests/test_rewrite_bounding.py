@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import execute
+from engine.binding import build_plan
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
 from tests.support import BASE_POLICY, STATES

@@ -6,9 +6,9 @@ import duckdb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from engine.binding import build_plan
 from engine.execute import bound_units, run
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
 from engine.sensitivity import sensitivity
