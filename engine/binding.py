@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
+from .aggregates import Aggregate, Measured, aggregate_of, supported
 from .errors import QueryRefused
 from .gate import as_double, harden
 from .plan import Measurement, OutputColumn, QueryPlan
@@ -15,7 +16,6 @@ from .scalars import check_args, int_literal, short, type_of
 
 MAX_GROUPS = 1_000_000
 MAX_LIMIT = 1_000_000_000
-SUPPORTED_AGGREGATES = "COUNT(*), COUNT(col), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col)"
 _SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
 
 
@@ -40,7 +40,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     post = _PostScope(scope, group_by)
     outputs = _bind_outputs(select, post)
     if not any(out.measurements for out in outputs):
-        raise QueryRefused(f"no aggregate in SELECT: use one of {SUPPORTED_AGGREGATES}")
+        raise QueryRefused(f"no aggregate in SELECT: use one of {supported()}")
     aliases_to_outputs = {out.name.lower(): out for out in outputs}
     having = None
     if select.args.get("having") is not None:
@@ -124,16 +124,16 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
         name = item.alias if isinstance(item, exp.Alias) else _display_name(node)
         expression = post.rewrite(node, "SELECT", {})
         used = _measurements_in(expression, post)
-        function, aggregate = _single_aggregate(node)
+        aggregate = _single_aggregate(node)
         unique = name
         suffix = 2
         while unique.lower() in names:
             unique = f"{name}_{suffix}"
             suffix += 1
         names.add(unique.lower())
-        column = post.scope.column(aggregate.this) \
-            if aggregate is not None and function in ("SUM", "AVG") else None
-        outputs.append(OutputColumn(unique, expression, function, used, column))
+        column = next((m.column for m in post.measurements.values() if m.name in used), None) \
+            if aggregate is not None else None
+        outputs.append(OutputColumn(unique, expression, aggregate, used, column))
     return outputs
 
 
@@ -143,13 +143,11 @@ def _display_name(node: exp.Expression) -> str:
     return node.sql(dialect="duckdb")
 
 
-def _single_aggregate(node: exp.Expression) -> tuple[str | None, exp.Expression | None]:
-    """('AVG', the Avg node) when the output is exactly one aggregate, else (None, None)."""
+def _single_aggregate(node: exp.Expression) -> Aggregate | None:
+    """The aggregate when the output is exactly one aggregate call, else None."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
-        return node.key.upper(), node
-    return None, None
+    return aggregate_of(node) if isinstance(node, exp.AggFunc) else None
 
 
 def _measurements_in(expression: exp.Expression, post: _PostScope) -> tuple[str, ...]:
@@ -293,9 +291,16 @@ class _PostScope:
     def __init__(self, scope: _Scope, group_by: tuple[ColumnSpec, ...]) -> None:
         self.scope = scope
         self.group_by = group_by
-        self.measurements: dict[tuple[str, str | None], Measurement] = {}
+        self.measurements: dict[tuple[Measured, str | None], Measurement] = {}
 
-    def measurement(self, kind: str, column: ColumnSpec | None) -> exp.Column:
+    @property
+    def table(self) -> TableSpec:
+        return self.scope.table
+
+    def is_unit(self, node: exp.Expression) -> bool:
+        return self.scope.is_unit(node)
+
+    def measurement(self, kind: Measured, column: ColumnSpec | None) -> exp.Column:
         key = (kind, column.name if column else None)
         if key not in self.measurements:
             self.measurements[key] = Measurement(kind, column, f"__m{len(self.measurements)}")
@@ -362,49 +367,15 @@ class _PostScope:
         return any(col.name == name for col in self.group_by)
 
     def _aggregate(self, node: exp.AggFunc, where: str) -> exp.Expression:
-        if isinstance(node, exp.Count):
-            arg = node.this
-            if isinstance(arg, exp.Star):
-                return self.measurement("count", None)
-            if isinstance(arg, exp.Distinct):
-                targets = arg.expressions
-                if len(targets) == 1 and self.scope.is_unit(targets[0]):
-                    return self.measurement("count_distinct", None)
-                unit = self.scope.table.privacy_unit
-                hint = f"COUNT(DISTINCT {unit})" if unit else "COUNT(*) (rows are individuals)"
-                raise QueryRefused(
-                    f"{node.sql(dialect='duckdb')} refused: COUNT(DISTINCT ...) is supported only "
-                    f"on the privacy unit; use {hint}"
-                )
-            if self.scope.is_unit(arg):
-                raise QueryRefused(
-                    f"COUNT({arg.name}) refused: count units with COUNT(DISTINCT {arg.name})"
-                )
-            return self.measurement("count", self._bare_column(node, arg))
-        if isinstance(node, (exp.Sum, exp.Avg)):
-            column = self._bare_column(node, node.this)
-            if not column.numeric:
-                raise QueryRefused(f"{node.key.upper()}({column.name}) refused: the column is "
-                                   f"{column.type}, not numeric")
-            if not column.bounded:
-                raise QueryRefused(
-                    f"{node.key.upper()}({column.name}) refused: the policy gives no lower/upper "
-                    f"bounds for {column.name}, so its sensitivity is unbounded"
-                )
-            total = self.measurement("sum", column)
-            if isinstance(node, exp.Sum):
-                return total
-            count = self.measurement("count", column)
-            lo, hi = column.bounds
-            mean = exp.Div(this=total, expression=_greatest(count, 1))
-            return exp.Least(this=_greatest(mean, lo), expressions=[exp.Literal.number(hi)],
-                             ignore_nulls=True)
-        raise QueryRefused(
-            f"aggregate {node.sql_name()} refused in {where}: supported aggregates are "
-            f"{SUPPORTED_AGGREGATES}"
-        )
+        aggregate = aggregate_of(node)
+        if aggregate is None:
+            raise QueryRefused(
+                f"aggregate {node.sql_name()} refused in {where}: supported aggregates are "
+                f"{supported()}"
+            )
+        return aggregate.bind(node, self)
 
-    def _bare_column(self, node: exp.AggFunc, arg: exp.Expression) -> ColumnSpec:
+    def bare_column(self, node: exp.Expr, arg: exp.Expression) -> ColumnSpec:
         if isinstance(arg, exp.Distinct):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
                                "as COUNT(DISTINCT <privacy unit>)")
@@ -414,12 +385,6 @@ class _PostScope:
                 "(values are clamped to the policy's bounds, not to expressions)"
             )
         return self.scope.column(arg)
-
-
-def _greatest(node: exp.Expression, floor: float) -> exp.Greatest:
-    """GREATEST(node, floor) as DuckDB's own GREATEST, which skips NULL arguments."""
-    return exp.Greatest(this=node, expressions=[exp.Literal.number(floor)], ignore_nulls=True)
-
 
 
 def _is_round_digits(node: exp.Expression) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import duckdb
 from sqlglot import exp
 
+from .aggregates import measured
 from .errors import QueryRefused
 from .scalars import SCALARS, scalar_of
 
@@ -89,7 +90,6 @@ _ON_FLOATS = _bound("double")
 _ON_TEXT = _bound("text")
 _SAME_TYPE = _bound("same")
 _POSITIONS = _bound("positions")
-_AGGREGATES = {"count_star", "count", "sum"}
 _TABLE_SCAN = "seq_scan"
 
 
@@ -174,7 +174,7 @@ def _expression_problem(node: dict) -> str | None:
         return None if kind in _TOTAL_OPERATORS else f"operator {kind}"
     if cls == "BOUND_AGGREGATE":
         name = _name(node)
-        if name not in _AGGREGATES:
+        if not any(name in aggregate.bound for aggregate in measured()):
             return f"aggregate {name}()"
         if name == "sum" and not all(_type(c)["id"] in _NUMBERS for c in _children(node)):
             return "SUM of a non-number"

@@ -12,35 +12,26 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from .aggregates import Aggregate, Measured
 from .policy import ColumnSpec, TableSpec
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One exact aggregate that is released with noise: COUNT, SUM or COUNT(DISTINCT unit)."""
+    """One exact aggregate that is released with noise (COUNT, SUM, COUNT(DISTINCT unit), ...)."""
 
-    kind: str  # "count" | "sum" | "count_distinct"
+    kind: Measured  # the registered aggregate it measures (engine/aggregates/)
     column: ColumnSpec | None  # None for COUNT(*) and COUNT(DISTINCT unit)
     name: str  # internal column name in the executed query, e.g. "__m0"
 
     @property
     def integer(self) -> bool:
         """Whether the exact value is an integer (so the discrete Laplace applies)."""
-        return self.kind != "sum" or self.summed.type == "int"
-
-    @property
-    def summed(self) -> ColumnSpec:
-        """The column a SUM adds up (clamped to its bounds); other measurements have none."""
-        if self.kind != "sum" or self.column is None:
-            raise TypeError(f"{self.label} adds up no column")
-        return self.column
+        return self.kind.integer(self.column)
 
     @property
     def label(self) -> str:
-        if self.kind == "count_distinct":
-            return "COUNT(DISTINCT unit)"
-        inner = "*" if self.column is None else self.column.name
-        return f"{self.kind.upper()}({inner})"
+        return self.kind.label(self.column)
 
 
 @dataclass(frozen=True)
@@ -49,9 +40,9 @@ class OutputColumn:
 
     name: str
     expression: exp.Expression  # over group keys and measurement names
-    function: str | None  # "COUNT", "SUM", "AVG" when the column is exactly one aggregate
+    aggregate: Aggregate | None  # when the column is exactly one aggregate, that aggregate
     measurements: tuple[str, ...]  # names of the measurements it is computed from
-    column: ColumnSpec | None = None  # the aggregated column, for AVG's bounds
+    column: ColumnSpec | None = None  # the aggregated column of that aggregate (AVG's bounds)
 
 
 @dataclass(frozen=True)

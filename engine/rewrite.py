@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from .plan import Measurement, QueryPlan
+from .plan import QueryPlan
 from .policy import ColumnSpec, TableSpec
 
 
@@ -22,7 +22,8 @@ def rewrite(plan: QueryPlan) -> str:
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregates = (_aggregate(m, plan.table) for m in plan.measurements)
+    aggregates = (exp.alias_(m.kind.sql(m.column, plan.table), m.name, quoted=True)
+                  for m in plan.measurements)
     aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
     if keys:
         aggregated = aggregated.group_by(*keys, copy=False)
@@ -131,10 +132,9 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     table = plan.table
     needed: dict[str, ColumnSpec] = {col.name: col for col in plan.group_by}
     for m in plan.measurements:
-        if m.column is not None:
-            needed[m.column.name] = m.column
+        needed.update((column.name, column) for column in m.kind.columns(m.column))
     items: list[exp.Expression] = [exp.column(name, quoted=True) for name in needed]
-    if any(m.kind == "count_distinct" for m in plan.measurements):
+    if any(m.kind.reads_unit for m in plan.measurements):
         items.append(exp.column(table.unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
@@ -144,42 +144,6 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     if plan.where is not None:
         rows = rows.where(plan.where.copy(), copy=False)
     return rows
-
-
-def _aggregate(m: Measurement, table: TableSpec) -> exp.Expr:
-    inner: exp.Expr
-    if m.kind == "count_distinct":
-        unit = table.unit
-        # Each row with a NULL unit is a unit of its own: COUNT(*) - COUNT(unit) of them, added
-        # in DOUBLE (exact below 2**53 rows) so that the plan holds no integer arithmetic.
-        distinct = exp.Count(this=exp.Distinct(expressions=[exp.column(unit, quoted=True)]))
-        nulls = exp.Sub(this=_double(exp.Count(this=exp.Star())),
-                        expression=_double(exp.Count(this=exp.column(unit, quoted=True))))
-        inner = exp.Add(this=_double(distinct), expression=exp.paren(nulls))
-    elif m.kind == "count":
-        inner = exp.Count(this=exp.Star() if m.column is None
-                          else exp.column(m.column.name, quoted=True))
-    else:
-        inner = exp.Sum(this=_clamped(m.summed))
-    return exp.alias_(inner, m.name, quoted=True)
-
-
-def _double(node: exp.Expr) -> exp.Expr:
-    return exp.cast(node, "DOUBLE")
-
-
-def _clamped(column: ColumnSpec) -> exp.Expr:
-    """CASE-based clamp: unlike GREATEST/LEAST it keeps NULL as NULL (skipped by SUM)."""
-    value: exp.Expr = exp.column(column.name, quoted=True)
-    if column.type == "float":
-        value = exp.cast(value, "DOUBLE")
-    lo, hi = (_literal(bound) for bound in column.bounds)
-    return (
-        exp.Case()
-        .when(exp.LT(this=value, expression=lo), lo)
-        .when(exp.GT(this=value.copy(), expression=hi), hi.copy())
-        .else_(value.copy())
-    )
 
 
 def _domain(group_by: tuple[ColumnSpec, ...]) -> exp.Expression:

@@ -83,7 +83,8 @@ def render(sql: str) -> str:
         lines.append(f"{m.name} {m.label} integer={m.integer} mechanism={mech.mechanism} "
                      f"sensitivity={mech.sensitivity!r} scale={mech.scale!r}")
     lines.append("-- outputs")
-    lines += [f"{out.name} function={out.function} from={','.join(out.measurements)}"
+    lines += [f"{out.name} function={out.aggregate.function if out.aggregate else None} "
+              f"from={','.join(out.measurements)}"
               for out in plan.outputs]
     return "\n".join(lines) + "\n"
 
