@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, aggregate_of, supported
-from .errors import QueryRefused
+from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
 from .plan import Measurement, OutputColumn, QueryPlan
-from .policy import ColumnSpec, Policy, TableSpec
+from .policy import ColumnSpec, Limits, Policy, TableSpec
 from .scalars import check_args, int_literal, short, type_of
 
 MAX_GROUPS = 1_000_000
@@ -53,6 +53,20 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     if plan.group_by and plan.group_count > MAX_GROUPS:
         raise QueryRefused(f"GROUP BY would produce {plan.group_count} groups; at most {MAX_GROUPS}")
     return plan
+
+
+def check_size(plan: QueryPlan, limits: Limits) -> None:
+    """Refuse, before the data is read, a query releasing more noisy values (groups x noisy
+    aggregates) than the policy allows: noise, post-processing and memory grow with that
+    count and run after the charge, so only a limit known from the plan can bound them."""
+    groups = plan.group_count if plan.group_by else 1
+    values = groups * len(plan.measurements)
+    if values > limits.max_noisy_values:
+        raise QueryTooLarge(
+            f"query refused: it would release {values} noisy values ({groups} group(s) x "
+            f"{len(plan.measurements)} noisy aggregate(s)), over the policy's limit of "
+            f"{limits.max_noisy_values} (limits.max_noisy_values); nothing was charged",
+            values, limits.max_noisy_values)
 
 
 def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]]:

@@ -17,9 +17,11 @@ from ..calibration import (
     guarantee,
     require_epsilon,
 )
-from . import execute, postprocess
+from . import postprocess
 from .accounting import Accountant, inverse
-from .binding import build_plan
+from .backends import Backend, DataFailure
+from .backends.duckdb import DuckDBBackend
+from .binding import build_plan, check_size
 from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
 from .gate import SchemaGate
 from .ledger import Charge, Ledger, LedgerBinding
@@ -53,22 +55,19 @@ class _Prepared:
 class PrivateDatabase:
     """A private table collection: answers SQL with calibrated noise and charges a ledger."""
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection, policy: Policy, ledger: Ledger,
+    def __init__(self, backend: Backend, policy: Policy, ledger: Ledger,
                  analyst: str = DEFAULT_ANALYST) -> None:
-        self._conn = conn
+        self._backend = backend
         self.policy = policy
         self.ledger = ledger
         self.analyst = _check_analyst(analyst)
         self.model = DependenceModel(policy.k, policy.eta)
         self.accountant = Accountant(policy.budget_epsilon, self.model, policy.mode)
         self._post = postprocess.connect()
-        self._gate = execute.schema_gate(conn, policy)
         self._post_gates: dict[tuple[tuple[str, str], ...], SchemaGate] = {}
-        self._bounded_tables: set[str] = set()
         self._halted = False
         self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
         self._post_checked: set[str] = set()
-        self._data_columns = execute.data_columns(conn, policy)
 
     @classmethod
     def connect(cls, db: str | Path, policy: str | Path | Policy, ledger: str | Path,
@@ -78,13 +77,13 @@ class PrivateDatabase:
         The ledger must exist unless `create=True`, which creates a new one bound to this
         policy (and refuses a path that exists): a mistyped path never starts a fresh budget."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
-        conn = execute.open_data(db, policy)
+        backend = DuckDBBackend.open(db, policy)
         try:
             book = Ledger(ledger, binding_of(policy), create=create)
         except BaseException:
-            conn.close()
+            backend.close()
             raise
-        return cls(conn, policy, book, analyst)
+        return cls(backend, policy, book, analyst)
 
     def __enter__(self) -> PrivateDatabase:
         return self
@@ -95,9 +94,8 @@ class PrivateDatabase:
     def close(self) -> None:
         for gate in self._post_gates.values():
             gate.close()
-        self._gate.close()
         self._post.close()
-        self._conn.close()
+        self._backend.close()
         self.ledger.close()
 
     def budget(self) -> BudgetStatus:
@@ -160,9 +158,9 @@ class PrivateDatabase:
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
         try:
-            self._bound(plan)
-            exact = execute.run(self._conn, prepared.sql, len(plan.group_by))
-        except execute.DataFailure as failure:
+            self._backend.bound(plan.table, self.ledger.hash_key)
+            exact = self._backend.run(prepared.sql, len(plan.group_by))
+        except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
 
         def settle(spent: float, stored: LedgerBinding) -> tuple[Charge, QueryResult]:
@@ -304,10 +302,10 @@ class PrivateDatabase:
         prepared statement."""
         cached = self._plans.get(sql)
         if cached is None:
-            plan = build_plan(parse_select(sql), self.policy, sql, self._data_columns)
-            execute.check_size(plan, self.policy.limits)
-            rewritten, post_sql = rewrite(plan), postprocess.query_sql(plan)
-            self._gate.check(rewritten)
+            plan = build_plan(parse_select(sql), self.policy, sql, self._backend.data_columns())
+            check_size(plan, self.policy.limits)
+            rewritten, post_sql = self._backend.render(rewrite(plan)), postprocess.query_sql(plan)
+            self._backend.check(rewritten)
             self._post_gate(plan).check(post_sql)
             cached = (plan, rewritten, post_sql)
             if len(self._plans) >= PLAN_CACHE_SIZE:
@@ -326,14 +324,6 @@ class PrivateDatabase:
                 self._post_gates.pop(next(iter(self._post_gates))).close()
         self._post_gates[columns] = gate
         return gate
-
-    def _bound(self, plan: QueryPlan) -> None:
-        """Make the bounded copy of the plan's table on its first query (never for explain):
-        the data is read-only, so the copy stays valid for the connection."""
-        table = plan.table
-        if table.privacy_unit is not None and table.name not in self._bounded_tables:
-            execute.bound_units(self._conn, table, self.ledger.hash_key)
-            self._bounded_tables.add(table.name)
 
     def _halt(self, reason: str) -> NoReturn:
         """SQL that passed the gate failed on the data, or post-processing failed on noisy

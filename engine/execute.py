@@ -17,9 +17,9 @@ from pathlib import Path
 
 import duckdb
 
-from .errors import InputError, PolicyError, QueryTooLarge, ResourceLimitExceeded
+from .backends import DataFailure, ExactAnswer
+from .errors import InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
-from .plan import QueryPlan
 from .policy import Limits, Policy, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path, bounded_table_sql
 
@@ -48,14 +48,6 @@ class _Guard:
 
 
 _GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-@dataclass(frozen=True)
-class ExactAnswer:
-    """Exact per-group results. Internal: never returned to a caller of the engine."""
-
-    keys: list[tuple]
-    values: dict[str, list]
 
 
 def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
@@ -141,20 +133,6 @@ def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
         timer.cancel()
 
 
-def check_size(plan: QueryPlan, limits: Limits) -> None:
-    """Refuse, before the data is read, a query releasing more noisy values (groups x noisy
-    aggregates) than the policy allows: noise, post-processing and memory grow with that
-    count and run after the charge, so only a limit known from the plan can bound them."""
-    groups = plan.group_count if plan.group_by else 1
-    values = groups * len(plan.measurements)
-    if values > limits.max_noisy_values:
-        raise QueryTooLarge(
-            f"query refused: it would release {values} noisy values ({groups} group(s) x "
-            f"{len(plan.measurements)} noisy aggregate(s)), over the policy's limit of "
-            f"{limits.max_noisy_values} (limits.max_noisy_values); nothing was charged",
-            values, limits.max_noisy_values)
-
-
 def cancellation(conn: duckdb.DuckDBPyConnection,
                  exc: duckdb.Error) -> ResourceLimitExceeded | None:
     """The error to raise when `exc` is DuckDB cancelling a statement at the connection's time
@@ -220,11 +198,6 @@ def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
         "SELECT lower(column_name), data_type FROM information_schema.columns "
         "WHERE table_schema = 'main' AND lower(table_name) = ?", [table]
     ).fetchall())
-
-
-class DataFailure(Exception):
-    """SQL that passed the gate failed on the data. Internal: the message is never shown,
-    because it could quote data values and its occurrence depends on the data."""
 
 
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:

@@ -1,4 +1,4 @@
-"""Rewrite a QueryPlan into the one DuckDB query that computes its exact measurements.
+"""Rewrite a QueryPlan into the one query (a sqlglot tree) that computes its exact measurements.
 
 The query reads the rows per-unit bounding keeps (the bounded copy of a table with a privacy
 unit, made once per table, see `bounded_table_sql`), filters, clamps numeric columns to the
@@ -14,8 +14,9 @@ from .plan import QueryPlan
 from .policy import ColumnSpec, TableSpec
 
 
-def rewrite(plan: QueryPlan) -> str:
-    """Return DuckDB SQL yielding one row per group: group keys, then each measurement.
+def rewrite(plan: QueryPlan) -> exp.Select:
+    """Return the query (a sqlglot tree the backend renders) yielding one row per group: group
+    keys, then each measurement.
 
     A table with a privacy unit is always read through its bounded copy (see
     `bounded_table_sql`), whether or not any unit is over the bound, so that the SQL, and
@@ -33,7 +34,7 @@ def rewrite(plan: QueryPlan) -> str:
         for m in plan.measurements
     ]
     if not plan.group_by:
-        return exp.select(*values).from_(aggregated.subquery("agg", copy=False)).sql("duckdb")
+        return exp.select(*values).from_(aggregated.subquery("agg", copy=False))
     domain = _domain(plan.group_by)
     on = exp.and_(*(
         exp.EQ(this=exp.column(col.name, "domain", quoted=True),
@@ -47,7 +48,7 @@ def rewrite(plan: QueryPlan) -> str:
         .join(aggregated.subquery("agg", copy=False), on=on, join_type="left", copy=False)
         .order_by(*domain_keys, copy=False)
     )
-    return query.sql("duckdb")
+    return query
 
 
 BOUNDED_CATALOG = "dpsql_bounded"

@@ -74,7 +74,8 @@ QUERIES = {
 def render(sql: str) -> str:
     """Everything decided from the query text and the policy, as text."""
     plan = build_plan(parse_select(sql), POLICY, sql)
-    lines = [f"-- query\n{sql}", f"-- rewritten\n{rewrite(plan)}", f"-- postprocess\n{query_sql(plan)}",
+    lines = [f"-- query\n{sql}", f"-- rewritten\n{rewrite(plan).sql('duckdb')}",
+             f"-- postprocess\n{query_sql(plan)}",
              "-- noisy columns", *(f"{name} {kind}" for name, kind in noisy_columns(plan)),
              "-- measurements"]
     share = EPSILON_DP / len(plan.measurements)
