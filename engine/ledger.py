@@ -132,8 +132,9 @@ class Ledger:
                 f"data owner: dpsql ledger init --ledger {self.path} --policy POLICY (in Python: "
                 "PrivateDatabase.connect(..., create=True))")
         try:
+            # A PrivateDatabase may be used from several threads, one at a time (its lock).
             self._conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
-                                         timeout=60, isolation_level=None)
+                                         timeout=60, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc} (check that the file and "
                               "its directory are readable and writable)") from None

@@ -15,7 +15,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
-    ("run", frozenset({"execute", "backends"})),
+    ("run", frozenset({"execute", "backends", "prepare"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
     ("interface", frozenset({"cli", "__main__", "__init__"})),

@@ -354,11 +354,11 @@ def test_gate_accepts_ordinary_queries_over_every_column_type(age_type, income_t
 def test_gate_stops_a_fallible_query_that_got_past_the_planner(setup, monkeypatch):
     """As if the type rules and the rewriter had a gap: the SQL handed to the data is the IS
     TRUE oracle itself. The gate refuses it before the data is touched, and nothing is charged."""
-    from engine import database
+    from engine import prepare
 
     oracle = ('SELECT COUNT(*) AS "__m0" FROM dpsql_bounded.main."people" WHERE '
               "(CASE WHEN age = 37 THEN 'x' ELSE 'true' END) IS TRUE")
-    monkeypatch.setattr(database, "rewrite", lambda plan: sqlglot.parse_one(oracle, read="duckdb"))
+    monkeypatch.setattr(prepare, "rewrite", lambda plan: sqlglot.parse_one(oracle, read="duckdb"))
     touched = []
     monkeypatch.setattr(execute, "run", lambda *a: touched.append("run"))
     monkeypatch.setattr(execute, "bound_units", lambda *a: touched.append("bound"))
