@@ -130,7 +130,11 @@ class SchemaGate:
                                       [sql]).fetchall()[0][0]
         except duckdb.Error as exc:
             return f"the query cannot be run: {_first_line(str(exc))}"
-        plan = json.loads(text)
+        try:
+            plan = json.loads(text)
+        except ValueError:  # DuckDB writes a NaN or infinite constant as NAN or INF, not JSON
+            return ("a constant that is not a number (such as 0 / 0) refused: DuckDB folds it "
+                    "into a plan that cannot be checked; write the expression without it")
         if plan.get("error"):
             return f"the query cannot be run: {_first_line(plan.get('error_message', ''))}"
         for node in _nodes(plan["plans"]):

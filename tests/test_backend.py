@@ -76,3 +76,14 @@ def test_explain_and_refusals_never_reach_the_data(setup):
             db.query("SELECT COUNT(*) FROM people WHERE SQRT(age) > 1", epsilon=1.0)
     assert not any(call == "run" or call.startswith("bound") for call in backend.calls)
     assert charge_count(setup.ledger) == 0
+
+
+@pytest.mark.parametrize("condition", ["age IN (0 / 0 + age)", "income IN (0 / 0 + income, 1)"])
+def test_a_constant_that_is_not_a_number_is_refused_in_one_line(setup, condition):
+    """DuckDB's serialized plan writes such a constant as NAN, which is not JSON: the gate used
+    to crash on it; it refuses the query instead, from the query text alone."""
+    db, backend = _open(setup)
+    with db, pytest.raises(QueryRefused, match="not a number") as info:
+        db.query(f"SELECT COUNT(*) FROM people WHERE {condition}", epsilon=1.0)
+    assert "\n" not in str(info.value) and charge_count(setup.ledger) == 0
+    assert "run" not in backend.calls
