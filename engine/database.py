@@ -189,7 +189,7 @@ class PrivateDatabase:
             except Exception as exc:
                 raise _PostProcessingFailed from exc
             charge = Charge(analyst, sql, cal.epsilon, cal.epsilon_dp, cal.mode, self.policy.k,
-                            self.policy.eta, tuple(_ledger_entry(a) for a in infos), stored_answer)
+                            self.policy.eta, infos, stored_answer)
             return charge, result
 
         try:
@@ -307,7 +307,7 @@ def _levels(accountants: tuple[Accountant, ...], spent: float, new: float) -> tu
             max(a.level(spent + new) for a in accountants))
 
 
-def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple:
+def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[AggregateInfo, ...]:
     infos = []
     for m in plan.measurements:
         mech = mechanisms[m.name]
@@ -316,11 +316,6 @@ def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple
                                    sensitivity=mech.sensitivity, epsilon_dp=mech.epsilon,
                                    scale=mech.scale, ci95_halfwidth=mech.ci95))
     return tuple(infos)
-
-
-def _ledger_entry(info: AggregateInfo) -> dict:
-    return {"column": info.column, "function": info.function, "mechanism": info.mechanism,
-            "sensitivity": info.sensitivity, "epsilon_dp": info.epsilon_dp, "scale": info.scale}
 
 
 def _check_analyst(analyst) -> str:

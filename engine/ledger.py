@@ -33,10 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from ..calibration import DependenceModel
-from .accounting import mode_dominates
+from ..calibration import DependenceModel, mode_dominates
 from .errors import LedgerError
-from .result import HistoryEntry
+from .result import AggregateRecord, HistoryEntry
 
 SCHEMA_VERSION = "3"
 LEGACY_MODE = "auto"
@@ -86,7 +85,7 @@ class Charge:
     mode: str
     k: int
     eta: float
-    aggregates: tuple[dict, ...]
+    aggregates: tuple[AggregateRecord, ...]
     answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
 
 
@@ -336,7 +335,7 @@ class Ledger:
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
                     "aggregates, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                     [_now(), charge.analyst, charge.sql, charge.epsilon, charge.epsilon_dp,
-                     charge.mode, charge.k, charge.eta, json.dumps(list(charge.aggregates)),
+                     charge.mode, charge.k, charge.eta, json.dumps([a.record() for a in charge.aggregates]),
                      answer],
                 ).fetchone()
                 conn.execute("COMMIT")

@@ -12,10 +12,9 @@ from typing import Any
 
 import yaml
 
-from ..calibration import MAX_K, CalibrationError, require_budget
+from ..calibration import MAX_K, MODE_CHOICES, CalibrationError, DependenceModel, applies, require_budget
 from .errors import PolicyError
 
-MODES = ("auto", "tight", "theorem2", "group", "independent")
 COLUMN_TYPES = ("int", "float", "str", "bool")
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
@@ -151,12 +150,13 @@ def parse_policy(raw: Any) -> Policy:
     if not 0 <= eta <= 1:
         raise PolicyError(f"dependence.eta: expected a number in [0, 1], got {eta!r}")
     mode = dep.get("mode", "auto")
-    if mode not in MODES:
-        raise PolicyError(f"dependence.mode: expected one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "independent" and k > 1 and eta > 0:
+    if mode not in MODE_CHOICES:
+        raise PolicyError(f"dependence.mode: expected one of {', '.join(MODE_CHOICES)}, got {mode!r}")
+    if not applies(mode, DependenceModel(k, eta)):
+        valid = [m for m in MODE_CHOICES if applies(m, DependenceModel(k, eta))]
         raise PolicyError(
-            "dependence.mode: 'independent' contradicts k > 1 and eta > 0 "
-            "(records are dependent); use auto, tight, theorem2 or group"
+            f"dependence.mode: {mode!r} contradicts k > 1 and eta > 0 "
+            f"(records are dependent); use {', '.join(valid[:-1])} or {valid[-1]}"
         )
     tables_raw = _mapping(top["tables"], "tables")
     if not tables_raw:

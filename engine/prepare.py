@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 import duckdb
 
-from ..calibration import Calibration, CalibrationError, DependenceModel, calibrate, require_epsilon
+from ..calibration import (
+    MODE_CHOICES,
+    Calibration,
+    CalibrationError,
+    DependenceModel,
+    calibrate,
+    require_epsilon,
+)
 from . import postprocess
 from .backends import Backend
 from .binding import build_plan, check_size
@@ -20,7 +27,7 @@ from .gate import SchemaGate
 from .noise import Mechanism, build_mechanism
 from .parse import parse_select
 from .plan import QueryPlan
-from .policy import MODES, Policy
+from .policy import Policy
 from .rewrite import rewrite
 from .sensitivity import sensitivity
 
@@ -62,8 +69,8 @@ class Preparer:
         target = check_level("epsilon" if cost is None else "cost",
                              epsilon if cost is None else cost)
         mode = self.policy.mode if mode is None else mode
-        if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode not in MODE_CHOICES:
+            raise InputError(f"mode must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
         plan, rewritten, post_sql = self._plan(sql)
         cal = self.calibrate(target, mode)
         mechanisms = self.mechanisms(plan, cal.epsilon_dp)

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..calibration import mutual_information_bound
-from ..calibration.composition import ADMISSION_TOLERANCE
+from ..calibration import mutual_information_bound, within_budget
 from .accounting import Accountant
 from .errors import InputError, LedgerError
 from .policy import Policy
@@ -111,7 +110,7 @@ class Report:
                 "whole ledger, which is what the budget counts."
             )
         t = self.totals
-        if t.transcript_level > t.budget * (1.0 + ADMISSION_TOLERANCE):
+        if not within_budget(t.transcript_level, t.budget):
             notes.append(f"The transcript's level {t.transcript_level:.4g} is over the budget of "
                          f"{t.budget:g}: the ledger holds more spending than the accountant "
                          "admits, so no further answer can be admitted.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
@@ -24,15 +24,38 @@ class BudgetStatus:
 
 
 @dataclass(frozen=True)
-class AggregateInfo:
-    """How one noisy quantity was produced."""
+class AggregateRecord:
+    """How one noisy aggregate of an answer was produced: what the ledger stores with a charge
+    and reports show (the one record of an aggregate's metadata)."""
 
     column: str  # the output column (or, for a hidden HAVING/ORDER BY aggregate, its label)
-    function: str  # COUNT, SUM or COUNT(DISTINCT unit)
+    function: str  # e.g. COUNT(*), SUM(income), COUNT(DISTINCT unit)
     mechanism: str  # discrete_laplace or laplace
     sensitivity: float
     epsilon_dp: float  # this aggregate's share of the query's epsilon_dp
     scale: float
+
+    def describe(self) -> str:
+        """One readable phrase: the column, its aggregate, mechanism, sensitivity and scale."""
+        return (f"{self.column} = {self.function}: {self.mechanism}, sensitivity "
+                f"{number(self.sensitivity)}, scale {number(self.scale)}")
+
+    def record(self) -> dict:
+        """The ledger's JSON form: the fields of this record only."""
+        return {f.name: getattr(self, f.name) for f in fields(AggregateRecord)}
+
+    @classmethod
+    def from_record(cls, item: dict) -> AggregateRecord:
+        """Read `record()`'s form back (KeyError, TypeError or ValueError if it is not one)."""
+        return cls(column=str(item["column"]), function=str(item["function"]),
+                   mechanism=str(item["mechanism"]), sensitivity=float(item["sensitivity"]),
+                   epsilon_dp=float(item["epsilon_dp"]), scale=float(item["scale"]))
+
+
+@dataclass(frozen=True)
+class AggregateInfo(AggregateRecord):
+    """An aggregate's record in a result or explanation, with its expected error."""
+
     ci95_halfwidth: float
 
 

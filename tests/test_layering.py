@@ -106,3 +106,22 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
         ["dpsql.engine.database", "dpsql.engine.aggregates.count"]
     assert _engine_module("dpsql.engine.database") == "database"
     assert _layer("database") > _layer("plan")
+
+
+def test_the_engine_keeps_no_copy_of_the_modes_or_the_admission_test() -> None:
+    """calibration owns the dependence modes and the admission comparison: no engine module
+    lists the guarantee maps, tests for one by name, or applies the admission slack itself."""
+    from calibration import MODE_CHOICES, MODES
+
+    assert set(MODE_CHOICES) == set(MODES) | {"auto"}
+    bad = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in MODES]
+            if isinstance(node, ast.Tuple | ast.List | ast.Set) and len(names) >= 2:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} lists modes {names}")
+            if isinstance(node, ast.Compare) and names:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} compares with mode {names}")
+            if isinstance(node, ast.Name | ast.alias) and "ADMISSION_TOLERANCE" in ast.unparse(node):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses ADMISSION_TOLERANCE")
+    assert not bad, "\n".join(bad)

@@ -1,0 +1,26 @@
+"""One record of an aggregate's metadata: what a result shows, the ledger stores and a report
+reads back are the same AggregateRecord."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import fields
+
+from engine import PrivateDatabase
+from engine.report import build_report
+from engine.result import AggregateInfo, AggregateRecord
+
+
+def test_result_ledger_and_report_share_the_aggregate_record(setup):
+    sql = "SELECT state, COUNT(*) AS n, AVG(income) AS mean FROM people GROUP BY state"
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        result = db.query(sql, epsilon=1.0)
+    assert all(isinstance(a, AggregateInfo) and isinstance(a, AggregateRecord) for a in result.aggregates)
+    with sqlite3.connect(setup.ledger) as conn:
+        stored = json.loads(conn.execute("SELECT aggregates FROM charges").fetchone()[0])
+    assert stored == [a.record() for a in result.aggregates]
+    assert list(stored[0]) == [f.name for f in fields(AggregateRecord)]  # no interval in the ledger
+    (answer,) = build_report(setup.ledger).answers
+    assert answer.aggregates == tuple(AggregateRecord.from_record(a.record()) for a in result.aggregates)
+    assert [a.describe() for a in answer.aggregates] == [a.describe() for a in result.aggregates]
