@@ -17,9 +17,9 @@ from pathlib import Path
 
 import duckdb
 
-from .backends import DataFailure, ExactAnswer
-from .errors import InputError, PolicyError, ResourceLimitExceeded
+from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
+from .plan import ExactAnswer
 from .policy import Limits, Policy, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path, bounded_table_sql
 

@@ -65,3 +65,9 @@ class QueryPlan:
         return math.prod(len(col.keys) for col in self.group_by)
 
 
+@dataclass(frozen=True)
+class ExactAnswer:
+    """Exact per-group results. Internal: never returned to a caller of the engine."""
+
+    keys: list[tuple]
+    values: dict[str, list]

@@ -10,25 +10,15 @@ values to the engine and nothing else. DuckDB implements it (engine/backends/duc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from sqlglot import exp
 
+from ..errors import DataFailure
+from ..plan import ExactAnswer
 from ..policy import TableSpec
 
-
-@dataclass(frozen=True)
-class ExactAnswer:
-    """Exact per-group results. Internal: never returned to a caller of the engine."""
-
-    keys: list[tuple]
-    values: dict[str, list]
-
-
-class DataFailure(Exception):
-    """SQL that passed the gate failed on the data. Internal: the message is never shown,
-    because it could quote data values and its occurrence depends on the data."""
+__all__ = ["Backend", "DataFailure", "ExactAnswer"]
 
 
 class Backend(Protocol):
