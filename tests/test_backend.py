@@ -43,9 +43,6 @@ class RecordingBackend:
         self.calls.append("run")
         return self.inner.run(sql, n_keys)
 
-    def interrupt(self) -> None:
-        self.inner.interrupt()
-
     def close(self) -> None:
         self.calls.append("close")
         self.inner.close()

@@ -2,8 +2,8 @@
 
 A backend holds the private data. It checks the data against the policy when it opens, makes
 the bounded rows (at most max_rows_per_unit per privacy unit), renders the rewrite's sqlglot
-trees in its dialect, bind-checks the rendered SQL without reading data, runs it, and can be
-interrupted. Noise, the ledger and post-processing stay in the engine: a backend returns exact
+trees in its dialect, bind-checks the rendered SQL without reading data, and runs it within the
+policy's limits. Noise, the ledger and post-processing stay in the engine: a backend returns exact
 values to the engine and nothing else. DuckDB implements it (engine/backends/duckdb.py).
 """
 
@@ -45,10 +45,6 @@ class Backend(Protocol):
     def run(self, sql: str, n_keys: int) -> ExactAnswer:
         """Run checked SQL; its first `n_keys` columns are group keys (DataFailure if it fails
         on the data, ResourceLimitExceeded at the policy's limits)."""
-        ...
-
-    def interrupt(self) -> None:
-        """Stop what is running now, from another thread."""
         ...
 
     def close(self) -> None:

@@ -58,9 +58,6 @@ class DuckDBBackend:
     def run(self, sql: str, n_keys: int) -> ExactAnswer:
         return execute.run(self.conn, sql, n_keys)
 
-    def interrupt(self) -> None:
-        self.conn.interrupt()
-
     def close(self) -> None:
         self._gate.close()
         self.conn.close()
