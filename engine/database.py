@@ -188,8 +188,7 @@ class PrivateDatabase:
                 stored_answer = result.to_dict()
             except Exception as exc:
                 raise _PostProcessingFailed from exc
-            charge = Charge(analyst, sql, cal.epsilon, cal.epsilon_dp, cal.mode, self.policy.k,
-                            self.policy.eta, infos, stored_answer)
+            charge = Charge(analyst, sql, result.answer_cost, infos, stored_answer)
             return charge, result
 
         try:

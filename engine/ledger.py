@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from ..calibration import DependenceModel, mode_dominates
 from .errors import LedgerError
-from .result import AggregateRecord, HistoryEntry
+from .result import AggregateRecord, AnswerCost, HistoryEntry
 
 SCHEMA_VERSION = "3"
 LEGACY_MODE = "auto"
@@ -80,11 +80,7 @@ class Charge:
 
     analyst: str
     sql: str
-    epsilon: float
-    epsilon_dp: float
-    mode: str
-    k: int
-    eta: float
+    cost: AnswerCost
     aggregates: tuple[AggregateRecord, ...]
     answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
 
@@ -331,12 +327,12 @@ class Ledger:
                 charge, extra = settle(spent, self._stored_binding())
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
+                cost = charge.cost
                 (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
                     "aggregates, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                    [_now(), charge.analyst, charge.sql, charge.epsilon, charge.epsilon_dp,
-                     charge.mode, charge.k, charge.eta, json.dumps([a.record() for a in charge.aggregates]),
-                     answer],
+                    [_now(), charge.analyst, charge.sql, cost.epsilon, cost.epsilon_dp, cost.mode,
+                     cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]), answer],
                 ).fetchone()
                 conn.execute("COMMIT")
             except BaseException:

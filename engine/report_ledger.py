@@ -17,7 +17,7 @@ from pathlib import Path
 from ..calibration import MODE_CHOICES
 from .errors import LedgerError
 from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding
-from .result import AggregateRecord
+from .result import AggregateRecord, AnswerCost
 
 READABLE_VERSIONS = ("2", SCHEMA_VERSION)
 """Reports read version 2 ledgers as they are (a report never migrates; auto accounting)."""
@@ -30,11 +30,7 @@ class LedgerAnswer:
     time: datetime
     analyst: str
     sql: str
-    epsilon: float  # the information-privacy level asked for this answer
-    epsilon_dp: float  # the DP level its noise was calibrated to
-    mode: str
-    k: int
-    eta: float
+    cost: AnswerCost
     aggregates: tuple[AggregateRecord, ...]
 
 
@@ -107,8 +103,8 @@ def _answer(path: Path, row: tuple) -> LedgerAnswer:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return LedgerAnswer(id=ident, time=when, analyst=str(analyst), sql=str(sql),
-                        epsilon=float(epsilon), epsilon_dp=float(epsilon_dp), mode=str(mode),
-                        k=int(k), eta=float(eta), aggregates=_aggregates(where, aggregates))
+                        cost=AnswerCost(float(epsilon), float(epsilon_dp), str(mode), int(k), float(eta)),
+                        aggregates=_aggregates(where, aggregates))
 
 
 def _aggregates(where: str, text: str) -> tuple[AggregateRecord, ...]:

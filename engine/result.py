@@ -24,6 +24,19 @@ class BudgetStatus:
 
 
 @dataclass(frozen=True)
+class AnswerCost:
+    """What one released answer spends: the level asked, the DP level its noise was calibrated
+    to, and the mode and model that certify it. The ledger stores it with each charge, reports
+    read it back, and results and explanations show it."""
+
+    epsilon: float  # the information-privacy level asked for this answer
+    epsilon_dp: float  # the DP level its noise was calibrated to
+    mode: str
+    k: int
+    eta: float
+
+
+@dataclass(frozen=True)
 class AggregateRecord:
     """How one noisy aggregate of an answer was produced: what the ledger stores with a charge
     and reports show (the one record of an aggregate's metadata)."""
@@ -83,6 +96,11 @@ class QueryResult:
     level_after: float
     cost: float  # how much this answer raised the transcript level: level_after - level_before
     id: int | None = None  # the ledger entry holding this answer (`history(id)` fetches it again)
+
+    @property
+    def answer_cost(self) -> AnswerCost:
+        """What this answer spent, as the ledger records it."""
+        return AnswerCost(self.epsilon, self.epsilon_dp, self.mode, self.k, self.eta)
 
     def to_dict(self) -> dict:
         """The JSON form documented in DESIGN.md; every value is plain JSON (non-finite

@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from engine import PrivateDatabase
 from engine.report import build_report
-from engine.result import AggregateInfo, AggregateRecord
+from engine.result import AggregateInfo, AggregateRecord, AnswerCost
 
 
 def test_result_ledger_and_report_share_the_aggregate_record(setup):
@@ -24,3 +24,16 @@ def test_result_ledger_and_report_share_the_aggregate_record(setup):
     (answer,) = build_report(setup.ledger).answers
     assert answer.aggregates == tuple(AggregateRecord.from_record(a.record()) for a in result.aggregates)
     assert [a.describe() for a in answer.aggregates] == [a.describe() for a in result.aggregates]
+
+
+def test_result_ledger_and_report_share_the_answer_cost(setup):
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        result = db.query("SELECT COUNT(*) FROM people", epsilon=0.75, mode="group")
+    cost = result.answer_cost
+    assert isinstance(cost, AnswerCost)
+    assert (cost.epsilon, cost.epsilon_dp, cost.mode) == (result.epsilon, result.epsilon_dp, "group")
+    with sqlite3.connect(setup.ledger) as conn:
+        row = conn.execute("SELECT epsilon, epsilon_dp, mode, k, eta FROM charges").fetchone()
+    assert AnswerCost(*row) == cost
+    (answer,) = build_report(setup.ledger).answers
+    assert answer.cost == cost
