@@ -13,9 +13,9 @@ import numpy as np
 
 from benchmarks.workload import policy_dict
 from calibration import CalibrationError, DependenceModel, calibrate
+from engine.binding import build_plan
 from engine.noise import Mechanism, build_mechanism, release
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.sensitivity import sensitivity
 

@@ -10,12 +10,19 @@ if __name__ == "calibration":  # imported from a checkout by the folder's own na
     alias(__name__)  # the very modules of dpsql.calibration, never second copies
 
 from .audit import Audit, exact_audit, exact_audit_vector
-from .composition import admits, dp_budget, transcript_level
+from .composition import (
+    admits,
+    dp_budget,
+    mode_dominates,
+    only_residue,
+    transcript_level,
+    within_budget,
+)
 from .errors import CalibrationError
 from .household import household_pmf
 from .information import mutual_information_bound
 from .inversion import Calibration, ModeOption, calibrate, compare_modes
-from .maps import MODES, guarantee
+from .maps import MODE_CHOICES, MODES, applies, guarantee
 from .model import DependenceModel
 from .validation import (
     BUDGET_RANGE,
@@ -31,6 +38,7 @@ __all__ = [
     "EPSILON_RANGE",
     "MAX_K",
     "MODES",
+    "MODE_CHOICES",
     "Audit",
     "Calibration",
     "CalibrationError",
@@ -38,6 +46,7 @@ __all__ = [
     "EpsilonOutOfRange",
     "ModeOption",
     "admits",
+    "applies",
     "calibrate",
     "compare_modes",
     "dp_budget",
@@ -45,8 +54,11 @@ __all__ = [
     "exact_audit_vector",
     "guarantee",
     "household_pmf",
+    "mode_dominates",
     "mutual_information_bound",
+    "only_residue",
     "require_budget",
     "require_epsilon",
     "transcript_level",
+    "within_budget",
 ]

@@ -56,4 +56,36 @@ def admits(
     total = spent + new
     if math.isinf(total):  # two finite totals whose sum overflows: far over any budget
         return False
-    return transcript_level(total, model, mode) <= budget * (1.0 + ADMISSION_TOLERANCE)
+    return within_budget(transcript_level(total, model, mode), budget)
+
+
+def within_budget(level: float, ip_budget: float) -> bool:
+    """Whether a transcript's IP level is within the budget, up to the float slack of sums:
+    the one comparison that admission and reports both make."""
+    return level <= ip_budget * (1.0 + ADMISSION_TOLERANCE)
+
+
+def only_residue(room_dp: float, total_dp: float) -> bool:
+    """Whether the DP room left of a DP budget `total_dp` is only float residue of spending
+    it all (so nothing more can be admitted)."""
+    return room_dp <= total_dp * ADMISSION_TOLERANCE
+
+
+def mode_dominates(new: str, old: str, model: DependenceModel) -> bool:
+    """True if the accounting map of mode `new` is >= that of `old` at every eps_dp >= 0.
+
+    Then switching a ledger from `old` to `new` never counts past spending as less. The order
+    (docs/theory.md §4): independent (eps) <= tight = auto <= group (k eps) and <= theorem2
+    (ln 2 + max(eps, k eps - b)); theorem2 >= group everywhere only when b = -ln eta <= ln 2
+    (eta >= 1/2) or k = 1, and group is never >= theorem2 near 0 (theorem2 starts at ln 2).
+    Under an independent model (k = 1 or eta = 0) independent, tight and auto are one map.
+    """
+    same = {"auto", "tight"} | ({"independent"} if model.is_independent else set())
+    if new == old or {new, old} <= same:
+        return True
+    if old == "independent" or old in same:
+        return new in ("group", "theorem2") or new in same
+    if (new, old) == ("theorem2", "group"):
+        return model.eta >= 0.5 or model.k == 1
+    return False
+

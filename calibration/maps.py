@@ -15,6 +15,9 @@ MODES = ("independent", "group", "theorem2", "tight")
 AUTO = "auto"
 """Mode name meaning: use the applicable mode that allows the largest eps_dp."""
 
+MODE_CHOICES = (AUTO, "tight", "theorem2", "group", "independent")
+"""Every mode a policy or an analyst may name, in the order people are shown them."""
+
 SOURCES = {
     "independent": "Proposition 4 (independent records)",
     "group": "Proposition 5 (group privacy)",

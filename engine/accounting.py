@@ -23,9 +23,9 @@ from ..calibration import (
     admits,
     dp_budget,
     guarantee,
+    only_residue,
     transcript_level,
 )
-from ..calibration.composition import ADMISSION_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Accountant:
         """The largest epsilon a query calibrated under `mode` (default: the policy's) can ask."""
         total = self.dp_budget()
         room = total - spent_dp
-        if room <= total * ADMISSION_TOLERANCE:  # only float residue of a spent budget is left
+        if only_residue(room, total):
             return 0.0
         return guarantee(self.mode if mode is None else mode, room, self.model)
 
@@ -74,22 +74,3 @@ def inverse(level: float, model: DependenceModel, mode: str) -> float:
         return dp_budget(level, model, mode)
     except CalibrationError:
         return 0.0
-
-
-def mode_dominates(new: str, old: str, model: DependenceModel) -> bool:
-    """True if the accounting map of mode `new` is >= that of `old` at every eps_dp >= 0.
-
-    Then switching a ledger from `old` to `new` never counts past spending as less. The order
-    (docs/theory.md §4): independent (eps) <= tight = auto <= group (k eps) and <= theorem2
-    (ln 2 + max(eps, k eps - b)); theorem2 >= group everywhere only when b = -ln eta <= ln 2
-    (eta >= 1/2) or k = 1, and group is never >= theorem2 near 0 (theorem2 starts at ln 2).
-    Under an independent model (k = 1 or eta = 0) independent, tight and auto are one map.
-    """
-    same = {"auto", "tight"} | ({"independent"} if model.is_independent else set())
-    if new == old or {new, old} <= same:
-        return True
-    if old == "independent" or old in same:
-        return new in ("group", "theorem2") or new in same
-    if (new, old) == ("theorem2", "group"):
-        return model.eta >= 0.5 or model.k == 1
-    return False

@@ -12,14 +12,14 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__
-from ..calibration import CalibrationError, DependenceModel, compare_modes
+from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
 from .database import DEFAULT_ANALYST, PrivateDatabase, binding_of
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import DpsqlError, InputError
 from .ledger import Ledger, read_history
-from .policy import MODES, load_policy
+from .policy import load_policy
 from .report import Report, build_report
 from .report_plot import plot_png
 from .report_render import render_html, render_markdown, render_table
@@ -40,7 +40,7 @@ def _common(func):
         click.option("--cost", type=float, default=None,
                      help="Instead of --epsilon: the most the transcript's level may rise (> 0); "
                           "the answer alone is then at most this private too."),
-        click.option("--mode", type=click.Choice(MODES), default=None,
+        click.option("--mode", type=click.Choice(MODE_CHOICES), default=None,
                      help="Calibration mode (default: the policy's)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
-
-import duckdb
+from typing import Concatenate, NoReturn, ParamSpec, TypeVar
 
 from ..calibration import (
     Calibration,
@@ -15,59 +16,55 @@ from ..calibration import (
     DependenceModel,
     calibrate,
     guarantee,
-    require_epsilon,
 )
-from . import execute, postprocess
+from . import postprocess
 from .accounting import Accountant, inverse
+from .backends import Backend, DataFailure
+from .backends.duckdb import DuckDBBackend
 from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
-from .gate import SchemaGate
 from .ledger import Charge, Ledger, LedgerBinding
-from .noise import Mechanism, build_mechanism, release
-from .parse import parse_select
-from .plan import QueryPlan, build_plan
-from .policy import MODES, Policy, load_policy
+from .noise import Mechanism, release
+from .plan import QueryPlan
+from .policy import Policy, load_policy
+from .prepare import PreparedQuery, Preparer
 from .report import Report, build_report
 from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
-from .rewrite import rewrite
-from .sensitivity import sensitivity
 
 DEFAULT_ANALYST = "analyst"
-PLAN_CACHE_SIZE = 256
-POST_GATES = 16
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """Everything decided before the data is touched: plan, calibration, noise, SQL."""
+P = ParamSpec("P")
+R = TypeVar("R")
 
-    plan: QueryPlan
-    calibration: Calibration
-    mechanisms: dict[str, Mechanism]
-    sql: str  # the rewritten query run on the data
-    post_sql: str  # the post-processing query run on the noisy values
-    mode: str  # the mode the analyst asked for (the policy's by default)
-    cost: float | None  # when asking by cost: the most the transcript level may rise
+
+def _serialized(method: Callable[Concatenate[PrivateDatabase, P], R]
+                ) -> Callable[Concatenate[PrivateDatabase, P], R]:
+    """Run a method of the database under its lock, so that one database object may serve
+    several threads: its connections and caches are used by one thread at a time."""
+    @functools.wraps(method)
+    def serialized(self: PrivateDatabase, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return serialized
 
 
 class PrivateDatabase:
     """A private table collection: answers SQL with calibrated noise and charges a ledger."""
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection, policy: Policy, ledger: Ledger,
+    def __init__(self, backend: Backend, policy: Policy, ledger: Ledger,
                  analyst: str = DEFAULT_ANALYST) -> None:
-        self._conn = conn
+        self._backend = backend
         self.policy = policy
         self.ledger = ledger
         self.analyst = _check_analyst(analyst)
         self.model = DependenceModel(policy.k, policy.eta)
         self.accountant = Accountant(policy.budget_epsilon, self.model, policy.mode)
         self._post = postprocess.connect()
-        self._gate = execute.schema_gate(conn, policy)
-        self._post_gates: dict[tuple[tuple[str, str], ...], SchemaGate] = {}
-        self._bounded_tables: set[str] = set()
+        self._preparer = Preparer(policy, backend, self._post)
         self._halted = False
-        self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
-        self._post_checked: set[str] = set()
-        self._data_columns = execute.data_columns(conn, policy)
+        # One thread at a time uses the data connection, the preparer's caches, the
+        # post-processing connection and the ledger connection (see `_serialized`).
+        self._lock = threading.RLock()
 
     @classmethod
     def connect(cls, db: str | Path, policy: str | Path | Policy, ledger: str | Path,
@@ -77,13 +74,13 @@ class PrivateDatabase:
         The ledger must exist unless `create=True`, which creates a new one bound to this
         policy (and refuses a path that exists): a mistyped path never starts a fresh budget."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
-        conn = execute.open_data(db, policy)
+        backend = DuckDBBackend.open(db, policy)
         try:
             book = Ledger(ledger, binding_of(policy), create=create)
         except BaseException:
-            conn.close()
+            backend.close()
             raise
-        return cls(conn, policy, book, analyst)
+        return cls(backend, policy, book, analyst)
 
     def __enter__(self) -> PrivateDatabase:
         return self
@@ -91,19 +88,20 @@ class PrivateDatabase:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @_serialized
     def close(self) -> None:
-        for gate in self._post_gates.values():
-            gate.close()
-        self._gate.close()
+        self._preparer.close()
         self._post.close()
-        self._conn.close()
+        self._backend.close()
         self.ledger.close()
 
+    @_serialized
     def budget(self) -> BudgetStatus:
         """What the ledger has spent and what is left, including the largest epsilon to ask."""
         spent, stored = self.ledger.state()
         return self._status(spent, self._accountants(stored))
 
+    @_serialized
     def history(self, id: int | None = None) -> tuple[HistoryEntry, ...]:
         """This analyst's released answers as stored with their charges (or the one with `id`),
         with the exact values first released: no charge, no fresh noise."""
@@ -119,6 +117,7 @@ class PrivateDatabase:
         """What the ledger has spent, by whom, and what the transcript guarantees."""
         return build_report(self.ledger.path, policy=self.policy, analyst=analyst)
 
+    @_serialized
     def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
                 cost: float | None = None) -> Explanation:
         """The plan, rewritten SQL, sensitivities, epsilon_dp, cost and expected error; spends
@@ -132,7 +131,7 @@ class PrivateDatabase:
         spent, stored = self.ledger.state()
         accountants = self._accountants(stored)
         cal = self._price(prepared, spent, accountants)
-        mechanisms = self._mechanisms(plan, cal.epsilon_dp)
+        mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
         before, after = _levels(accountants, spent, cal.epsilon_dp)
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
@@ -146,6 +145,7 @@ class PrivateDatabase:
             cost=after - before, admissible=all(a.admits(spent, cal.epsilon_dp) for a in accountants),
         )
 
+    @_serialized
     def query(self, sql: str, epsilon: float | None = None, mode: str | None = None,
               analyst: str | None = None, cost: float | None = None) -> QueryResult:
         """Answer `sql` with noise keeping it epsilon-information private; charge the ledger.
@@ -159,16 +159,16 @@ class PrivateDatabase:
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
         try:
-            self._bound(plan)
-            exact = execute.run(self._conn, prepared.sql, len(plan.group_by))
-        except execute.DataFailure as failure:
+            self._backend.bound(plan.table, self.ledger.hash_key)
+            exact = self._backend.run(prepared.sql, len(plan.group_by))
+        except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
 
         def settle(spent: float, stored: LedgerBinding) -> tuple[Charge, QueryResult]:
             accountants = self._accountants(stored)
             cal = self._price(prepared, spent, accountants)
             self._admit(prepared, cal, spent, accountants)
-            mechanisms = self._mechanisms(plan, cal.epsilon_dp)
+            mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
             infos = _aggregate_infos(plan, mechanisms)
             before, after = _levels(accountants, spent, cal.epsilon_dp)
             try:
@@ -188,8 +188,7 @@ class PrivateDatabase:
                 stored_answer = result.to_dict()
             except Exception as exc:
                 raise _PostProcessingFailed from exc
-            charge = Charge(analyst, sql, cal.epsilon, cal.epsilon_dp, cal.mode, self.policy.k,
-                            self.policy.eta, tuple(_ledger_entry(a) for a in infos), stored_answer)
+            charge = Charge(analyst, sql, result.answer_cost, infos, stored_answer)
             return charge, result
 
         try:
@@ -199,46 +198,11 @@ class PrivateDatabase:
         return replace(result, id=ident)
 
     def _prepare(self, sql: str, epsilon: float | None, mode: str | None,
-                 cost: float | None = None) -> _Prepared:
-        """Validate and plan; everything here is independent of the data's values."""
+                 cost: float | None = None) -> PreparedQuery:
+        """Everything decided before the data is touched (refused once the database halted)."""
         if self._halted or self.ledger.halted() is not None:
             raise EngineHalted(_HALTED)
-        if (epsilon is None) == (cost is None):
-            raise InputError("ask either an epsilon or a cost (how much the transcript level may "
-                             f"rise), exactly one of them; got epsilon={epsilon!r}, cost={cost!r}")
-        target = _check_level("epsilon" if cost is None else "cost",
-                              epsilon if cost is None else cost)
-        mode = self.policy.mode if mode is None else mode
-        if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        plan, rewritten, post_sql = self._plan(sql)
-        cal = self._calibrate(target, mode)
-        mechanisms = self._mechanisms(plan, cal.epsilon_dp)
-        self._check_post_processing(plan, post_sql, mechanisms)
-        return _Prepared(plan, cal, mechanisms, rewritten, post_sql, mode,
-                         None if cost is None else target)
-
-    def _calibrate(self, epsilon: float, mode: str) -> Calibration:
-        """Calibrate under `mode`, which may be more conservative than the policy's, never
-        looser: its eps_dp for this epsilon must not exceed the policy mode's."""
-        try:
-            cal = calibrate(epsilon, self.model, mode)
-            if mode != self.policy.mode:
-                owner = calibrate(epsilon, self.model, self.policy.mode)
-                if cal.epsilon_dp > owner.epsilon_dp:
-                    raise InputError(
-                        f"mode {mode} is looser than the policy's mode {self.policy.mode} at "
-                        f"epsilon {epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g} > "
-                        f"{owner.epsilon_dp:.4g}): an analyst may ask for a more conservative "
-                        "mode (smaller epsilon_dp, more noise), never a looser one")
-        except CalibrationError as exc:
-            raise InputError(str(exc)) from None
-        return cal
-
-    def _mechanisms(self, plan: QueryPlan, epsilon_dp: float) -> dict[str, Mechanism]:
-        share = epsilon_dp / len(plan.measurements)
-        return {m.name: build_mechanism(m, sensitivity(m, plan), share)
-                for m in plan.measurements}
+        return self._preparer.prepare(sql, epsilon, mode, cost)
 
     def _accountants(self, stored: LedgerBinding) -> tuple[Accountant, ...]:
         """Who must admit a charge: this connection's policy and, if the owner has changed the
@@ -247,7 +211,7 @@ class PrivateDatabase:
             return (self.accountant,)
         return (self.accountant, Accountant(stored.budget, stored.model, stored.mode))
 
-    def _price(self, prepared: _Prepared, spent: float,
+    def _price(self, prepared: PreparedQuery, spent: float,
                accountants: tuple[Accountant, ...]) -> Calibration:
         """The calibration to charge at spending `spent`: the smallest eps_dp that every
         accountant allows, under the asked mode and each accountant's own mode."""
@@ -271,10 +235,10 @@ class PrivateDatabase:
             raise InputError(f"cost {limit:g} cannot be certified under mode {mode} with k="
                              f"{self.policy.k}, eta={self.policy.eta:g}; ask a larger cost")
         own = guarantee(mode, epsilon_dp, self.model)
-        named = self._calibrate(own, mode)
+        named = self._preparer.calibrate(own, mode)
         return replace(named, epsilon=own, epsilon_dp=min(named.epsilon_dp, epsilon_dp))
 
-    def _admit(self, prepared: _Prepared, cal: Calibration, spent: float,
+    def _admit(self, prepared: PreparedQuery, cal: Calibration, spent: float,
                accountants: tuple[Accountant, ...]) -> None:
         """Raise BudgetExhausted unless every accountant admits eps_dp on top of `spent`."""
         if all(a.admits(spent, cal.epsilon_dp) for a in accountants):
@@ -297,43 +261,6 @@ class PrivateDatabase:
             f"{status.total:g}); {left}; nothing was charged",
             asked=asked, cost=cost, largest_epsilon=largest)
 
-    def _plan(self, sql: str) -> tuple[QueryPlan, str, str]:
-        """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate.
-        They depend only on the text and the policy, so repeated texts reuse them, like a
-        prepared statement."""
-        cached = self._plans.get(sql)
-        if cached is None:
-            plan = build_plan(parse_select(sql), self.policy, sql, self._data_columns)
-            execute.check_size(plan, self.policy.limits)
-            rewritten, post_sql = rewrite(plan), postprocess.query_sql(plan)
-            self._gate.check(rewritten)
-            self._post_gate(plan).check(post_sql)
-            cached = (plan, rewritten, post_sql)
-            if len(self._plans) >= PLAN_CACHE_SIZE:
-                self._plans.pop(next(iter(self._plans)))
-            self._plans[sql] = cached
-        return cached
-
-    def _post_gate(self, plan: QueryPlan) -> SchemaGate:
-        """The gate for post-processing SQL over the plan's table of noisy values, one per
-        distinct table schema (a few recent ones are kept open)."""
-        columns = tuple(postprocess.noisy_columns(plan))
-        gate = self._post_gates.pop(columns, None)
-        if gate is None:
-            gate = SchemaGate({("noisy",): list(columns)})
-            if len(self._post_gates) >= POST_GATES:
-                self._post_gates.pop(next(iter(self._post_gates))).close()
-        self._post_gates[columns] = gate
-        return gate
-
-    def _bound(self, plan: QueryPlan) -> None:
-        """Make the bounded copy of the plan's table on its first query (never for explain):
-        the data is read-only, so the copy stays valid for the connection."""
-        table = plan.table
-        if table.privacy_unit is not None and table.name not in self._bounded_tables:
-            execute.bound_units(self._conn, table, self.ledger.hash_key)
-            self._bounded_tables.add(table.name)
-
     def _halt(self, reason: str) -> NoReturn:
         """SQL that passed the gate failed on the data, or post-processing failed on noisy
         values: record it durably and refuse this and every later query. Never a per-query
@@ -344,23 +271,6 @@ class PrivateDatabase:
         with contextlib.suppress(LedgerError):
             self.ledger.halt(reason)
         raise EngineHalted(_HALTED)
-
-    def _check_post_processing(self, plan: QueryPlan, post_sql: str,
-                               mechanisms: dict[str, Mechanism]) -> None:
-        """Run the post-processing on zeros before anything is charged, so that it cannot fail
-        after the charge; a query that passed once is not checked again."""
-        if post_sql in self._post_checked:
-            return
-        zeros = {m.name: [0] * plan.group_count if plan.group_by else [0]
-                 for m in plan.measurements}
-        frame = postprocess.noisy_frame(plan, _all_keys(plan), zeros, mechanisms)
-        try:
-            postprocess.finish(self._post, plan, post_sql, frame)
-        except duckdb.Error as exc:
-            raise InputError(
-                f"HAVING/ORDER BY/SELECT expression cannot be evaluated: {str(exc).splitlines()[0]}"
-            ) from None
-        self._post_checked.add(post_sql)
 
     def _status(self, spent: float, accountants: tuple[Accountant, ...]) -> BudgetStatus:
         """What is spent and left, under the strictest of the accountants."""
@@ -396,14 +306,7 @@ def _levels(accountants: tuple[Accountant, ...], spent: float, new: float) -> tu
             max(a.level(spent + new) for a in accountants))
 
 
-def _all_keys(plan: QueryPlan) -> list[tuple]:
-    keys: list[tuple] = [()]
-    for col in plan.group_by:
-        keys = [k + (v,) for k in keys for v in col.group_values]
-    return keys if plan.group_by else []
-
-
-def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple:
+def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[AggregateInfo, ...]:
     infos = []
     for m in plan.measurements:
         mech = mechanisms[m.name]
@@ -412,20 +315,6 @@ def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple
                                    sensitivity=mech.sensitivity, epsilon_dp=mech.epsilon,
                                    scale=mech.scale, ci95_halfwidth=mech.ci95))
     return tuple(infos)
-
-
-def _ledger_entry(info: AggregateInfo) -> dict:
-    return {"column": info.column, "function": info.function, "mechanism": info.mechanism,
-            "sensitivity": info.sensitivity, "epsilon_dp": info.epsilon_dp, "scale": info.scale}
-
-
-def _check_level(name: str, value) -> float:
-    """An epsilon or cost asked of one answer, inside the accepted range (docs/theory.md)."""
-    try:
-        return require_epsilon(name, value)
-    except CalibrationError as exc:
-        raise InputError(str(exc), **{k: v for k, v in vars(exc).items()
-                                      if k in ("value", "lower", "upper")}) from exc
 
 
 def _check_analyst(analyst) -> str:

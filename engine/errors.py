@@ -74,3 +74,8 @@ class EngineHalted(DpsqlError, RuntimeError):
     queries until its owner has inspected it (exit code 4). Nothing was charged."""
 
     exit_code = 4
+
+
+class DataFailure(Exception):
+    """SQL that passed the gate failed on the data. Internal: the message is never shown,
+    because it could quote data values and its occurrence depends on the data."""

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import duckdb
 
-from .errors import InputError, PolicyError, QueryTooLarge, ResourceLimitExceeded
+from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
-from .plan import QueryPlan
+from .plan import ExactAnswer
 from .policy import Limits, Policy, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path, bounded_table_sql
 
@@ -50,14 +50,6 @@ class _Guard:
 _GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-@dataclass(frozen=True)
-class ExactAnswer:
-    """Exact per-group results. Internal: never returned to a caller of the engine."""
-
-    keys: list[tuple]
-    values: dict[str, list]
-
-
 def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB, CSV or Parquet file locked down, and check it against the policy.
 
@@ -71,8 +63,9 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
     limits = policy.limits
     # Every locked setting but external access goes in here (some apply per connection);
     # DuckDB refuses to set temp_directory once external access is off, so that comes after.
-    config = {"memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
-              **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
+        **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
     try:
         if suffix in (".csv", ".tsv", ".parquet", ".pq"):
             conn = duckdb.connect(":memory:", config=config)
@@ -99,9 +92,9 @@ def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
     """Switch external access off and lock the configuration. DuckDB shares one instance per
     file in a process (and refuses a second connection with other settings), so a connection
     may find it already locked by an earlier `open_data`: then it is only checked."""
-    if conn.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+    if conn.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
         names = ", ".join(f"current_setting('{key}')" for key in _LOCKED)
-        if list(conn.execute(f"SELECT {names}").fetchone()) != list(_LOCKED.values()):
+        if list(conn.execute(f"SELECT {names}").fetchall()[0]) != list(_LOCKED.values()):
             raise InputError("the data file is already open in this process with other settings")
         return
     conn.execute("SET enable_external_access = false")
@@ -138,20 +131,6 @@ def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
         with lock:
             inside = False
         timer.cancel()
-
-
-def check_size(plan: QueryPlan, limits: Limits) -> None:
-    """Refuse, before the data is read, a query releasing more noisy values (groups x noisy
-    aggregates) than the policy allows: noise, post-processing and memory grow with that
-    count and run after the charge, so only a limit known from the plan can bound them."""
-    groups = plan.group_count if plan.group_by else 1
-    values = groups * len(plan.measurements)
-    if values > limits.max_noisy_values:
-        raise QueryTooLarge(
-            f"query refused: it would release {values} noisy values ({groups} group(s) x "
-            f"{len(plan.measurements)} noisy aggregate(s)), over the policy's limit of "
-            f"{limits.max_noisy_values} (limits.max_noisy_values); nothing was charged",
-            values, limits.max_noisy_values)
 
 
 def cancellation(conn: duckdb.DuckDBPyConnection,
@@ -221,11 +200,6 @@ def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     ).fetchall())
 
 
-class DataFailure(Exception):
-    """SQL that passed the gate failed on the data. Internal: the message is never shown,
-    because it could quote data values and its occurrence depends on the data."""
-
-
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
     """Run the rewritten query; the first `n_keys` columns are group keys."""
     try:
@@ -252,7 +226,7 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
     rows it holds and scans as fast as the table itself."""
     try:
         attached = conn.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                                [BOUNDED_CATALOG]).fetchone()[0]
+                                [BOUNDED_CATALOG]).fetchall()[0][0]
         if not attached:
             conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
         conn.execute(bounded_table_sql(table, hash_key))

@@ -16,8 +16,11 @@ import json
 from collections.abc import Iterator
 
 import duckdb
+from sqlglot import exp
 
+from .aggregates import measured
 from .errors import QueryRefused
+from .scalars import SCALARS, scalar_of
 
 _SIGNED = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
 _UNSIGNED = {"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64, "UHUGEINT": 128}
@@ -32,19 +35,61 @@ _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT"}
 _OPERATORS = {"LOGICAL_PROJECTION", "LOGICAL_AGGREGATE_AND_GROUP_BY", "LOGICAL_FILTER",
               "LOGICAL_GET", "LOGICAL_COMPARISON_JOIN", "LOGICAL_CROSS_PRODUCT",
               "LOGICAL_ORDER_BY", "LOGICAL_EXPRESSION_GET", "LOGICAL_DUMMY_SCAN", "LOGICAL_LIMIT"}
-_TOTAL_CLASSES = {"BOUND_REF", "BOUND_COLUMN_REF", "BOUND_CONSTANT", "BOUND_CASE",
-                  "BOUND_CONJUNCTION"}
-_TOTAL_OPERATORS = {"COMPARE_IN", "COMPARE_NOT_IN", "OPERATOR_COALESCE", "OPERATOR_IS_NULL",
-                    "OPERATOR_IS_NOT_NULL", "OPERATOR_NOT"}
-# The binder casts both sides of a comparison to one type (those casts are checked).
-_COMPARISONS = {"COMPARE_EQUAL", "COMPARE_NOTEQUAL", "COMPARE_LESSTHAN", "COMPARE_GREATERTHAN",
-                "COMPARE_LESSTHANOREQUALTO", "COMPARE_GREATERTHANOREQUALTO",
-                "COMPARE_DISTINCT_FROM", "COMPARE_NOT_DISTINCT_FROM"}
-# Total scalar functions, by the argument types they are total for.
-_ON_FLOATS = {"+", "-", "*", "/", "%", "//", "abs", "floor", "ceil", "round"}
-_ON_TEXT = {"lower", "upper", "trim", "length", "~~", "!~~", "~~*", "!~~*"}
-_SAME_TYPE = {"least", "greatest"}
-_AGGREGATES = {"count_star", "count", "sum"}
+
+# How DuckDB's binder shows each whitelisted scalar (engine/scalars.py), by when it is total:
+# "class" and "operator" (expression classes, BOUND_OPERATOR types) and "comparison"
+# (BOUND_FUNCTION types; the binder casts both sides to one type, and those casts are checked)
+# always; "double" and "text" functions only on DOUBLE or VARCHAR arguments; "same" functions
+# when all arguments share one type; "positions" (SUBSTRING) with 32-bit positions; "cast"
+# when the cast is total or a TRY_CAST. `harden` rewrites checked expressions into these forms.
+_BOUND_AS: dict[str, dict[str, frozenset[str]]] = {
+    "ABS": {"double": frozenset({"abs"})},
+    "ROUND": {"double": frozenset({"round"})},
+    "FLOOR": {"double": frozenset({"floor"})},
+    "CEIL": {"double": frozenset({"ceil"})},
+    "LOWER": {"text": frozenset({"lower"})},
+    "UPPER": {"text": frozenset({"upper"})},
+    "TRIM": {"text": frozenset({"trim"})},
+    "LENGTH": {"text": frozenset({"length"})},
+    "SUBSTRING": {"positions": frozenset({"substring"})},
+    "COALESCE": {"operator": frozenset({"OPERATOR_COALESCE"})},
+    "LEAST": {"same": frozenset({"least"})},
+    "GREATEST": {"same": frozenset({"greatest"})},
+    "CAST": {"cast": frozenset({"OPERATOR_CAST"})},
+    "CASE": {"class": frozenset({"BOUND_CASE"})},
+    "( )": {},
+    "unary -": {"double": frozenset({"-"})},
+    "arithmetic": {"double": frozenset({"+", "-", "*", "/", "%", "//"})},
+    "comparison": {"comparison": frozenset({
+        "COMPARE_EQUAL", "COMPARE_NOTEQUAL", "COMPARE_LESSTHAN", "COMPARE_GREATERTHAN",
+        "COMPARE_LESSTHANOREQUALTO", "COMPARE_GREATERTHANOREQUALTO", "COMPARE_DISTINCT_FROM",
+        "COMPARE_NOT_DISTINCT_FROM"})},
+    "AND/OR": {"class": frozenset({"BOUND_CONJUNCTION"})},
+    "NOT": {"operator": frozenset({"OPERATOR_NOT"})},
+    "IN": {"operator": frozenset({"COMPARE_IN", "COMPARE_NOT_IN"})},
+    "BETWEEN": {"comparison": frozenset({"COMPARE_GREATERTHANOREQUALTO",
+                                         "COMPARE_LESSTHANOREQUALTO"})},
+    "IS": {"operator": frozenset({"OPERATOR_IS_NULL", "OPERATOR_IS_NOT_NULL"}),
+           "comparison": frozenset({"COMPARE_DISTINCT_FROM", "COMPARE_NOT_DISTINCT_FROM"})},
+    "LIKE": {"text": frozenset({"~~", "!~~", "~~*", "!~~*"})},
+}
+
+
+def _bound(category: str) -> frozenset[str]:
+    """The DuckDB names of every whitelisted scalar in one category (KeyError for a scalar the
+    table above does not map: each must say how DuckDB binds it)."""
+    return frozenset(name for scalar in SCALARS
+                     for name in _BOUND_AS[scalar.name].get(category, frozenset()))
+
+
+_TOTAL_CLASSES = {"BOUND_REF", "BOUND_COLUMN_REF", "BOUND_CONSTANT"} | _bound("class")
+_TOTAL_OPERATORS = _bound("operator")
+_COMPARISONS = _bound("comparison")
+_CASTS = _bound("cast")
+_ON_FLOATS = _bound("double")
+_ON_TEXT = _bound("text")
+_SAME_TYPE = _bound("same")
+_POSITIONS = _bound("positions")
 _TABLE_SCAN = "seq_scan"
 
 
@@ -61,7 +106,7 @@ class SchemaGate:
         for path, columns in tables.items():
             if len(path) > 1 and not self._conn.execute(
                     "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                    [path[0]]).fetchone()[0]:
+                    [path[0]]).fetchall()[0][0]:
                 self._conn.execute(f"ATTACH ':memory:' AS {_quote(path[0])}")
             body = ", ".join(f"{_quote(col)} {kind}" for col, kind in columns)
             self._conn.execute(f"CREATE TABLE {'.'.join(map(_quote, path))} ({body})")
@@ -82,10 +127,14 @@ class SchemaGate:
     def _judge(self, sql: str) -> str | None:
         try:
             text = self._conn.execute("SELECT json_serialize_plan(?, optimize := false)",
-                                      [sql]).fetchone()[0]
+                                      [sql]).fetchall()[0][0]
         except duckdb.Error as exc:
             return f"the query cannot be run: {_first_line(str(exc))}"
-        plan = json.loads(text)
+        try:
+            plan = json.loads(text)
+        except ValueError:  # DuckDB writes a NaN or infinite constant as NAN or INF, not JSON
+            return ("a constant that is not a number (such as 0 / 0) refused: DuckDB folds it "
+                    "into a plan that cannot be checked; write the expression without it")
         if plan.get("error"):
             return f"the query cannot be run: {_first_line(plan.get('error_message', ''))}"
         for node in _nodes(plan["plans"]):
@@ -129,14 +178,14 @@ def _expression_problem(node: dict) -> str | None:
         return None if kind in _TOTAL_OPERATORS else f"operator {kind}"
     if cls == "BOUND_AGGREGATE":
         name = _name(node)
-        if name not in _AGGREGATES:
+        if not any(name in aggregate.bound for aggregate in measured()):
             return f"aggregate {name}()"
         if name == "sum" and not all(_type(c)["id"] in _NUMBERS for c in _children(node)):
             return "SUM of a non-number"
         return None
     if cls != "BOUND_FUNCTION":
         return f"expression {cls}"
-    if kind == "OPERATOR_CAST":
+    if kind in _CASTS:
         return _cast_problem(node)
     if kind in _COMPARISONS:
         return None
@@ -209,6 +258,46 @@ def total_cast(source: dict, target: dict) -> bool:
     return False
 
 
+_DOUBLE = exp.DataType.Type.DOUBLE
+
+
+def as_double(node: exp.Expression) -> exp.Expression:
+    """TRY_CAST(node AS DOUBLE), unless it is one already: DOUBLE arithmetic never raises."""
+    if isinstance(node, exp.TryCast) and node.to.this == _DOUBLE:
+        return node
+    return exp.TryCast(this=node, to=exp.DataType.build("DOUBLE"))
+
+
+def harden(node: exp.Expression) -> exp.Expression:
+    """Make a checked expression total: it cannot raise on any value it is evaluated on.
+
+    Every operand of a scalar that DuckDB makes total only on DOUBLE (arithmetic, ABS, ...) is
+    DOUBLE (no integer or decimal overflow; division by zero gives NULL on the locked
+    connections), SUBSTRING positions are TRY_CAST to INTEGER (inside the range DuckDB
+    accepts), and CAST becomes TRY_CAST. A runtime error would otherwise reveal, by occurring or
+    not, something about the exact data. Idempotent."""
+    for key, child in list(node.args.items()):
+        if isinstance(child, exp.Expression):
+            node.set(key, harden(child))
+        elif isinstance(child, list):
+            node.set(key, [harden(c) if isinstance(c, exp.Expression) else c for c in child])
+    scalar = scalar_of(node)
+    bound = _BOUND_AS[scalar.name] if scalar is not None else {}
+    if "cast" in bound and not isinstance(node, exp.TryCast):
+        return exp.TryCast(this=node.this, to=node.args["to"])
+    if "double" in bound:
+        for key in ("this", "expression"):
+            if isinstance(node.args.get(key), exp.Expression):
+                node.set(key, as_double(node.args[key]))
+    if "positions" in bound:
+        for key in ("start", "length"):
+            value = node.args.get(key)
+            if value is not None and not (isinstance(value, exp.TryCast)
+                                          and value.to.this == exp.DataType.Type.INT):
+                node.set(key, exp.TryCast(this=value, to=exp.DataType.build("INT")))
+    return node
+
+
 def _function_problem(node: dict) -> str | None:
     name = _name(node)
     kinds = [_type(c)["id"] for c in _children(node)]
@@ -222,7 +311,7 @@ def _function_problem(node: dict) -> str | None:
             f"function {name}({', '.join(kinds)}) (total only on VARCHAR)"
     if name in _SAME_TYPE:
         return None if len(set(kinds)) == 1 else f"function {name}({', '.join(kinds)})"
-    if name == "substring":
+    if name in _POSITIONS:
         children = _children(node)
         if kinds[0] == "VARCHAR" and all(_small_int(c) for c in children[1:]):
             return None

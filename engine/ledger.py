@@ -33,10 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from ..calibration import DependenceModel
-from .accounting import mode_dominates
+from ..calibration import DependenceModel, mode_dominates
 from .errors import LedgerError
-from .result import HistoryEntry
+from .result import AggregateRecord, AnswerCost, HistoryEntry
 
 SCHEMA_VERSION = "3"
 LEGACY_MODE = "auto"
@@ -81,12 +80,8 @@ class Charge:
 
     analyst: str
     sql: str
-    epsilon: float
-    epsilon_dp: float
-    mode: str
-    k: int
-    eta: float
-    aggregates: tuple[dict, ...]
+    cost: AnswerCost
+    aggregates: tuple[AggregateRecord, ...]
     answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
 
 
@@ -132,8 +127,9 @@ class Ledger:
                 f"data owner: dpsql ledger init --ledger {self.path} --policy POLICY (in Python: "
                 "PrivateDatabase.connect(..., create=True))")
         try:
+            # A PrivateDatabase may be used from several threads, one at a time (its lock).
             self._conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
-                                         timeout=60, isolation_level=None)
+                                         timeout=60, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc} (check that the file and "
                               "its directory are readable and writable)") from None
@@ -331,12 +327,12 @@ class Ledger:
                 charge, extra = settle(spent, self._stored_binding())
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
+                cost = charge.cost
                 (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
                     "aggregates, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                    [_now(), charge.analyst, charge.sql, charge.epsilon, charge.epsilon_dp,
-                     charge.mode, charge.k, charge.eta, json.dumps(list(charge.aggregates)),
-                     answer],
+                    [_now(), charge.analyst, charge.sql, cost.epsilon, cost.epsilon_dp, cost.mode,
+                     cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]), answer],
                 ).fetchone()
                 conn.execute("COMMIT")
             except BaseException:

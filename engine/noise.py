@@ -45,6 +45,7 @@ def build_mechanism(measurement: Measurement, sensitivity: float | int,
     check OpenDP's own privacy map: it must not exceed the epsilon we mean to spend."""
     integer = measurement.integer
     scale = sensitivity / epsilon
+    d_in: int | float
     if integer:
         space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
         d_in = int(sensitivity)
@@ -66,6 +67,7 @@ def build_mechanism(measurement: Measurement, sensitivity: float | int,
 
 def release(mechanism: Mechanism, exact: list) -> list:
     """Add noise to one measurement's exact values (one per group)."""
+    values: list[int] | list[float]
     if mechanism.mechanism == "discrete_laplace":
         values = [max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in exact]
     else:

@@ -107,7 +107,7 @@ def _alternative(name: str) -> str:
     return f" ({name.split(' (', 1)[1]}" if " (" in name else ""
 
 
-def _statement_name(statement: exp.Expression, sql: str) -> str:
+def _statement_name(statement: exp.Expr, sql: str) -> str:
     """A readable name for a non-SELECT statement (DROP, COPY, PRAGMA, ATTACH, ...)."""
     if isinstance(statement, exp.Command):
         return str(statement.this).upper()

@@ -5,17 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..calibration import MAX_K, CalibrationError, require_budget
+from ..calibration import MAX_K, MODE_CHOICES, CalibrationError, DependenceModel, applies, require_budget
 from .errors import PolicyError
 
-MODES = ("auto", "tight", "theorem2", "group", "independent")
 COLUMN_TYPES = ("int", "float", "str", "bool")
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
@@ -40,6 +39,20 @@ class ColumnSpec:
         return self.lower is not None and self.upper is not None
 
     @property
+    def bounds(self) -> tuple[float, float]:
+        """(lower, upper), the public range values are clamped to; only for bounded columns."""
+        if self.lower is None or self.upper is None:
+            raise ValueError(f"column {self.name} has no lower/upper bounds")
+        return self.lower, self.upper
+
+    @property
+    def keys(self) -> tuple:
+        """The public values of a column that may be grouped on (see `group_values`)."""
+        if self.group_values is None:
+            raise ValueError(f"column {self.name} has no public domain")
+        return self.group_values
+
+    @property
     def group_values(self) -> tuple | None:
         """The public values this column may be grouped on, or None if it is not a key."""
         if self.type == "bool":
@@ -55,6 +68,13 @@ class TableSpec:
     privacy_unit: str | None
     max_rows_per_unit: int
     columns: Mapping[str, ColumnSpec]
+
+    @property
+    def unit(self) -> str:
+        """The privacy unit column; only for tables whose rows are not each an individual."""
+        if self.privacy_unit is None:
+            raise ValueError(f"table {self.name} has no privacy unit")
+        return self.privacy_unit
 
 
 @dataclass(frozen=True)
@@ -130,12 +150,13 @@ def parse_policy(raw: Any) -> Policy:
     if not 0 <= eta <= 1:
         raise PolicyError(f"dependence.eta: expected a number in [0, 1], got {eta!r}")
     mode = dep.get("mode", "auto")
-    if mode not in MODES:
-        raise PolicyError(f"dependence.mode: expected one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "independent" and k > 1 and eta > 0:
+    if mode not in MODE_CHOICES:
+        raise PolicyError(f"dependence.mode: expected one of {', '.join(MODE_CHOICES)}, got {mode!r}")
+    if not applies(mode, DependenceModel(k, eta)):
+        valid = [m for m in MODE_CHOICES if applies(m, DependenceModel(k, eta))]
         raise PolicyError(
-            "dependence.mode: 'independent' contradicts k > 1 and eta > 0 "
-            "(records are dependent); use auto, tight, theorem2 or group"
+            f"dependence.mode: {mode!r} contradicts k > 1 and eta > 0 "
+            f"(records are dependent); use {', '.join(valid[:-1])} or {valid[-1]}"
         )
     tables_raw = _mapping(top["tables"], "tables")
     if not tables_raw:
@@ -248,8 +269,8 @@ def _domain(values: Any, path: str, ctype: str) -> tuple:
     return tuple(values)
 
 
-def _mapping(raw: Any, path: str, required: set[str] = frozenset(),
-             optional: set[str] | None = None) -> dict:
+def _mapping(raw: Any, path: str, required: Set[str] = frozenset(),
+             optional: Set[str] | None = None) -> dict:
     if not isinstance(raw, dict):
         raise PolicyError(f"{path}: expected a mapping, got {type(raw).__name__}")
     missing = sorted(required - raw.keys())

@@ -47,26 +47,11 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
 
 def _halfwidths(out: OutputColumn, frame: pd.DataFrame, mechanisms: dict[str, Mechanism],
                 alpha: float) -> np.ndarray:
-    """Per group, a half-width that covers the exact value with probability >= 1 - alpha."""
-    n = len(frame)
-    if out.function in ("COUNT", "SUM"):
-        return np.full(n, mechanisms[out.measurements[0]].accuracy(alpha))
-    if out.function != "AVG":
-        return np.full(n, np.nan)
-    total_name, count_name = out.measurements
-    total = frame[total_name].to_numpy(dtype=float)
-    count = frame[count_name].to_numpy(dtype=float)
-    # Both intervals at alpha / 2 hold together with probability >= 1 - alpha (union bound).
-    a_total = mechanisms[total_name].accuracy(alpha / 2)
-    a_count = mechanisms[count_name].accuracy(alpha / 2)
-    lo, hi = float(out.column.lower), float(out.column.upper)
-    mean = np.clip(total / np.maximum(count, 1.0), lo, hi)
-    positive = count - a_count > 0
-    denominators = (np.where(positive, count - a_count, 1.0), count + a_count)
-    corners = np.stack([(total + shift) / d for shift in (-a_total, a_total) for d in denominators])
-    low = np.where(positive, np.clip(corners.min(axis=0), lo, hi), lo)
-    high = np.where(positive, np.clip(corners.max(axis=0), lo, hi), hi)
-    return np.maximum(mean - low, high - mean)
+    """Per group, a half-width that covers the exact value with probability >= 1 - alpha: the
+    output's aggregate gives it, and an expression of several has none (NaN)."""
+    if out.aggregate is None:
+        return np.full(len(frame), np.nan)
+    return out.aggregate.halfwidths(out.measurements, out.column, frame, mechanisms, alpha)
 
 
 def selection_adjusted(plan: QueryPlan) -> bool:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..calibration import mutual_information_bound
-from ..calibration.composition import ADMISSION_TOLERANCE
+from ..calibration import mutual_information_bound, within_budget
 from .accounting import Accountant
 from .errors import InputError, LedgerError
 from .policy import Policy
@@ -111,7 +110,7 @@ class Report:
                 "whole ledger, which is what the budget counts."
             )
         t = self.totals
-        if t.transcript_level > t.budget * (1.0 + ADMISSION_TOLERANCE):
+        if not within_budget(t.transcript_level, t.budget):
             notes.append(f"The transcript's level {t.transcript_level:.4g} is over the budget of "
                          f"{t.budget:g}: the ledger holds more spending than the accountant "
                          "admits, so no further answer can be admitted.")
@@ -148,8 +147,8 @@ class Report:
         answer = self.answers[i]
         return {
             "id": answer.id, "time": answer.time, "analyst": answer.analyst, "sql": answer.sql,
-            "epsilon": answer.epsilon, "epsilon_dp": answer.epsilon_dp, "mode": answer.mode,
-            "k": answer.k, "eta": answer.eta, "aggregates": aggregates,
+            "epsilon": answer.cost.epsilon, "epsilon_dp": answer.cost.epsilon_dp,
+            "mode": answer.cost.mode, "k": answer.cost.k, "eta": answer.cost.eta, "aggregates": aggregates,
             "cumulative_epsilon_dp": self.cumulative_dp[i], "transcript_level": self.levels[i],
         }
 
@@ -174,7 +173,7 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
     bound = snapshot.binding
     accountant = Accountant(bound.budget, bound.model, bound.mode)
     answers = snapshot.answers
-    cumulative = tuple(accumulate(a.epsilon_dp for a in answers))
+    cumulative = tuple(accumulate(a.cost.epsilon_dp for a in answers))
     return Report(
         ledger=str(snapshot.path),
         generated=datetime.now(UTC),
@@ -189,8 +188,8 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
 
 def _totals(snapshot: LedgerSnapshot, accountant: Accountant) -> ReportTotals:
     answers, budget = snapshot.answers, accountant.budget
-    spent = math.fsum(a.epsilon_dp for a in answers)
-    asked = math.fsum(a.epsilon for a in answers)
+    spent = math.fsum(a.cost.epsilon_dp for a in answers)
+    asked = math.fsum(a.cost.epsilon for a in answers)
     level = accountant.level(spent)
     nats, bits = mutual_information_bound(level)
     space = accountant.dp_budget()
@@ -225,14 +224,14 @@ def _difference(asked: float, level: float, spent: float) -> str | None:
 
 def _subtotals(answers: tuple[LedgerAnswer, ...],
                accountant: Accountant) -> tuple[AnalystTotals, ...]:
-    total = math.fsum(a.epsilon_dp for a in answers)
+    total = math.fsum(a.cost.epsilon_dp for a in answers)
     names = sorted({a.analyst for a in answers})
     subtotals = []
     for name in names:
         own = [a for a in answers if a.analyst == name]
-        spent = math.fsum(a.epsilon_dp for a in own)
+        spent = math.fsum(a.cost.epsilon_dp for a in own)
         subtotals.append(AnalystTotals(
-            analyst=name, answers=len(own), epsilon_asked=math.fsum(a.epsilon for a in own),
+            analyst=name, answers=len(own), epsilon_asked=math.fsum(a.cost.epsilon for a in own),
             spent_dp=spent, own_level=accountant.level(spent),
             share_dp=spent / total if total > 0 else 0.0,
         ))

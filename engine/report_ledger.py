@@ -10,37 +10,17 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .display import number
+from ..calibration import MODE_CHOICES
 from .errors import LedgerError
 from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding
-from .policy import MODES
+from .result import AggregateRecord, AnswerCost
 
 READABLE_VERSIONS = ("2", SCHEMA_VERSION)
 """Reports read version 2 ledgers as they are (a report never migrates; auto accounting)."""
-
-_AGGREGATE_KEYS = ("column", "function", "mechanism", "sensitivity", "epsilon_dp", "scale")
-
-
-@dataclass(frozen=True)
-class AggregateRecord:
-    """How one noisy aggregate of a released answer was produced."""
-
-    column: str
-    function: str
-    mechanism: str
-    sensitivity: float
-    epsilon_dp: float
-    scale: float
-
-    def describe(self) -> str:
-        """One readable phrase: the column, its aggregate, mechanism, sensitivity and scale."""
-        return (f"{self.column} = {self.function}: {self.mechanism}, sensitivity "
-                f"{number(self.sensitivity)}, scale {number(self.scale)}")
-
 
 @dataclass(frozen=True)
 class LedgerAnswer:
@@ -50,11 +30,7 @@ class LedgerAnswer:
     time: datetime
     analyst: str
     sql: str
-    epsilon: float  # the information-privacy level asked for this answer
-    epsilon_dp: float  # the DP level its noise was calibrated to
-    mode: str
-    k: int
-    eta: float
+    cost: AnswerCost
     aggregates: tuple[AggregateRecord, ...]
 
 
@@ -107,7 +83,7 @@ def _binding(path: Path, meta: dict) -> LedgerBinding:
     except (KeyError, ValueError) as exc:
         raise LedgerError(f"ledger {path} has no valid budget, k and eta binding ({exc})") from None
     mode = meta.get("mode", LEGACY_MODE)
-    if not (math.isfinite(budget) and budget > 0 and k >= 1 and 0 <= eta <= 1 and mode in MODES):
+    if not (math.isfinite(budget) and budget > 0 and k >= 1 and 0 <= eta <= 1 and mode in MODE_CHOICES):
         raise LedgerError(f"ledger {path} is bound to an impossible policy: budget={budget}, "
                           f"k={k}, eta={eta}, mode={mode!r}")
     return LedgerBinding(budget=budget, k=k, eta=eta, mode=mode)
@@ -127,19 +103,14 @@ def _answer(path: Path, row: tuple) -> LedgerAnswer:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return LedgerAnswer(id=ident, time=when, analyst=str(analyst), sql=str(sql),
-                        epsilon=float(epsilon), epsilon_dp=float(epsilon_dp), mode=str(mode),
-                        k=int(k), eta=float(eta), aggregates=_aggregates(where, aggregates))
+                        cost=AnswerCost(float(epsilon), float(epsilon_dp), str(mode), int(k), float(eta)),
+                        aggregates=_aggregates(where, aggregates))
 
 
 def _aggregates(where: str, text: str) -> tuple[AggregateRecord, ...]:
     """Parse the JSON list of aggregates a charge recorded."""
     try:
-        items = json.loads(text)
-        return tuple(AggregateRecord(
-            column=str(item["column"]), function=str(item["function"]),
-            mechanism=str(item["mechanism"]), sensitivity=float(item["sensitivity"]),
-            epsilon_dp=float(item["epsilon_dp"]), scale=float(item["scale"]),
-        ) for item in items)
+        return tuple(AggregateRecord.from_record(item) for item in json.loads(text))
     except (TypeError, ValueError, KeyError):
         raise LedgerError(f"{where}: aggregates must be a JSON list of objects with "
-                          f"{', '.join(_AGGREGATE_KEYS)}") from None
+                          f"{', '.join(f.name for f in fields(AggregateRecord))}") from None

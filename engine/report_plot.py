@@ -27,11 +27,12 @@ def plot_png(report: Report) -> bytes:
         first = report.answers[0].time
         times = [first, *(a.time for a in report.answers), report.generated]
         levels = [0.0, *report.levels]
-        asked = [0.0, *accumulate(a.epsilon for a in report.answers)]
-        ax.step(times, asked + asked[-1:], where="post", color="#888888", linestyle="--",
-                label="sum of epsilon asked (naive)")
-        ax.step(times, levels + levels[-1:], where="post", color="#1f4e9c", linewidth=2,
-                label="transcript level L(sum of epsilon_dp)")
+        asked = [0.0, *accumulate(a.cost.epsilon for a in report.answers)]
+        # matplotlib converts datetimes through its units registry, which its stubs do not know.
+        ax.step(times, asked + asked[-1:], where="post", color="#888888",  # type: ignore[arg-type]
+                linestyle="--", label="sum of epsilon asked (naive)")
+        ax.step(times, levels + levels[-1:], where="post", color="#1f4e9c",  # type: ignore[arg-type]
+                linewidth=2, label="transcript level L(sum of epsilon_dp)")
         locator = AutoDateLocator()
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))

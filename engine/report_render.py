@@ -50,7 +50,8 @@ def entry_rows(report: Report, separator: str = "; ") -> list[tuple[str, ...]]:
     """The shown answers as text cells matching ENTRY_HEADERS; aggregates joined by separator."""
     return [
         (str(a.id), a.time.strftime("%Y-%m-%d %H:%M:%S"), visible(a.analyst), visible(a.sql),
-         number(a.epsilon), number(a.epsilon_dp), visible(a.mode), str(a.k), number(a.eta),
+         number(a.cost.epsilon), number(a.cost.epsilon_dp), visible(a.cost.mode), str(a.cost.k),
+         number(a.cost.eta),
          number(report.levels[i]), separator.join(visible(g.describe()) for g in a.aggregates))
         for i, a in ((i, report.answers[i]) for i in report.shown)
     ]

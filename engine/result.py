@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
@@ -24,15 +24,51 @@ class BudgetStatus:
 
 
 @dataclass(frozen=True)
-class AggregateInfo:
-    """How one noisy quantity was produced."""
+class AnswerCost:
+    """What one released answer spends: the level asked, the DP level its noise was calibrated
+    to, and the mode and model that certify it. The ledger stores it with each charge, reports
+    read it back, and results and explanations show it."""
+
+    epsilon: float  # the information-privacy level asked for this answer
+    epsilon_dp: float  # the DP level its noise was calibrated to
+    mode: str
+    k: int
+    eta: float
+
+
+@dataclass(frozen=True)
+class AggregateRecord:
+    """How one noisy aggregate of an answer was produced: what the ledger stores with a charge
+    and reports show (the one record of an aggregate's metadata)."""
 
     column: str  # the output column (or, for a hidden HAVING/ORDER BY aggregate, its label)
-    function: str  # COUNT, SUM or COUNT(DISTINCT unit)
+    function: str  # e.g. COUNT(*), SUM(income), COUNT(DISTINCT unit)
     mechanism: str  # discrete_laplace or laplace
     sensitivity: float
     epsilon_dp: float  # this aggregate's share of the query's epsilon_dp
     scale: float
+
+    def describe(self) -> str:
+        """One readable phrase: the column, its aggregate, mechanism, sensitivity and scale."""
+        return (f"{self.column} = {self.function}: {self.mechanism}, sensitivity "
+                f"{number(self.sensitivity)}, scale {number(self.scale)}")
+
+    def record(self) -> dict:
+        """The ledger's JSON form: the fields of this record only."""
+        return {f.name: getattr(self, f.name) for f in fields(AggregateRecord)}
+
+    @classmethod
+    def from_record(cls, item: dict) -> AggregateRecord:
+        """Read `record()`'s form back (KeyError, TypeError or ValueError if it is not one)."""
+        return cls(column=str(item["column"]), function=str(item["function"]),
+                   mechanism=str(item["mechanism"]), sensitivity=float(item["sensitivity"]),
+                   epsilon_dp=float(item["epsilon_dp"]), scale=float(item["scale"]))
+
+
+@dataclass(frozen=True)
+class AggregateInfo(AggregateRecord):
+    """An aggregate's record in a result or explanation, with its expected error."""
+
     ci95_halfwidth: float
 
 
@@ -60,6 +96,11 @@ class QueryResult:
     level_after: float
     cost: float  # how much this answer raised the transcript level: level_after - level_before
     id: int | None = None  # the ledger entry holding this answer (`history(id)` fetches it again)
+
+    @property
+    def answer_cost(self) -> AnswerCost:
+        """What this answer spent, as the ledger records it."""
+        return AnswerCost(self.epsilon, self.epsilon_dp, self.mode, self.k, self.eta)
 
     def to_dict(self) -> dict:
         """The JSON form documented in DESIGN.md; every value is plain JSON (non-finite

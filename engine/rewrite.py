@@ -1,4 +1,4 @@
-"""Rewrite a QueryPlan into the one DuckDB query that computes its exact measurements.
+"""Rewrite a QueryPlan into the one query (a sqlglot tree) that computes its exact measurements.
 
 The query reads the rows per-unit bounding keeps (the bounded copy of a table with a privacy
 unit, made once per table, see `bounded_table_sql`), filters, clamps numeric columns to the
@@ -10,19 +10,21 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from .plan import Measurement, QueryPlan
+from .plan import QueryPlan
 from .policy import ColumnSpec, TableSpec
 
 
-def rewrite(plan: QueryPlan) -> str:
-    """Return DuckDB SQL yielding one row per group: group keys, then each measurement.
+def rewrite(plan: QueryPlan) -> exp.Select:
+    """Return the query (a sqlglot tree the backend renders) yielding one row per group: group
+    keys, then each measurement.
 
     A table with a privacy unit is always read through its bounded copy (see
     `bounded_table_sql`), whether or not any unit is over the bound, so that the SQL, and
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregates = (_aggregate(m, plan.table.privacy_unit) for m in plan.measurements)
+    aggregates = (exp.alias_(m.kind.sql(m.column, plan.table), m.name, quoted=True)
+                  for m in plan.measurements)
     aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
     if keys:
         aggregated = aggregated.group_by(*keys, copy=False)
@@ -32,7 +34,7 @@ def rewrite(plan: QueryPlan) -> str:
         for m in plan.measurements
     ]
     if not plan.group_by:
-        return exp.select(*values).from_(aggregated.subquery("agg", copy=False)).sql("duckdb")
+        return exp.select(*values).from_(aggregated.subquery("agg", copy=False))
     domain = _domain(plan.group_by)
     on = exp.and_(*(
         exp.EQ(this=exp.column(col.name, "domain", quoted=True),
@@ -46,7 +48,7 @@ def rewrite(plan: QueryPlan) -> str:
         .join(aggregated.subquery("agg", copy=False), on=on, join_type="left", copy=False)
         .order_by(*domain_keys, copy=False)
     )
-    return query.sql("duckdb")
+    return query
 
 
 BOUNDED_CATALOG = "dpsql_bounded"
@@ -66,7 +68,7 @@ def bounded_table(table: TableSpec) -> exp.Table:
 
 def bounded_columns(table: TableSpec) -> list[str]:
     """The columns of the bounded copy: the privacy unit, then the policy's columns."""
-    return [table.privacy_unit] + sorted(table.columns)
+    return [table.unit] + sorted(table.columns)
 
 
 def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
@@ -82,7 +84,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
     answer. Only units over the limit are ranked: one aggregate finds them, and the window
     sorts just their rows.
     """
-    unit = exp.column(table.privacy_unit, "t", quoted=True)
+    unit = exp.column(table.unit, "t", quoted=True)
     content = [exp.column(name, "t", quoted=True) for name in bounded_columns(table)]
     row_id = exp.column("rowid", "t")
     rank = exp.Window(
@@ -93,7 +95,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
             exp.Ordered(this=row_id.copy()),
         ]),
     )
-    on = exp.EQ(this=unit.copy(), expression=exp.column(table.privacy_unit, "heavy", quoted=True))
+    on = exp.EQ(this=unit.copy(), expression=exp.column(table.unit, "heavy", quoted=True))
     ranked = (
         exp.select(exp.alias_(row_id.copy(), "rid"), exp.alias_(rank, "rank"))
         .from_(exp.to_table(table.name, quoted=True).as_("t"))
@@ -112,7 +114,7 @@ def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
 
 def _heavy_units(table: TableSpec) -> exp.Select:
     """The (non-NULL) units with more rows than the bound."""
-    unit = exp.column(table.privacy_unit, quoted=True)
+    unit = exp.column(table.unit, quoted=True)
     return (
         exp.select(unit).from_(exp.to_table(table.name, quoted=True))
         .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
@@ -131,11 +133,10 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     table = plan.table
     needed: dict[str, ColumnSpec] = {col.name: col for col in plan.group_by}
     for m in plan.measurements:
-        if m.column is not None:
-            needed[m.column.name] = m.column
+        needed.update((column.name, column) for column in m.kind.columns(m.column))
     items: list[exp.Expression] = [exp.column(name, quoted=True) for name in needed]
-    if any(m.kind == "count_distinct" for m in plan.measurements):
-        items.append(exp.column(table.privacy_unit, quoted=True))
+    if any(m.kind.reads_unit for m in plan.measurements):
+        items.append(exp.column(table.unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
     source_table = bounded_table(table) if table.privacy_unit is not None \
@@ -146,44 +147,10 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     return rows
 
 
-def _aggregate(m: Measurement, unit: str | None) -> exp.Expression:
-    if m.kind == "count_distinct":
-        # Each row with a NULL unit is a unit of its own: COUNT(*) - COUNT(unit) of them, added
-        # in DOUBLE (exact below 2**53 rows) so that the plan holds no integer arithmetic.
-        distinct = exp.Count(this=exp.Distinct(expressions=[exp.column(unit, quoted=True)]))
-        nulls = exp.Sub(this=_double(exp.Count(this=exp.Star())),
-                        expression=_double(exp.Count(this=exp.column(unit, quoted=True))))
-        inner = exp.Add(this=_double(distinct), expression=exp.paren(nulls))
-    elif m.kind == "count":
-        inner = exp.Count(this=exp.Star() if m.column is None
-                          else exp.column(m.column.name, quoted=True))
-    else:
-        inner = exp.Sum(this=_clamped(m.column))
-    return exp.alias_(inner, m.name, quoted=True)
-
-
-def _double(node: exp.Expression) -> exp.Expression:
-    return exp.cast(node, "DOUBLE")
-
-
-def _clamped(column: ColumnSpec) -> exp.Expression:
-    """CASE-based clamp: unlike GREATEST/LEAST it keeps NULL as NULL (skipped by SUM)."""
-    value = exp.column(column.name, quoted=True)
-    if column.type == "float":
-        value = exp.cast(value, "DOUBLE")
-    lo, hi = _literal(column.lower), _literal(column.upper)
-    return (
-        exp.Case()
-        .when(exp.LT(this=value, expression=lo), lo)
-        .when(exp.GT(this=value.copy(), expression=hi), hi.copy())
-        .else_(value.copy())
-    )
-
-
 def _domain(group_by: tuple[ColumnSpec, ...]) -> exp.Expression:
     """The public group keys as a VALUES table (cross product of every key's domain)."""
     tables = [
-        exp.values([(_literal(v),) for v in col.group_values], alias=f"d{i}", columns=[col.name])
+        exp.values([(_literal(v),) for v in col.keys], alias=f"d{i}", columns=[col.name])
         for i, col in enumerate(group_by)
     ]
     keys = [exp.alias_(exp.column(col.name, f"d{i}", quoted=True), col.name, quoted=True)

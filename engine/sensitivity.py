@@ -6,20 +6,8 @@ from .plan import Measurement, QueryPlan
 
 
 def sensitivity(measurement: Measurement, plan: QueryPlan) -> float | int:
-    """How far one individual's record can move the measurement, summed over all groups.
-
-    With at most m rows per unit: a COUNT moves by m (2m across groups, when the unit's rows
-    move between groups); a SUM of values clamped to [lo, hi] by m·(max(hi,0) − min(lo,0))
-    (2m·max(|lo|, |hi|) across groups); COUNT(DISTINCT unit) by 1 (2m across groups).
-    """
-    m = plan.table.max_rows_per_unit
-    grouped = bool(plan.group_by)
-    if measurement.kind == "count":
-        return 2 * m if grouped else m
-    if measurement.kind == "count_distinct":
-        return 2 * m if grouped else 1
-    column = measurement.column
-    lo, hi = column.lower, column.upper
-    if grouped:
-        return 2 * m * max(abs(lo), abs(hi))
-    return m * (max(hi, 0) - min(lo, 0))
+    """How far one individual's record, at most `max_rows_per_unit` rows of the plan's table,
+    can move the measurement, summed over all groups; each aggregate gives its own rule
+    (engine/aggregates/)."""
+    return measurement.kind.sensitivity(measurement.column, plan.table.max_rows_per_unit,
+                                        bool(plan.group_by))

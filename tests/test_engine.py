@@ -183,7 +183,7 @@ def test_csv_and_parquet_files_load_as_a_table_named_after_the_stem(tmp_path, se
         res = db.query("SELECT sick, COUNT(*) FROM people GROUP BY sick", epsilon=1)
         assert len(res.df) == 2
         with pytest.raises(duckdb.PermissionException):
-            db._conn.execute(f"SELECT * FROM read_csv('{target}')")  # external access is off
+            db._backend.conn.execute(f"SELECT * FROM read_csv('{target}')")  # external access is off
     # the same for a file whose stem is not the policy's table
     other = tmp_path / f"other.{suffix}"
     target.rename(other)
@@ -212,8 +212,8 @@ def test_data_connection_is_read_only_and_locked(setup):
         for statement in ("SET enable_external_access = true", "DROP TABLE people",
                           "CREATE TABLE t AS SELECT 1", "INSTALL httpfs"):
             with pytest.raises(duckdb.Error):
-                db._conn.execute(statement)
-        assert db._conn.execute("SELECT count(*) FROM people").fetchone()[0] > 0
+                db._backend.conn.execute(statement)
+        assert db._backend.conn.execute("SELECT count(*) FROM people").fetchone()[0] > 0
 
 
 def test_transcript_level_composes_in_dp_space(tmp_path, setup):

@@ -195,7 +195,7 @@ def _assert_not_exact(db, sql, epsilon, result) -> None:
     prepared = db._prepare(sql, epsilon, None)
     plan = prepared.plan
     assert all(m.scale >= 1e6 for m in prepared.mechanisms.values())
-    exact = execute.run(db._conn, prepared.sql, len(plan.group_by))
+    exact = execute.run(db._backend.conn, prepared.sql, len(plan.group_by))
     if plan.having is not None or plan.limit is not None or plan.offset is not None or plan.order:
         return  # rows are filtered or reordered by noisy values; outputs are not aligned
     for out in plan.outputs:

@@ -109,7 +109,7 @@ def test_simultaneous_interval_covers_the_selected_group(near_equal):
         public = db.query(sql, epsilon=1)
         prepared = db._prepare(sql, 1.0, None)
         plan = prepared.plan
-        exact = execute.run(db._conn, prepared.sql, 1)
+        exact = execute.run(db._backend.conn, prepared.sql, 1)
         assert dict(zip((k[0] for k in exact.keys), exact.values["__m0"], strict=True)) == counts
         for rep in range(REPS):
             noisy = {name: release(mech, exact.values[name])

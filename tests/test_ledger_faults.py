@@ -19,6 +19,7 @@ from calibration import DependenceModel, transcript_level
 from engine import cli
 from engine.errors import LedgerError
 from engine.ledger import Charge, Ledger, LedgerBinding
+from engine.result import AnswerCost
 from tests.support import create_ledger, record_charge
 
 BINDING = LedgerBinding(budget=4.0, k=10, eta=0.001)
@@ -28,7 +29,7 @@ def _charged_ledger(path: Path, n: int = 5, binding: LedgerBinding = BINDING) ->
     """A ledger with n charges of 0.1; returns the total."""
     ledger = Ledger(create_ledger(path, binding), binding)
     for i in range(n):
-        record_charge(ledger, Charge("a", f"q{i}", 1.0, 0.1, "auto", binding.k, binding.eta, ()))
+        record_charge(ledger, Charge("a", f"q{i}", AnswerCost(1.0, 0.1, "auto", binding.k, binding.eta), ()))
     total = ledger.spent_dp()
     ledger.close()
     return total

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from engine import aggregates
 from engine.noise import build_mechanism, release
 from engine.plan import Measurement
 from engine.policy import ColumnSpec
@@ -22,7 +23,7 @@ def _variance(measurement: Measurement, sensitivity, epsilon: float, centre) -> 
 
 def test_discrete_laplace_count_noise_matches_its_scale():
     # Discrete Laplace with scale s: variance 2 e^(-1/s) / (1 - e^(-1/s))^2.
-    var, scale = _variance(Measurement("count", None, "__m0"), 2, 0.5, 1000)
+    var, scale = _variance(Measurement(aggregates.COUNT, None, "__m0"), 2, 0.5, 1000)
     q = math.exp(-1 / scale)
     expected = 2 * q / (1 - q) ** 2
     # The sample variance of 40k Laplace-like draws has relative s.e. about sqrt(5/40000) = 1.1%;
@@ -33,14 +34,14 @@ def test_discrete_laplace_count_noise_matches_its_scale():
 
 def test_laplace_sum_noise_matches_its_scale():
     income = ColumnSpec("income", "float", 0.0, 1000.0)
-    var, scale = _variance(Measurement("sum", income, "__m0"), 1000.0, 2.0, 12345.5)
+    var, scale = _variance(Measurement(aggregates.SUM, income, "__m0"), 1000.0, 2.0, 12345.5)
     assert scale == pytest.approx(500.0)
     assert var == pytest.approx(2 * scale**2, rel=0.06)
 
 
 def test_a_wrong_scale_would_be_detected():
     """The same check rejects noise at 0.8x the declared scale (variance 0.64x)."""
-    var, scale = _variance(Measurement("count", None, "__m0"), 1, 1.25, 0)  # scale 0.8
+    var, scale = _variance(Measurement(aggregates.COUNT, None, "__m0"), 1, 1.25, 0)  # scale 0.8
     q = math.exp(-1 / 1.0)
     declared = 2 * q / (1 - q) ** 2  # what scale 1.0 would give
     assert abs(var / declared - 1) > 0.06
@@ -49,5 +50,5 @@ def test_a_wrong_scale_would_be_detected():
 def test_opendp_privacy_map_never_exceeds_the_share():
     income = ColumnSpec("income", "float", 0.0, 777.7)
     for epsilon in (0.013, 0.37, 1.1, 3.3):
-        mech = build_mechanism(Measurement("sum", income, "__m0"), 2 * 777.7, epsilon)
+        mech = build_mechanism(Measurement(aggregates.SUM, income, "__m0"), 2 * 777.7, epsilon)
         assert mech.opendp_measurement.map(2 * 777.7) <= epsilon

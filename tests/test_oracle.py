@@ -14,12 +14,13 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+import sqlglot
 
 from engine import PrivateDatabase, QueryRefused, cli, execute, postprocess
+from engine.binding import build_plan
 from engine.errors import EngineHalted
 from engine.gate import SchemaGate, total_cast
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
 from tests.support import BASE_POLICY, charge_count, create_ledger, write_policy
@@ -352,7 +353,7 @@ def test_gate_accepts_ordinary_queries_over_every_column_type(age_type, income_t
                 "WHERE age > 3 AND age < 300 AND income < 2.5 AND age IN (1, 2) AND sick",
                 "SELECT state, sick, SUM(age), SUM(income) FROM people WHERE age BETWEEN 1 AND "
                 "1e15 AND LEAST(age, 5) = 3 AND COALESCE(income, 1) > 0 GROUP BY state, sick"]:
-        gate.check(rewrite(build_plan(parse_select(sql), policy, sql)))
+        gate.check(rewrite(build_plan(parse_select(sql), policy, sql)).sql("duckdb"))
     if age_type == "TINYINT":
         with pytest.raises(QueryRefused, match="cast from INTEGER to TINYINT"):
             gate.check("SELECT COUNT(*) FROM people WHERE "
@@ -362,11 +363,11 @@ def test_gate_accepts_ordinary_queries_over_every_column_type(age_type, income_t
 def test_gate_stops_a_fallible_query_that_got_past_the_planner(setup, monkeypatch):
     """As if the type rules and the rewriter had a gap: the SQL handed to the data is the IS
     TRUE oracle itself. The gate refuses it before the data is touched, and nothing is charged."""
-    from engine import database
+    from engine import prepare
 
     oracle = ('SELECT COUNT(*) AS "__m0" FROM dpsql_bounded.main."people" WHERE '
               "(CASE WHEN age = 37 THEN 'x' ELSE 'true' END) IS TRUE")
-    monkeypatch.setattr(database, "rewrite", lambda plan: oracle)
+    monkeypatch.setattr(prepare, "rewrite", lambda plan: sqlglot.parse_one(oracle, read="duckdb"))
     touched = []
     monkeypatch.setattr(execute, "run", lambda *a: touched.append("run"))
     monkeypatch.setattr(execute, "bound_units", lambda *a: touched.append("bound"))

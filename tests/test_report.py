@@ -7,6 +7,7 @@ import multiprocessing
 import sqlite3
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,13 @@ from calibration import DependenceModel, calibrate, dp_budget, transcript_level
 from engine import LedgerError, PrivateDatabase, load_policy
 from engine.ledger import Charge, Ledger, LedgerBinding
 from engine.report import ENTRY_COLUMNS, build_report
+from engine.result import AggregateRecord, AnswerCost
 from tests.support import create_ledger, record_charge, write_policy
 
 DEPENDENT = LedgerBinding(budget=4.0, k=10, eta=0.001)
 AGGREGATE = {"column": "n", "function": "COUNT(*)", "mechanism": "discrete_laplace",
              "sensitivity": 2.0, "epsilon_dp": 0.1, "scale": 20.0}
+RECORD = AggregateRecord(**AGGREGATE)
 
 
 def write_ledger(path: Path, asks: list[tuple[str, float, str]],
@@ -32,9 +35,9 @@ def write_ledger(path: Path, asks: list[tuple[str, float, str]],
     try:
         for i, (analyst, epsilon, mode) in enumerate(asks):
             cal = calibrate(epsilon, model, mode)
-            record_charge(book, Charge(analyst, f"SELECT COUNT(*) AS n FROM people -- {i}",
-                                       epsilon, cal.epsilon_dp, cal.mode, binding.k, binding.eta,
-                                       ({**AGGREGATE, "epsilon_dp": cal.epsilon_dp},)))
+            cost = AnswerCost(epsilon, cal.epsilon_dp, cal.mode, binding.k, binding.eta)
+            record_charge(book, Charge(analyst, f"SELECT COUNT(*) AS n FROM people -- {i}", cost,
+                                       (replace(RECORD, epsilon_dp=cal.epsilon_dp),)))
     finally:
         book.close()
     return path
@@ -92,7 +95,7 @@ def test_totals_and_level_match_the_accountant_for_any_ledger(asks, binding):
         report = build_report(write_ledger(Path(folder) / "l.sqlite", asks, binding))
     model = DependenceModel(binding.k, binding.eta)
     t = report.totals
-    assert t.spent_dp == math.fsum(a.epsilon_dp for a in report.answers)
+    assert t.spent_dp == math.fsum(a.cost.epsilon_dp for a in report.answers)
     assert t.transcript_level == transcript_level(t.spent_dp, model)
     for sub in report.subtotals:
         assert sub.own_level == transcript_level(sub.spent_dp, model)

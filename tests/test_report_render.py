@@ -18,8 +18,9 @@ from engine.ledger import Charge, Ledger
 from engine.report import ReportTotals, build_report
 from engine.report_plot import plot_png
 from engine.report_render import render_html, render_markdown, render_table
+from engine.result import AnswerCost
 from tests.support import record_charge, write_policy
-from tests.test_report import AGGREGATE, DEPENDENT, write_ledger
+from tests.test_report import AGGREGATE, DEPENDENT, RECORD, write_ledger
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HOSTILE_SQL = "SELECT COUNT(*) FROM people WHERE note = '</code><script>alert(1)</script> | `x` [b]y[/b]'"
@@ -32,7 +33,7 @@ ENTRY_KEYS = ["id", "time", "analyst", "sql", "epsilon", "epsilon_dp", "mode", "
 def ledger(tmp_path):
     path = write_ledger(tmp_path / "ledger.sqlite", [("alice", 0.5, "auto"), ("bob", 0.4, "tight")])
     book = Ledger(path, DEPENDENT)
-    record_charge(book, Charge("mallory", HOSTILE_SQL, 0.2, 0.1, "tight", 10, 0.001, (AGGREGATE,)))
+    record_charge(book, Charge("mallory", HOSTILE_SQL, AnswerCost(0.2, 0.1, "tight", 10, 0.001), (RECORD,)))
     book.close()
     return path
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import execute
+from engine.binding import build_plan
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
 from tests.support import BASE_POLICY, STATES
@@ -77,7 +77,7 @@ def test_what_a_unit_keeps_does_not_depend_on_other_units(rows, other, limit):
 
 def _exact(conn, policy, sql: str) -> list:
     plan = build_plan(parse_select(sql), policy, sql)
-    return execute.run(conn, rewrite(plan), len(plan.group_by)).values["__m0"]
+    return execute.run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values["__m0"]
 
 
 def test_each_null_unit_row_is_a_unit_of_its_own_and_queries_skip_dropped_rows():
@@ -98,5 +98,5 @@ def test_the_bounded_copy_is_read_even_when_no_unit_is_over_the_limit():
     policy = _table_spec(1)
     execute.bound_units(conn, policy.tables["people"], "k")
     sql = "SELECT COUNT(*) FROM people"
-    assert "dpsql_bounded" in rewrite(build_plan(parse_select(sql), policy, sql))
+    assert "dpsql_bounded" in rewrite(build_plan(parse_select(sql), policy, sql)).sql("duckdb")
     assert _exact(conn, policy, sql) == [2]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from engine import aggregates
 from engine.noise import build_mechanism, release
 from engine.plan import Measurement
 from engine.policy import ColumnSpec
@@ -23,8 +24,8 @@ ALPHA = 0.001
 DRAWS = 20_000
 WRONG = 1.25  # a scale this far off must be detected
 
-COUNT = Measurement("count", None, "__m0")
-FLOAT_SUM = Measurement("sum", ColumnSpec("income", "float", 0.0, 10.0), "__m1")
+COUNT = Measurement(aggregates.COUNT, None, "__m0")
+FLOAT_SUM = Measurement(aggregates.SUM, ColumnSpec("income", "float", 0.0, 10.0), "__m1")
 
 
 def _discrete_laplace_pvalue(noise: np.ndarray, scale: float) -> float:

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration import DependenceModel, calibrate, guarantee
+from calibration import DependenceModel, calibrate, guarantee, mode_dominates
 from engine import BudgetExhausted, InputError, LedgerError, PrivateDatabase
-from engine.accounting import Accountant, mode_dominates
+from engine.accounting import Accountant
 from engine.ledger import Ledger, LedgerBinding
 from tests.support import create_ledger, run_cli, write_policy
 

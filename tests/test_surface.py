@@ -28,8 +28,9 @@ from engine.display import number, visible
 from engine.ledger import Charge, Ledger
 from engine.report import build_report
 from engine.report_render import render_markdown, render_table
+from engine.result import AnswerCost
 from tests.support import charge_count, cli_paths, create_ledger, record_charge, run_cli, write_policy
-from tests.test_report import AGGREGATE, DEPENDENT, write_ledger
+from tests.test_report import DEPENDENT, RECORD, write_ledger
 
 TOUR_SQL = ("SELECT state, COUNT(*) AS n, AVG(income) FROM people WHERE age >= 18 GROUP BY state "
             "ORDER BY n DESC")
@@ -83,7 +84,7 @@ def test_cli_at_80_columns(monkeypatch, capsys, setup):
 def test_report_table_fits_80_columns_and_wraps_between_words(tmp_path):
     path = write_ledger(tmp_path / "ledger.sqlite", [("alice", 0.5, "auto"), ("bob", 0.4, "tight")])
     book = Ledger(path, DEPENDENT)
-    record_charge(book, Charge("mallory", WIDE_SQL, 0.2, 0.1, "theorem2", 10, 0.001, (AGGREGATE,)))
+    record_charge(book, Charge("mallory", WIDE_SQL, AnswerCost(0.2, 0.1, "theorem2", 10, 0.001), (RECORD,)))
     book.close()
     report = build_report(path)
     _assert_fits_80_without_split_words(render_table(report, width=400), render_table(report, width=80))
@@ -148,7 +149,7 @@ def test_report_shows_escape_codes_visibly(tmp_path, capsys):
     path = write_ledger(tmp_path / "ledger.sqlite", [])
     book = Ledger(path, DEPENDENT)
     record_charge(book, Charge(f"eve{ESC}", f"SELECT COUNT(*) AS n FROM people -- {ESC}\u202eevil",
-                               0.2, 0.1, "tight", 10, 0.001, (AGGREGATE,)))
+                               AnswerCost(0.2, 0.1, "tight", 10, 0.001), (RECORD,)))
     book.close()
     for fmt in ("table", "markdown", "html"):
         code, out, _ = run_cli(capsys, "report", "--ledger", str(path), "--format", fmt)

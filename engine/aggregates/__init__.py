@@ -1,0 +1,35 @@
+"""The aggregate registry: every aggregate the analyst may write, one module each.
+
+A new aggregate is one module here (an `Aggregate`, or a `Measured` one if it is a noisy
+measurement itself) plus its line in AGGREGATES; binding, sensitivity, the rewrite, noise,
+intervals, the gate and refusal messages all read the registry when they run.
+"""
+
+from sqlglot import exp
+
+from .avg import AVG
+from .base import Accuracy, Aggregate, Binder, Measured
+from .count import COUNT
+from .count_distinct import COUNT_DISTINCT_UNIT
+from .sum import SUM
+
+AGGREGATES: tuple[Aggregate, ...] = (COUNT, COUNT_DISTINCT_UNIT, SUM, AVG)
+
+
+def aggregate_of(node: exp.AggFunc) -> Aggregate | None:
+    """The registered aggregate that binds the sqlglot aggregate call `node`, or None."""
+    return next((a for a in AGGREGATES if a.matches(node)), None)
+
+
+def measured() -> tuple[Measured, ...]:
+    """The registered aggregates that are noisy measurements themselves."""
+    return tuple(a for a in AGGREGATES if isinstance(a, Measured))
+
+
+def supported() -> str:
+    """The registered aggregates as refusals list them."""
+    return ", ".join(a.usage for a in AGGREGATES)
+
+
+__all__ = ["AGGREGATES", "AVG", "COUNT", "COUNT_DISTINCT_UNIT", "SUM", "Accuracy", "Aggregate",
+           "Binder", "Measured", "aggregate_of", "measured", "supported"]

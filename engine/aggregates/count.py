@@ -1,0 +1,38 @@
+"""COUNT(*) and COUNT(col): rows (with a non-NULL value), each unit contributing at most m."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from ..errors import QueryRefused
+from ..policy import ColumnSpec, TableSpec
+from .base import Binder, Measured
+
+
+class Count(Measured):
+    """COUNT(*) or COUNT(col): moves by m rows (2m across groups, when rows change group)."""
+
+    name = "COUNT"
+    usage = "COUNT(*), COUNT(col)"
+    function = "COUNT"
+    bound = frozenset({"count_star", "count"})
+
+    def matches(self, node: exp.AggFunc) -> bool:
+        return isinstance(node, exp.Count) and not isinstance(node.this, exp.Distinct)
+
+    def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
+        arg = node.this
+        if isinstance(arg, exp.Star):
+            return binder.measurement(self, None)
+        if binder.is_unit(arg):
+            raise QueryRefused(f"COUNT({arg.name}) refused: count units with COUNT(DISTINCT {arg.name})")
+        return binder.measurement(self, binder.bare_column(node, arg))
+
+    def sensitivity(self, column: ColumnSpec | None, rows_per_unit: int, grouped: bool) -> int:
+        return 2 * rows_per_unit if grouped else rows_per_unit
+
+    def sql(self, column: ColumnSpec | None, table: TableSpec) -> exp.Expr:
+        return exp.Count(this=exp.Star() if column is None else exp.column(column.name, quoted=True))
+
+
+COUNT = Count()

@@ -1,0 +1,63 @@
+"""The DuckDB backend: the data in a locked-down DuckDB, SQL bound on a schema-only gate first.
+
+Its parts: engine/execute.py opens the data (read-only, no external access, limits, locked
+configuration), checks the schema, makes the bounded copy and runs SQL under the time limit;
+engine/gate.py binds SQL on empty tables of the data's types and refuses what could fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+from .. import execute
+from ..policy import Policy, TableSpec
+from . import ExactAnswer
+
+
+class DuckDBBackend:
+    """A Backend over one DuckDB connection to the private data."""
+
+    dialect = "duckdb"
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
+        self.conn = conn
+        self._gate = execute.schema_gate(conn, policy)
+        self._columns = execute.data_columns(conn, policy)
+        self._bounded: set[str] = set()
+
+    @classmethod
+    def open(cls, path: str | Path, policy: Policy) -> DuckDBBackend:
+        """Open a DuckDB, CSV or Parquet file locked down and check it against the policy."""
+        conn = execute.open_data(path, policy)
+        try:
+            return cls(conn, policy)
+        except BaseException:
+            conn.close()
+            raise
+
+    def data_columns(self) -> Mapping[str, frozenset[str]]:
+        return self._columns
+
+    def render(self, query: exp.Expression) -> str:
+        return query.sql(self.dialect)
+
+    def check(self, sql: str) -> None:
+        self._gate.check(sql)
+
+    def bound(self, table: TableSpec, hash_key: str) -> None:
+        """The bounded copy is made on a table's first query (never for explain): the data is
+        read-only, so it stays valid for the connection."""
+        if table.privacy_unit is not None and table.name not in self._bounded:
+            execute.bound_units(self.conn, table, hash_key)
+            self._bounded.add(table.name)
+
+    def run(self, sql: str, n_keys: int) -> ExactAnswer:
+        return execute.run(self.conn, sql, n_keys)
+
+    def close(self) -> None:
+        self._gate.close()
+        self.conn.close()

@@ -1,0 +1,405 @@
+"""Bind a parsed SELECT to the policy: resolve names, type-check with the scalar whitelist
+(engine/scalars.py), and build the QueryPlan (engine/plan.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlglot import exp
+
+from .aggregates import Aggregate, Measured, aggregate_of, supported
+from .errors import QueryRefused, QueryTooLarge
+from .gate import as_double, harden
+from .plan import Measurement, OutputColumn, QueryPlan
+from .policy import ColumnSpec, Limits, Policy, TableSpec
+from .scalars import check_args, int_literal, short, type_of
+
+MAX_GROUPS = 1_000_000
+MAX_LIMIT = 1_000_000_000
+_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+
+
+def build_plan(select: exp.Select, policy: Policy, sql: str,
+               data_columns: Mapping[str, frozenset[str]] | None = None) -> QueryPlan:
+    """Validate the SELECT against the policy and return its plan. `data_columns` (each table's
+    column names in the data) lets a refusal say a column exists but is not in the policy."""
+    for key, value in select.args.items():
+        if key not in _SELECT_ARGS and value not in (None, [], False):
+            if key == "distinct":
+                raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
+            raise QueryRefused(f"{key.upper()} clause refused: not supported")
+    table, aliases = _bind_table(select, policy)
+    scope = _Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()))
+    where = None
+    if select.args.get("where") is not None:
+        condition = select.args["where"].this
+        if scope.scalar_type(condition, "WHERE") not in ("bool", "null"):
+            raise QueryRefused("WHERE must be a condition (true/false), not a value")
+        where = scope.rewrite_scalar(condition)
+    group_by = _bind_group(select, scope)
+    post = _PostScope(scope, group_by)
+    outputs = _bind_outputs(select, post)
+    if not any(out.measurements for out in outputs):
+        raise QueryRefused(f"no aggregate in SELECT: use one of {supported()}")
+    aliases_to_outputs = {out.name.lower(): out for out in outputs}
+    having = None
+    if select.args.get("having") is not None:
+        having = post.rewrite(select.args["having"].this, "HAVING", aliases_to_outputs)
+    order = _bind_order(select, post, aliases_to_outputs, len(outputs))
+    limit = _bind_count(select.args.get("limit"), "LIMIT")
+    offset = _bind_count(select.args.get("offset"), "OFFSET")
+    plan = QueryPlan(sql, table, where, group_by, tuple(post.measurements.values()),
+                     tuple(outputs), having, order, limit, offset)
+    if plan.group_by and plan.group_count > MAX_GROUPS:
+        raise QueryRefused(f"GROUP BY would produce {plan.group_count} groups; at most {MAX_GROUPS}")
+    return plan
+
+
+def check_size(plan: QueryPlan, limits: Limits) -> None:
+    """Refuse, before the data is read, a query releasing more noisy values (groups x noisy
+    aggregates) than the policy allows: noise, post-processing and memory grow with that
+    count and run after the charge, so only a limit known from the plan can bound them."""
+    groups = plan.group_count if plan.group_by else 1
+    values = groups * len(plan.measurements)
+    if values > limits.max_noisy_values:
+        raise QueryTooLarge(
+            f"query refused: it would release {values} noisy values ({groups} group(s) x "
+            f"{len(plan.measurements)} noisy aggregate(s)), over the policy's limit of "
+            f"{limits.max_noisy_values} (limits.max_noisy_values); nothing was charged",
+            values, limits.max_noisy_values)
+
+
+def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]]:
+    source = select.args.get("from_")
+    if source is None:
+        raise QueryRefused("SELECT without FROM refused: name the private table, e.g. FROM people")
+    table = source.this
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        what = table.this if isinstance(table, exp.Table) else table
+        name = what.name if isinstance(what, exp.Anonymous) else (
+            what.sql_name() if isinstance(what, exp.Func) else type(what).__name__)
+        raise QueryRefused(f"table function or file reader {name} refused: FROM must name a table")
+    if table.args.get("catalog") or (table.text("db") and table.text("db").lower() != "main"):
+        raise QueryRefused(f"qualified table name {table.sql()} refused: name the table alone")
+    for key in ("sample", "pivots", "joins", "laterals", "hints", "version", "when", "changes"):
+        if table.args.get(key):
+            raise QueryRefused(f"{key.upper()} on the table refused: not supported")
+    check_args(table, "FROM")
+    alias = table.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        raise QueryRefused(f"column aliases in FROM {table.name} AS {alias.sql(dialect='duckdb')} "
+                           "refused: not supported; use the table's own column names")
+    if alias is not None:
+        check_args(alias, "FROM")
+    name = table.name.lower()
+    spec = policy.tables.get(name)
+    if spec is None:
+        if any(mark in table.name for mark in "/\\:.*"):
+            raise QueryRefused(f"file path or URL {table.name!r} refused in FROM: files are never "
+                               f"read; name a table ({', '.join(sorted(policy.tables))})")
+        raise QueryRefused(f"unknown table {table.name!r} (tables: {', '.join(sorted(policy.tables))})")
+    aliases = {name}
+    if table.alias:
+        aliases.add(table.alias.lower())
+    return spec, aliases
+
+
+def _bind_group(select: exp.Select, scope: _Scope) -> tuple[ColumnSpec, ...]:
+    group = select.args.get("group")
+    if group is None:
+        return ()
+    for key in ("grouping_sets", "cube", "rollup", "all", "totals"):
+        if group.args.get(key):
+            raise QueryRefused(f"GROUP BY {key.upper()} refused: list public columns instead")
+    columns: list[ColumnSpec] = []
+    for item in group.expressions:
+        if not isinstance(item, exp.Column):
+            raise QueryRefused(
+                f"GROUP BY {item.sql(dialect='duckdb')} refused: group on a public column by name"
+            )
+        column = scope.column(item)
+        if column.group_values is None:
+            raise QueryRefused(
+                f"GROUP BY {column.name} refused: the column has no public domain in the policy "
+                "(only bool columns or columns with a domain may be grouped on)"
+            )
+        if column not in columns:
+            columns.append(column)
+    return tuple(columns)
+
+
+def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
+    outputs: list[OutputColumn] = []
+    names: set[str] = set()
+    for item in select.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star):
+            raise QueryRefused("SELECT * refused: select aggregates such as COUNT(*) or SUM(col)")
+        node = item.this if isinstance(item, exp.Alias) else item
+        name = item.alias if isinstance(item, exp.Alias) else _display_name(node)
+        expression = post.rewrite(node, "SELECT", {})
+        used = _measurements_in(expression, post)
+        aggregate = _single_aggregate(node)
+        unique = name
+        suffix = 2
+        while unique.lower() in names:
+            unique = f"{name}_{suffix}"
+            suffix += 1
+        names.add(unique.lower())
+        column = next((m.column for m in post.measurements.values() if m.name in used), None) \
+            if aggregate is not None else None
+        outputs.append(OutputColumn(unique, expression, aggregate, used, column))
+    return outputs
+
+
+def _display_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Column):
+        return node.name.lower()
+    return node.sql(dialect="duckdb")
+
+
+def _single_aggregate(node: exp.Expression) -> Aggregate | None:
+    """The aggregate when the output is exactly one aggregate call, else None."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return aggregate_of(node) if isinstance(node, exp.AggFunc) else None
+
+
+def _measurements_in(expression: exp.Expression, post: _PostScope) -> tuple[str, ...]:
+    names = {m.name for m in post.measurements.values()}
+    found = [col.name for col in expression.find_all(exp.Column) if col.name in names]
+    return tuple(dict.fromkeys(found))
+
+
+def _bind_order(select: exp.Select, post: _PostScope, aliases: dict[str, OutputColumn],
+                n_outputs: int) -> tuple[exp.Ordered, ...]:
+    order = select.args.get("order")
+    if order is None:
+        return ()
+    check_args(order, "ORDER BY")
+    items = []
+    for ordered in order.expressions:
+        if not isinstance(ordered, exp.Ordered):
+            raise QueryRefused(f"ORDER BY {short(ordered)} refused: not supported")
+        check_args(ordered, "ORDER BY")
+        key = ordered.this
+        if isinstance(key, exp.Literal) and not key.is_string:
+            position = int_literal(key, "ORDER BY position")
+            if not 1 <= position <= n_outputs:
+                raise QueryRefused(f"ORDER BY {position} refused: positions run from 1 to {n_outputs}")
+            rewritten = list(aliases.values())[position - 1].expression.copy()
+        else:
+            rewritten = post.rewrite(key, "ORDER BY", aliases)
+        items.append(exp.Ordered(this=rewritten, desc=bool(ordered.args.get("desc")),
+                                 nulls_first=bool(ordered.args.get("nulls_first"))))
+    return tuple(items)
+
+
+def _bind_count(clause: exp.Expression | None, what: str) -> int | None:
+    if clause is None:
+        return None
+    if isinstance(clause, exp.Fetch):
+        raise QueryRefused("FETCH refused: not supported; write LIMIT n instead")
+    if isinstance(clause, exp.Limit):
+        options = clause.args.get("limit_options")
+        if options is not None and options.args.get("percent"):
+            raise QueryRefused(f"{what} with a percentage refused: not supported; write "
+                               "LIMIT n with a whole number of rows")
+        if options is not None and options.args.get("with_ties"):
+            raise QueryRefused(f"{what} ... WITH TIES refused: not supported; write LIMIT n")
+    if isinstance(clause, (exp.Limit, exp.Offset)):
+        check_args(clause, what)
+    value = clause.expression if isinstance(clause, (exp.Limit, exp.Offset)) else clause
+    if not isinstance(value, exp.Literal) or value.is_string:
+        raise QueryRefused(f"{what} refused: expected a whole number literal")
+    number = int_literal(value, what)
+    if not 0 <= number <= MAX_LIMIT:
+        raise QueryRefused(f"{what} {number} refused: expected 0 to {MAX_LIMIT}")
+    return number
+
+
+class _Scope:
+    """Name resolution and type checking for row-level (pre-aggregation) expressions."""
+
+    def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset()) -> None:
+        self.table = table
+        self.aliases = aliases
+        self.data_columns = data_columns
+
+    def column(self, node: exp.Expression) -> ColumnSpec:
+        if not isinstance(node, exp.Column):
+            raise QueryRefused(
+                f"{node.sql(dialect='duckdb')} refused here: expected a column name"
+            )
+        self._check_qualifier(node)
+        name = node.name.lower()
+        if name == self.table.privacy_unit:
+            raise QueryRefused(
+                f"column {node.name} is the privacy unit: it may only appear as "
+                f"COUNT(DISTINCT {node.name})"
+            )
+        spec = self.table.columns.get(name)
+        if spec is None and name in self.data_columns:
+            raise QueryRefused(
+                f"column {node.name!r} exists in table {self.table.name} but is not in the policy; "
+                f"policy columns: {', '.join(sorted(self.table.columns))}"
+            )
+        if spec is None:
+            raise QueryRefused(
+                f"unknown column {node.name!r} in table {self.table.name} "
+                f"(columns: {', '.join(sorted(self.table.columns))})"
+            )
+        return spec
+
+    def _check_qualifier(self, node: exp.Column) -> None:
+        if node.args.get("catalog") or node.args.get("db"):
+            raise QueryRefused(f"qualified column {node.sql()} refused: use table.column at most")
+        if node.table and node.table.lower() not in self.aliases:
+            raise QueryRefused(f"unknown table qualifier {node.table!r} in {node.sql()}")
+
+    def is_unit(self, node: exp.Expression) -> bool:
+        if not isinstance(node, exp.Column) or self.table.privacy_unit is None:
+            return False
+        self._check_qualifier(node)
+        return node.name.lower() == self.table.privacy_unit
+
+    def scalar_type(self, node: exp.Expression, where: str) -> str:
+        """Type-check a row-level expression; return 'int', 'float', 'str', 'bool' or 'null'."""
+        if isinstance(node, exp.AggFunc):
+            raise QueryRefused(f"aggregate {node.sql(dialect='duckdb')} refused in {where}: "
+                               "filter groups on aggregates with HAVING")
+        return type_of(node, where, self._leaf_type, self.scalar_type)
+
+    def _leaf_type(self, node: exp.Expression, where: str) -> str | None:
+        if isinstance(node, exp.Column):
+            if node.is_star:
+                raise QueryRefused(f"* refused in {where}")
+            return self.column(node).type
+        return None
+
+    def rewrite_scalar(self, node: exp.Expression) -> exp.Expression:
+        """Copy a checked expression into the form executed: plain quoted names, fractional
+        literals and arithmetic as DOUBLE, casts as TRY_CAST (see `_harden`), so that no
+        overflow, decimal precision or bad cast can raise an error whose message or
+        occurrence depends on the data."""
+        return harden(self._bind_names(node.copy()))
+
+    def _bind_names(self, node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            return exp.column(self.table.columns[node.name.lower()].name, quoted=True)
+        if isinstance(node, exp.Literal) and not node.is_string and not _is_round_digits(node) \
+                and not node.this.replace("_", "").isdigit():
+            # DuckDB reads 1.5 as a DECIMAL, whose casts and arithmetic can overflow.
+            return as_double(node)
+        for key, child in list(node.args.items()):
+            if isinstance(child, exp.Expression):
+                node.set(key, self._bind_names(child))
+            elif isinstance(child, list):
+                node.set(key, [self._bind_names(c) if isinstance(c, exp.Expression) else c
+                               for c in child])
+        return node
+
+
+class _PostScope:
+    """Expressions evaluated after noise: aggregates, group keys, literals and arithmetic."""
+
+    def __init__(self, scope: _Scope, group_by: tuple[ColumnSpec, ...]) -> None:
+        self.scope = scope
+        self.group_by = group_by
+        self.measurements: dict[tuple[Measured, str | None], Measurement] = {}
+
+    @property
+    def table(self) -> TableSpec:
+        return self.scope.table
+
+    def is_unit(self, node: exp.Expression) -> bool:
+        return self.scope.is_unit(node)
+
+    def measurement(self, kind: Measured, column: ColumnSpec | None) -> exp.Column:
+        key = (kind, column.name if column else None)
+        if key not in self.measurements:
+            self.measurements[key] = Measurement(kind, column, f"__m{len(self.measurements)}")
+        return exp.column(self.measurements[key].name, quoted=True)
+
+    def rewrite(self, node: exp.Expression, where: str,
+                aliases: dict[str, OutputColumn]) -> exp.Expression:
+        """Check `node` and rewrite it over group keys and noisy measurement columns.
+
+        The rewritten expression is type-checked like a row-level one (measurements are
+        numbers, group keys have their column's type) and hardened, so evaluating it on
+        noisy values can neither fail nor overflow."""
+        rewritten = self._rewrite(node, where, aliases)
+        type_of(rewritten, where, self._leaf_type, self._type)
+        return harden(rewritten)
+
+    def _type(self, node: exp.Expression, where: str) -> str:
+        return type_of(node, where, self._leaf_type, self._type)
+
+    def _leaf_type(self, node: exp.Expression, where: str) -> str | None:
+        if not isinstance(node, exp.Column):
+            return None
+        key = next((col for col in self.group_by if col.name == node.name), None)
+        return key.type if key is not None else "float"
+
+    def _rewrite(self, node: exp.Expression, where: str,
+                 aliases: dict[str, OutputColumn]) -> exp.Expression:
+        if isinstance(node, exp.AggFunc):
+            return self._aggregate(node, where)
+        if isinstance(node, exp.Column):
+            if node.is_star:
+                raise QueryRefused(f"* refused in {where}")
+            name = node.name.lower()
+            if not node.table and name in aliases and not self._is_group_key(name):
+                return aliases[name].expression.copy()
+            if self.scope.is_unit(node):
+                raise QueryRefused(
+                    f"column {node.name} is the privacy unit: it may only appear as "
+                    f"COUNT(DISTINCT {node.name})"
+                )
+            spec = self.scope.column(node)
+            if spec not in self.group_by:
+                raise QueryRefused(
+                    f"column {node.name} in {where} refused: a column outside an aggregate must "
+                    "be in GROUP BY (and have a public domain)"
+                )
+            return exp.column(spec.name, quoted=True)
+        type_of(node, where, lambda n, w: "float" if isinstance(n, (exp.AggFunc, exp.Column))
+                 else None, lambda n, w: "float", shallow=True)
+        if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+            node = exp.TryCast(this=node.this, to=node.args["to"])
+        rewritten = node.copy()
+        for child_key, child in list(node.args.items()):
+            if isinstance(child, exp.Expression):
+                rewritten.set(child_key, self._rewrite(child, where, aliases))
+            elif isinstance(child, list):
+                rewritten.set(child_key, [
+                    self._rewrite(c, where, aliases) if isinstance(c, exp.Expression) else c
+                    for c in child
+                ])
+        return rewritten
+
+    def _is_group_key(self, name: str) -> bool:
+        return any(col.name == name for col in self.group_by)
+
+    def _aggregate(self, node: exp.AggFunc, where: str) -> exp.Expression:
+        aggregate = aggregate_of(node)
+        if aggregate is None:
+            raise QueryRefused(
+                f"aggregate {node.sql_name()} refused in {where}: supported aggregates are "
+                f"{supported()}"
+            )
+        return aggregate.bind(node, self)
+
+    def bare_column(self, node: exp.Expr, arg: exp.Expression) -> ColumnSpec:
+        if isinstance(arg, exp.Distinct):
+            raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
+                               "as COUNT(DISTINCT <privacy unit>)")
+        if node.args.get("expressions") or not isinstance(arg, exp.Column):
+            raise QueryRefused(
+                f"{node.sql(dialect='duckdb')} refused: aggregate arguments must be a bare column "
+                "(values are clamped to the policy's bounds, not to expressions)"
+            )
+        return self.scope.column(arg)
+
+
+def _is_round_digits(node: exp.Expression) -> bool:
+    return isinstance(node.parent, exp.Round) and node.arg_key == "decimals"

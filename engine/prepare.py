@@ -1,0 +1,168 @@
+"""Everything decided about a query before the data is touched: plan, SQL, calibration, noise.
+
+`Preparer.prepare` is a function of the query text, the asked epsilon (or cost) and mode, the
+policy and the data's schema: it reads no data and spends nothing, and `explain` shows what it
+decides. Repeated texts reuse their plan and checked SQL, like a prepared statement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+from ..calibration import (
+    MODE_CHOICES,
+    Calibration,
+    CalibrationError,
+    DependenceModel,
+    calibrate,
+    require_epsilon,
+)
+from . import postprocess
+from .backends import Backend
+from .binding import build_plan, check_size
+from .errors import InputError
+from .gate import SchemaGate
+from .noise import Mechanism, build_mechanism
+from .parse import parse_select
+from .plan import QueryPlan
+from .policy import Policy
+from .rewrite import rewrite
+from .sensitivity import sensitivity
+
+PLAN_CACHE_SIZE = 256
+POST_GATES = 16
+
+
+@dataclass(frozen=True)
+class PreparedQuery:
+    """Everything decided before the data is touched: plan, calibration, noise, SQL."""
+
+    plan: QueryPlan
+    calibration: Calibration
+    mechanisms: dict[str, Mechanism]
+    sql: str  # the rewritten query run on the data
+    post_sql: str  # the post-processing query run on the noisy values
+    mode: str  # the mode the analyst asked for (the policy's by default)
+    cost: float | None  # when asking by cost: the most the transcript level may rise
+
+
+class Preparer:
+    """Prepares queries for one policy and backend; its caches hold only text-derived values."""
+
+    def __init__(self, policy: Policy, backend: Backend, post: duckdb.DuckDBPyConnection) -> None:
+        self.policy = policy
+        self.model = DependenceModel(policy.k, policy.eta)
+        self._backend = backend
+        self._post = post
+        self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
+        self._post_gates: dict[tuple[tuple[str, str], ...], SchemaGate] = {}
+        self._post_checked: set[str] = set()
+
+    def prepare(self, sql: str, epsilon: float | None, mode: str | None,
+                cost: float | None = None) -> PreparedQuery:
+        """Validate and plan; everything here is independent of the data's values."""
+        if (epsilon is None) == (cost is None):
+            raise InputError("ask either an epsilon or a cost (how much the transcript level may "
+                             f"rise), exactly one of them; got epsilon={epsilon!r}, cost={cost!r}")
+        target = check_level("epsilon" if cost is None else "cost",
+                             epsilon if cost is None else cost)
+        mode = self.policy.mode if mode is None else mode
+        if mode not in MODE_CHOICES:
+            raise InputError(f"mode must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
+        plan, rewritten, post_sql = self._plan(sql)
+        cal = self.calibrate(target, mode)
+        mechanisms = self.mechanisms(plan, cal.epsilon_dp)
+        self._check_post_processing(plan, post_sql, mechanisms)
+        return PreparedQuery(plan, cal, mechanisms, rewritten, post_sql, mode,
+                             None if cost is None else target)
+
+    def calibrate(self, epsilon: float, mode: str) -> Calibration:
+        """Calibrate under `mode`, which may be more conservative than the policy's, never
+        looser: its eps_dp for this epsilon must not exceed the policy mode's."""
+        try:
+            cal = calibrate(epsilon, self.model, mode)
+            if mode != self.policy.mode:
+                owner = calibrate(epsilon, self.model, self.policy.mode)
+                if cal.epsilon_dp > owner.epsilon_dp:
+                    raise InputError(
+                        f"mode {mode} is looser than the policy's mode {self.policy.mode} at "
+                        f"epsilon {epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g} > "
+                        f"{owner.epsilon_dp:.4g}): an analyst may ask for a more conservative "
+                        "mode (smaller epsilon_dp, more noise), never a looser one")
+        except CalibrationError as exc:
+            raise InputError(str(exc)) from None
+        return cal
+
+    def mechanisms(self, plan: QueryPlan, epsilon_dp: float) -> dict[str, Mechanism]:
+        """The noise of each measurement, splitting epsilon_dp equally between them."""
+        share = epsilon_dp / len(plan.measurements)
+        return {m.name: build_mechanism(m, sensitivity(m, plan), share)
+                for m in plan.measurements}
+
+    def _plan(self, sql: str) -> tuple[QueryPlan, str, str]:
+        """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate.
+        They depend only on the text and the policy, so repeated texts reuse them, like a
+        prepared statement."""
+        cached = self._plans.get(sql)
+        if cached is None:
+            plan = build_plan(parse_select(sql), self.policy, sql, self._backend.data_columns())
+            check_size(plan, self.policy.limits)
+            rewritten, post_sql = self._backend.render(rewrite(plan)), postprocess.query_sql(plan)
+            self._backend.check(rewritten)
+            self._post_gate(plan).check(post_sql)
+            cached = (plan, rewritten, post_sql)
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[sql] = cached
+        return cached
+
+    def _post_gate(self, plan: QueryPlan) -> SchemaGate:
+        """The gate for post-processing SQL over the plan's table of noisy values, one per
+        distinct table schema (a few recent ones are kept open)."""
+        columns = tuple(postprocess.noisy_columns(plan))
+        gate = self._post_gates.pop(columns, None)
+        if gate is None:
+            gate = SchemaGate({("noisy",): list(columns)})
+            if len(self._post_gates) >= POST_GATES:
+                self._post_gates.pop(next(iter(self._post_gates))).close()
+        self._post_gates[columns] = gate
+        return gate
+
+    def _check_post_processing(self, plan: QueryPlan, post_sql: str,
+                               mechanisms: dict[str, Mechanism]) -> None:
+        """Run the post-processing on zeros before anything is charged, so that it cannot fail
+        after the charge; a query that passed once is not checked again."""
+        if post_sql in self._post_checked:
+            return
+        zeros = {m.name: [0] * plan.group_count if plan.group_by else [0]
+                 for m in plan.measurements}
+        frame = postprocess.noisy_frame(plan, _all_keys(plan), zeros, mechanisms)
+        try:
+            postprocess.finish(self._post, plan, post_sql, frame)
+        except duckdb.Error as exc:
+            raise InputError(
+                f"HAVING/ORDER BY/SELECT expression cannot be evaluated: {str(exc).splitlines()[0]}"
+            ) from None
+        self._post_checked.add(post_sql)
+
+    def close(self) -> None:
+        for gate in self._post_gates.values():
+            gate.close()
+
+
+def _all_keys(plan: QueryPlan) -> list[tuple]:
+    keys: list[tuple] = [()]
+    for col in plan.group_by:
+        keys = [k + (v,) for k in keys for v in col.keys]
+    return keys if plan.group_by else []
+
+
+def check_level(name: str, value) -> float:
+    """An epsilon or cost asked of one answer, inside the accepted range (docs/theory.md)."""
+    try:
+        return require_epsilon(name, value)
+    except CalibrationError as exc:
+        raise InputError(str(exc), **{k: v for k, v in vars(exc).items()
+                                      if k in ("value", "lower", "upper")}) from exc

@@ -1,0 +1,14 @@
+-- query
+SELECT COUNT(*) FROM people WHERE income IS NOT NULL AND sick IS TRUE
+-- rewritten
+SELECT COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT COUNT(*) AS "__m0" FROM (SELECT 1 FROM dpsql_bounded.main."people" WHERE NOT "income" IS NULL AND "sick" IS TRUE) AS rows) AS agg
+-- postprocess
+SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
+-- noisy columns
+__m0 BIGINT
+__ci0 DOUBLE
+__cs0 DOUBLE
+-- measurements
+__m0 COUNT(*) integer=True mechanism=discrete_laplace sensitivity=2 scale=2.0
+-- outputs
+COUNT(*) function=COUNT from=__m0

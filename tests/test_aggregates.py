@@ -1,0 +1,79 @@
+"""The aggregate registry: a new aggregate is one module plus one registration line, and every
+part of the engine (binding, sensitivity, rewrite, gate, noise, intervals, messages) follows it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sqlglot import exp
+
+from engine import PrivateDatabase, QueryRefused, aggregates
+from engine.aggregates import Binder, Measured
+from engine.aggregates.sum import bounded_numeric
+from engine.policy import ColumnSpec, TableSpec
+
+
+class ClampedMax(Measured):
+    """MAX of values clamped to [lo, hi]: one individual moves each of at most 2m groups by at
+    most hi - lo (a new aggregate written the way docs/architecture.md says)."""
+
+    name = "MAX"
+    usage = "MAX(col)"
+    function = "MAX"
+    bound = frozenset({"max"})
+
+    def matches(self, node: exp.AggFunc) -> bool:
+        return isinstance(node, exp.Max)
+
+    def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
+        return binder.measurement(self, bounded_numeric(node, binder))
+
+    def integer(self, column: ColumnSpec | None) -> bool:
+        return column is not None and column.type == "int"
+
+    def sensitivity(self, column: ColumnSpec | None, rows_per_unit: int, grouped: bool) -> float:
+        assert column is not None
+        lo, hi = column.bounds
+        return (2 * rows_per_unit if grouped else 1) * (hi - lo)
+
+    def sql(self, column: ColumnSpec | None, table: TableSpec) -> exp.Expr:
+        assert column is not None
+        lo, hi = (exp.Literal.number(b) for b in column.bounds)
+        value = exp.column(column.name, quoted=True)
+        return exp.Max(this=exp.Greatest(this=exp.Least(this=value, expressions=[hi], ignore_nulls=True),
+                                         expressions=[lo], ignore_nulls=True))
+
+
+def test_an_unregistered_aggregate_is_refused_with_the_registry_list(setup):
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        with pytest.raises(QueryRefused) as info:
+            db.explain("SELECT MAX(age) FROM people", epsilon=1.0)
+    assert str(info.value).endswith(f"supported aggregates are {aggregates.supported()}")
+    assert "MAX" not in aggregates.supported()
+
+
+def test_a_new_aggregate_is_one_module_and_one_registration_line(setup, monkeypatch):
+    monkeypatch.setattr(aggregates, "AGGREGATES", aggregates.AGGREGATES + (ClampedMax(),))
+    sql = "SELECT state, MAX(age) AS oldest FROM people GROUP BY state"
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        explained = db.explain(sql, epsilon=1.0)
+        (info,) = explained.aggregates
+        assert (info.column, info.function, info.mechanism) == ("oldest", "MAX(age)", "discrete_laplace")
+        assert info.sensitivity == 2 * 2 * 100  # 2m groups, each moved by at most hi - lo
+        assert "MAX(" in explained.rewritten_sql
+        result = db.query(sql, epsilon=1.0)
+    assert list(result.df.columns) == ["state", "oldest"] and len(result.df) == 4
+    assert all(math.isfinite(w) and w > 0 for w in result.ci95["oldest"])
+    assert "MAX(col)" in aggregates.supported()
+
+
+def test_every_registered_aggregate_is_reached_and_listed():
+    names = [a.name for a in aggregates.AGGREGATES]
+    assert names == ["COUNT", "COUNT(DISTINCT unit)", "SUM", "AVG"]
+    assert aggregates.supported() == \
+        "COUNT(*), COUNT(col), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col)"
+    for sql, name in (("COUNT(*)", "COUNT"), ("COUNT(DISTINCT person_id)", "COUNT(DISTINCT unit)"),
+                      ("SUM(age)", "SUM"), ("AVG(age)", "AVG")):
+        node = exp.maybe_parse(sql, dialect="duckdb")
+        assert aggregates.aggregate_of(node).name == name

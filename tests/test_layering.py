@@ -1,0 +1,127 @@
+"""Import layering: calibration never imports the engine, and no engine module imports one of a
+higher layer (docs/architecture.md lists the layers). Imports inside functions count too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The engine's layers, lowest first: a module may import its own layer and those below.
+ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("foundation", frozenset({"display", "errors"})),
+    ("values", frozenset({"policy", "result", "accounting"})),
+    ("rules", frozenset({"scalars", "aggregates", "plan"})),
+    ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess"})),
+    ("storage", frozenset({"ledger", "report_ledger"})),
+    ("run", frozenset({"execute", "backends", "prepare"})),
+    ("reporting", frozenset({"report", "report_plot", "report_render"})),
+    ("api", frozenset({"database"})),
+    ("interface", frozenset({"cli", "__main__", "__init__"})),
+)
+
+
+def _imports(path: Path, package: Path) -> list[tuple[str, int]]:
+    """Every module `path` imports, as an absolute name with its line. The folder `package` is
+    installed as `dpsql.<folder>`, so relative imports resolve there: in engine/plan.py
+    `from .errors import X` is dpsql.engine.errors, `from ..calibration import Y` dpsql.calibration."""
+    parts = ["dpsql", package.name, *path.relative_to(package).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    here = parts if path.name == "__init__.py" else parts[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = here[:len(here) - node.level + 1] if node.level else []
+            if node.module:
+                found.append((".".join(base + [node.module]), node.lineno))
+            else:
+                found += [(".".join(base + [alias.name]), node.lineno) for alias in node.names]
+    return found
+
+
+def _engine_module(name: str) -> str | None:
+    """'plan' for engine.plan or dpsql.engine.plan (and 'aggregates' for engine.aggregates.sum),
+    '__init__' for the package itself, None outside the engine."""
+    for prefix in ("engine", "dpsql.engine"):
+        if name == prefix:
+            return "__init__"
+        if name.startswith(prefix + "."):
+            return name[len(prefix) + 1:].split(".")[0]
+    return None
+
+
+def _layer(module: str) -> int:
+    for index, (_, members) in enumerate(ENGINE_LAYERS):
+        if module in members:
+            return index
+    raise AssertionError(f"engine module {module!r} has no layer: add it to ENGINE_LAYERS "
+                         "(and to docs/architecture.md)")
+
+
+def test_calibration_imports_nothing_from_the_engine() -> None:
+    package = ROOT / "calibration"
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+           for path in sorted(package.rglob("*.py")) for name, line in _imports(path, package)
+           if _engine_module(name) is not None]
+    assert not bad, "calibration must not depend on the engine:\n" + "\n".join(bad)
+
+
+def test_engine_imports_no_higher_layer() -> None:
+    package = ROOT / "engine"
+    bad = []
+    for path in sorted(package.rglob("*.py")):
+        importer = _engine_module("engine." + path.relative_to(package).with_suffix("").as_posix()
+                                  .replace("/", "."))
+        assert importer is not None
+        for name, line in _imports(path, package):
+            target = _engine_module(name)
+            if target is not None and _layer(target) > _layer(importer):
+                bad.append(f"{path.relative_to(ROOT)}:{line} ({ENGINE_LAYERS[_layer(importer)][0]}) "
+                           f"imports {target} ({ENGINE_LAYERS[_layer(target)][0]})")
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_every_engine_module_has_a_layer() -> None:
+    package = ROOT / "engine"
+    for path in package.rglob("*.py"):
+        name = _engine_module("engine." + path.relative_to(package).with_suffix("").as_posix()
+                              .replace("/", "."))
+        assert name is not None
+        _layer(name)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """Relative imports resolve the way Python resolves them, so a violation is seen."""
+    package = tmp_path / "engine"
+    (package / "aggregates").mkdir(parents=True)
+    (package / "plan.py").write_text("from .database import PrivateDatabase\nfrom ..calibration import x\n")
+    (package / "aggregates" / "sum.py").write_text("from ..database import D\nfrom . import count\n")
+    assert [n for n, _ in _imports(package / "plan.py", package)] == \
+        ["dpsql.engine.database", "dpsql.calibration"]
+    assert [n for n, _ in _imports(package / "aggregates" / "sum.py", package)] == \
+        ["dpsql.engine.database", "dpsql.engine.aggregates.count"]
+    assert _engine_module("dpsql.engine.database") == "database"
+    assert _layer("database") > _layer("plan")
+
+
+def test_the_engine_keeps_no_copy_of_the_modes_or_the_admission_test() -> None:
+    """calibration owns the dependence modes and the admission comparison: no engine module
+    lists the guarantee maps, tests for one by name, or applies the admission slack itself."""
+    from calibration import MODE_CHOICES, MODES
+
+    assert set(MODE_CHOICES) == set(MODES) | {"auto"}
+    bad = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in MODES]
+            if isinstance(node, ast.Tuple | ast.List | ast.Set) and len(names) >= 2:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} lists modes {names}")
+            if isinstance(node, ast.Compare) and names:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} compares with mode {names}")
+            if isinstance(node, ast.Name | ast.alias) and "ADMISSION_TOLERANCE" in ast.unparse(node):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses ADMISSION_TOLERANCE")
+    assert not bad, "\n".join(bad)
