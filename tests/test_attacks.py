@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from calibration import DependenceModel, calibrate
-from engine import PrivateDatabase, execute
+from engine import PrivateDatabase
+from engine.binding import build_plan
 from engine.errors import BudgetExhausted, DpsqlError, EngineHalted
 from engine.gate import SchemaGate
 from engine.parse import parse_select
-from engine.plan import build_plan
 from engine.policy import parse_policy
 from engine.rewrite import bounded_table_path, rewrite
 from engine.sensitivity import sensitivity
@@ -183,9 +183,9 @@ SENSITIVITY_QUERIES = [
 
 def _exact(db: PrivateDatabase, sql: str):
     """The exact measurements the engine would add noise to (owner-side, for the check only)."""
-    plan, rewritten, _ = db._plan(sql)
-    db._bound(plan)
-    return plan, execute.run(db._conn, rewritten, len(plan.group_by)).values
+    plan, rewritten, _ = db._preparer._plan(sql)
+    db._backend.bound(plan.table, db.ledger.hash_key)
+    return plan, db._backend.run(rewritten, len(plan.group_by)).values
 
 
 def test_exact_change_between_neighbours_never_exceeds_the_claimed_sensitivity(tmp_path):
@@ -344,7 +344,7 @@ def test_csv_column_inferred_as_integer_or_double_gets_the_same_verdicts():
                 "SELECT COUNT(*) FROM people WHERE CAST(income AS INTEGER) = 1",
                 "SELECT COUNT(*) FROM people WHERE SUBSTRING(note, income) = 'a'"]:
             try:
-                rewritten = rewrite(build_plan(parse_select(sql), policy, sql))
+                rewritten = rewrite(build_plan(parse_select(sql), policy, sql)).sql("duckdb")
             except DpsqlError:
                 continue
             verdicts = []
