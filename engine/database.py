@@ -158,6 +158,12 @@ class PrivateDatabase:
         analyst = self.analyst if analyst is None else _check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
+        # Admit on the ledger as it is before touching the data, so that an analyst with no
+        # budget left cannot run queries on the data at all (their timing or a cancellation
+        # would otherwise be free); the charge below admits again under the write lock.
+        spent, stored = self.ledger.state()
+        accountants = self._accountants(stored)
+        self._admit(prepared, self._price(prepared, spent, accountants), spent, accountants)
         try:
             self._backend.bound(plan.table, self.ledger.hash_key)
             exact = self._backend.run(prepared.sql, len(plan.group_by))
@@ -201,7 +207,7 @@ class PrivateDatabase:
                  cost: float | None = None) -> PreparedQuery:
         """Everything decided before the data is touched (refused once the database halted)."""
         if self._halted or self.ledger.halted() is not None:
-            raise EngineHalted(_HALTED)
+            raise EngineHalted
         return self._preparer.prepare(sql, epsilon, mode, cost)
 
     def _accountants(self, stored: LedgerBinding) -> tuple[Accountant, ...]:
@@ -270,7 +276,7 @@ class PrivateDatabase:
         self._halted = True
         with contextlib.suppress(LedgerError):
             self.ledger.halt(reason)
-        raise EngineHalted(_HALTED)
+        raise EngineHalted
 
     def _status(self, spent: float, accountants: tuple[Accountant, ...]) -> BudgetStatus:
         """What is spent and left, under the strictest of the accountants."""
@@ -284,10 +290,6 @@ class PrivateDatabase:
             mode=self.policy.mode,
         )
 
-
-_HALTED = ("internal error: a query that passed every check failed on the data, so this database "
-           "is halted and refuses every query until its owner has inspected it (the ledger "
-           "records why); nothing was charged")
 
 
 class _PostProcessingFailed(Exception):

@@ -71,9 +71,16 @@ class ResourceLimitExceeded(DpsqlError):
 
 class EngineHalted(DpsqlError, RuntimeError):
     """A query that passed every check failed on the data: the database refuses all further
-    queries until its owner has inspected it (exit code 4). Nothing was charged."""
+    queries until its owner has inspected it (exit code 4). Nothing was charged. The message is
+    fixed, so it says nothing about the data or about which query failed."""
 
     exit_code = 4
+
+    def __init__(self) -> None:
+        super().__init__(
+            "internal error: a query that passed every check failed on the data, so this database "
+            "is halted and refuses every query until its owner has inspected it (the ledger "
+            "records why); nothing was charged")
 
 
 class DataFailure(Exception):

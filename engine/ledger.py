@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..calibration import DependenceModel, mode_dominates
-from .errors import LedgerError
+from .errors import EngineHalted, LedgerError
 from .result import AggregateRecord, AnswerCost, HistoryEntry
 
 SCHEMA_VERSION = "3"
+HALT_ATTEMPTS = 5  # busy timeouts (60 s each) a halt waits for a locked ledger
 LEGACY_MODE = "auto"
 """Version 2 ledgers always accounted with the tightest map, which is auto's."""
 _SCHEMA = """
@@ -323,6 +324,8 @@ class Ledger:
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if self.halted() is not None:  # another process halted the engine meanwhile
+                    raise EngineHalted
                 spent = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
                 charge, extra = settle(spent, self._stored_binding())
                 answer = None if charge.answer is None else json.dumps(charge.answer,
@@ -354,12 +357,19 @@ class Ledger:
     def halt(self, reason: str) -> None:
         """Record durably that the engine halted on this ledger's data (kept if already set).
 
-        A halted ledger refuses every further query until the owner removes the record."""
-        try:
-            self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('halted', ?)",
-                               [f"{_now()} {reason}"])
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+        A halted ledger refuses every further query (every charge checks it under the write
+        lock) until the owner removes the record. A ledger locked by another process is waited
+        for, up to HALT_ATTEMPTS busy timeouts, since no other process can charge meanwhile."""
+        for attempt in range(HALT_ATTEMPTS):
+            try:
+                self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('halted', ?)",
+                                   [f"{_now()} {reason}"])
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == HALT_ATTEMPTS - 1:
+                    raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+            except sqlite3.DatabaseError as exc:
+                raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
 
     def halted(self) -> str | None:
         """When and why the engine halted on this ledger, or None."""

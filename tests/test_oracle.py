@@ -314,6 +314,24 @@ def test_a_failure_on_the_data_halts_the_database_durably(setup, monkeypatch):
             db.explain("SELECT COUNT(*) FROM people", epsilon=1.0)
 
 
+def test_a_halt_recorded_while_a_query_runs_stops_its_charge(setup, monkeypatch):
+    """Two processes: one halts while the other's query is already past its checks. The other
+    must not be answered (it would tell apart queries that failed from queries that did not,
+    many at once); every charge re-reads the halt under the write lock."""
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as first, \
+            PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as second:
+        real = second._backend.run
+
+        def halted_meanwhile(sql, n_keys):
+            first.ledger.halt("another query failed on the data")
+            return real(sql, n_keys)
+
+        monkeypatch.setattr(second._backend, "run", halted_meanwhile)
+        with pytest.raises(EngineHalted):
+            second.query("SELECT COUNT(*) FROM people", epsilon=1.0)
+    assert charge_count(setup.ledger) == 0
+
+
 def test_rows_with_a_null_unit_are_each_counted(tmp_path):
     """251 rows with a NULL unit and 10 units of 3 rows (bound 2): 251 + 20 rows, 261 units."""
     path = tmp_path / "nulls.duckdb"

@@ -20,7 +20,7 @@ from calibration import DependenceModel, calibrate, guarantee, mode_dominates
 from engine import BudgetExhausted, InputError, LedgerError, PrivateDatabase
 from engine.accounting import Accountant
 from engine.ledger import Ledger, LedgerBinding
-from tests.support import create_ledger, run_cli, write_policy
+from tests.support import charge_count, create_ledger, run_cli, write_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 COUNT = "SELECT COUNT(*) AS n FROM people"
@@ -290,3 +290,17 @@ def test_a_cost_is_priced_against_the_spending_read_in_the_charge(tmp_path, setu
     assert first.epsilon_dp == planned and second.epsilon_dp < planned
     assert (first.cost, second.cost) == (pytest.approx(1.0, rel=1e-12), pytest.approx(1.0, rel=1e-12))
     assert second.budget.spent_ip == pytest.approx(2.0, rel=1e-12)
+
+
+def test_an_analyst_over_budget_never_reaches_the_data(setup, monkeypatch):
+    """With nothing left to spend, a query is refused before it runs on the data: its running
+    time, or a cancellation at the time limit, would otherwise be a free signal."""
+    write_policy(setup.policy, {"budget": {"epsilon": 1.0}})
+    ledger = create_ledger(setup.ledger.with_name("small.sqlite"), setup.policy)
+    with PrivateDatabase.connect(setup.db, setup.policy, ledger) as db:
+        db.query("SELECT COUNT(*) FROM people", epsilon=1.0)
+        ran = []
+        monkeypatch.setattr(db._backend, "run", lambda *args: ran.append(args))
+        with pytest.raises(BudgetExhausted):
+            db.query("SELECT COUNT(*) FROM people WHERE age > 30", epsilon=0.5)
+    assert ran == [] and charge_count(ledger) == 1
