@@ -285,7 +285,8 @@ def _console() -> Console:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: one-line errors on stderr with exit 2 (bad input) or 3 (budget)."""
+    """Entry point: one-line errors on stderr with exit 2 (bad input), 3 (budget), 4 (halted)
+    or 1 (a bug, whose details are withheld)."""
     try:
         cli.main(args=argv, prog_name="dpsql", standalone_mode=False)
     except DpsqlError as exc:
@@ -297,6 +298,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)
+    except Exception:
+        # A bug, not a refusal: its traceback could quote values, so it is never printed.
+        click.echo("error: internal error in dpsql (a bug; its details are withheld because they "
+                   "could quote data); nothing was charged unless an answer was printed", err=True)
+        sys.exit(1)
     sys.exit(0)
 
 

@@ -252,6 +252,9 @@ def type_of(node: exp.Expression, where: str, leaf: Callable[[exp.Expression, st
             recurse: Callable[[exp.Expression, str], str], shallow: bool = False) -> str:
     """Type-check one whitelisted scalar construct; children are typed by `recurse`, names by
     `leaf`. With `shallow`, only the construct itself is checked (children are checked elsewhere)."""
+    if node is None:  # e.g. FLOOR(--1): `--` starts a comment, which ends the arguments
+        raise QueryRefused(f"a function in {where} is missing its argument (note that -- starts "
+                           "a comment in SQL: write - -1 or -(-1))")
     check_args(node, where)
     leaf_type = leaf(node, where)
     if leaf_type is not None:

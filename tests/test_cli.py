@@ -121,3 +121,17 @@ def test_explain_refuses_csv_before_touching_the_data(capsys, tmp_path, setup):
 def test_explain_help_offers_only_the_formats_it_accepts(capsys):
     code, out, _ = run_cli(capsys, "explain", "--help")
     assert code == 0 and "[table|json]" in out and "csv" not in out
+
+
+def test_a_bug_is_one_fixed_line_with_exit_1_never_a_traceback(capsys, setup, monkeypatch):
+    """An unexpected exception could quote data in its message or traceback."""
+    from engine import database
+
+    def broken(*args, **kwargs):
+        raise KeyError("secret value 37")
+
+    monkeypatch.setattr(database.PrivateDatabase, "query", broken)
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1",
+                             "SELECT COUNT(*) FROM people")
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "internal error" in err and "37" not in err and "Traceback" not in err
