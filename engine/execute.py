@@ -69,9 +69,9 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
     try:
         if suffix in (".csv", ".tsv", ".parquet", ".pq"):
             conn = duckdb.connect(":memory:", config=config)
-            reader = "read_parquet" if suffix in (".parquet", ".pq") else "read_csv_auto"
             table = duckdb_identifier(path.stem.lower())
-            conn.execute(f"CREATE TABLE {table} AS SELECT * FROM {reader}(?)", [str(path)])
+            conn.execute(f"CREATE TABLE {table} AS SELECT * FROM {_reader(path, policy)}",
+                         [str(path)])
         else:
             conn = duckdb.connect(str(path), read_only=True, config=config)
         _lock_down(conn)
@@ -81,11 +81,38 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
             f"limits.memory_mb ({limits.memory_mb} MB)", "limits.memory_mb", limits.memory_mb
         ) from None
     except duckdb.Error as exc:
+        if suffix in (".csv", ".tsv", ".parquet", ".pq"):
+            # DuckDB's message can quote a value or the line it sits on: never shown.
+            raise InputError(
+                f"cannot load data file {path}: DuckDB could not read it with the policy's column "
+                "types (its message is withheld because it can quote the data); load the file "
+                "into a DuckDB database with declared types to see why") from None
         first = str(exc).splitlines()[0]
         raise InputError(f"cannot open data file {path}: {first}") from None
     _GUARDS[conn] = _Guard(limits)
     _check_schema(conn, policy)
     return conn
+
+
+_CSV_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN"}
+
+
+def _reader(path: Path, policy: Policy) -> str:
+    """The table function that loads a CSV or Parquet file. A CSV's policy columns are read as
+    the policy's types, not as types DuckDB infers from the values, so the schema the gate
+    binds against does not depend on the data."""
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return "read_parquet(?)"
+    table = policy.tables.get(path.stem.lower())
+    if table is None or not table.columns:
+        return "read_csv_auto(?)"
+    types = ", ".join(f"{_sql_string(col.name)}: {_sql_string(_CSV_TYPES[col.type])}"
+                      for col in table.columns.values())
+    return f"read_csv_auto(?, types = {{{types}}})"
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:

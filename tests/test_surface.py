@@ -268,3 +268,28 @@ def test_a_data_column_missing_from_the_policy_says_so(tmp_path):
         with pytest.raises(QueryRefused, match="unknown column 'nope' in table people"):
             db.explain("SELECT COUNT(*) FROM people WHERE nope = 1", epsilon=1)
         assert db.budget().spent_dp == 0
+
+
+def test_a_csv_that_does_not_load_says_nothing_about_its_rows(capsys, tmp_path):
+    """DuckDB's load error names the line (and value) of a bad row: a detail about the data
+    with no noise. The message is fixed instead."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    rows = [f"{i},CA,{'x37' if i == 25000 else 37},1.5,true,r" for i in range(30000)]
+    data = tmp_path / "people.csv"
+    data.write_text("person_id,state,age,income,sick,note\n" + "\n".join(rows) + "\n")
+    code, out, err = run_cli(capsys, "explain", "--db", str(data), "--policy", str(policy),
+                             "--ledger", str(ledger), "--epsilon", "1", "SELECT COUNT(*) FROM people")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "withheld" in err and "25" not in err.replace(str(tmp_path), "") and "x37" not in err
+
+
+def test_csv_columns_take_the_policy_types_not_types_inferred_from_values(tmp_path):
+    """An income column whose values happen to be whole numbers is still DOUBLE, as declared."""
+    data = tmp_path / "people.csv"
+    data.write_text("person_id,state,age,income,sick,note\n1,CA,30,100,true,r\n2,NY,40,200,false,r\n")
+    policy = write_policy(tmp_path / "policy.yaml")
+    with PrivateDatabase.connect(data, policy, tmp_path / "l.sqlite", create=True) as db:
+        types = dict(db._backend.conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns").fetchall())
+    assert (types["income"], types["age"], types["sick"]) == ("DOUBLE", "BIGINT", "BOOLEAN")
