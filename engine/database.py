@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -298,8 +299,11 @@ class _PostProcessingFailed(Exception):
 
 
 def binding_of(policy: Policy) -> LedgerBinding:
-    """The ledger binding a policy asks for: its budget, dependence model and mode."""
-    return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode)
+    """The ledger binding a policy asks for: its budget, dependence model, mode and the column
+    that identifies an individual in each table."""
+    units = json.dumps({name: table.privacy_unit for name, table in policy.tables.items()},
+                       sort_keys=True)
+    return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode, units)
 
 
 def _levels(accountants: tuple[Accountant, ...], spent: float, new: float) -> tuple[float, float]:

@@ -28,7 +28,7 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -94,6 +94,9 @@ class LedgerBinding:
     k: int
     eta: float
     mode: str = LEGACY_MODE  # the policy's mode, whose map accounts for the transcript
+    # Which column identifies an individual in each table (JSON; "" before it was recorded):
+    # every epsilon spent is about those individuals, so it never changes under a ledger.
+    units: str = ""
 
     @property
     def model(self) -> DependenceModel:
@@ -245,6 +248,7 @@ class Ledger:
         conn.execute("BEGIN IMMEDIATE")
         try:
             stored = self._stored_binding()
+            self._check_units(stored)
             lenient = stored.lenient_fields(self.binding)
             if lenient:
                 detail = ", ".join(f"{name} {getattr(stored, name)!r} -> "
@@ -256,10 +260,14 @@ class Ledger:
                     "re-interpreted more leniently: keep the policy (a smaller budget, larger k "
                     "or eta, or a more conservative mode is accepted), or start a new ledger"
                 )
-            if stored != self.binding:
-                conn.executemany("UPDATE meta SET value = ? WHERE key = ?",
-                                 [(v, k) for k, v in _binding_meta(self.binding).items()])
-                _insert_binding(conn, _now(), self.binding)
+            wanted = replace(self.binding, units=self.binding.units or stored.units)
+            if stored != wanted:
+                conn.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    list(_binding_meta(wanted).items()))
+                if replace(stored, units=wanted.units) != wanted:  # more than units recorded
+                    _insert_binding(conn, _now(), wanted)
             else:
                 conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
             conn.execute("COMMIT")
@@ -268,12 +276,21 @@ class Ledger:
                 conn.execute("ROLLBACK")
             raise
 
+    def _check_units(self, stored: LedgerBinding) -> None:
+        """Refuse a policy whose privacy units differ from those the ledger has spent on."""
+        if stored.units and self.binding.units and stored.units != self.binding.units:
+            raise LedgerError(
+                f"ledger {self.path} has spent its budget on individuals identified by "
+                f"{stored.units} (table: privacy unit), and this policy declares "
+                f"{self.binding.units}; an epsilon spent on one kind of individual says nothing "
+                "about another, so start a new ledger for the new privacy units")
+
     def _stored_binding(self) -> LedgerBinding:
         """The binding the ledger holds now (the owner may have tightened it since we opened)."""
         meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
         try:
             return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
-                                 meta.get("mode", LEGACY_MODE))
+                                 meta.get("mode", LEGACY_MODE), meta.get("units", ""))
         except (KeyError, ValueError):
             raise LedgerError(f"ledger {self.path} has no valid budget, k and eta; restore it "
                               "from a backup") from None
@@ -326,8 +343,10 @@ class Ledger:
             try:
                 if self.halted() is not None:  # another process halted the engine meanwhile
                     raise EngineHalted
+                stored = self._stored_binding()
+                self._check_units(stored)  # the owner may have changed them since we opened
                 spent = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
-                charge, extra = settle(spent, self._stored_binding())
+                charge, extra = settle(spent, stored)
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
                 cost = charge.cost
@@ -425,8 +444,9 @@ def _history(conn: sqlite3.Connection, path: Path, analyst: str,
 
 
 def _binding_meta(binding: LedgerBinding) -> dict[str, str]:
-    return {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
+    meta = {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
             "mode": binding.mode}
+    return meta | ({"units": binding.units} if binding.units else {})
 
 
 def _insert_binding(conn: sqlite3.Connection, now: str, binding: LedgerBinding) -> None:

@@ -304,3 +304,18 @@ def test_an_analyst_over_budget_never_reaches_the_data(setup, monkeypatch):
         with pytest.raises(BudgetExhausted):
             db.query("SELECT COUNT(*) FROM people WHERE age > 30", epsilon=0.5)
     assert ran == [] and charge_count(ledger) == 1
+
+
+def test_a_ledger_refuses_a_policy_with_other_privacy_units(setup, capsys):
+    """Every epsilon a ledger recorded is about the individuals its policy identified; a policy
+    that identifies them otherwise (here: rows instead of persons) needs a new ledger."""
+    rows = write_policy(setup.policy.with_name("rows.yaml"), {"tables": {"people": {
+        "columns": {"age": {"type": "int", "lower": 0, "upper": 100}}}}})
+    with pytest.raises(LedgerError, match="privacy unit") as refused:
+        PrivateDatabase.connect(setup.db, rows, setup.ledger)
+    assert '"people": "person_id"' in str(refused.value) and '"people": null' in str(refused.value)
+    code, _, err = run_cli(capsys, "query", "--db", str(setup.db), "--policy", str(rows),
+                           "--ledger", str(setup.ledger), "--epsilon", "1", "SELECT COUNT(*) FROM people")
+    assert code == 2 and "start a new ledger" in err and charge_count(setup.ledger) == 0
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:  # the same units
+        db.query("SELECT COUNT(*) FROM people", epsilon=1.0)
