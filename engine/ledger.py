@@ -399,18 +399,26 @@ class Ledger:
         self._conn.close()
 
 
+def open_read_only(path: Path, reader: str) -> sqlite3.Connection:
+    """A read-only connection to an existing ledger file, for `reader` (history, a report),
+    which never creates, migrates or locks it for writing."""
+    if not path.exists():
+        raise LedgerError(f"ledger file not found: {path} (a {reader} never creates a ledger)")
+    if not path.is_file():
+        raise LedgerError(f"ledger path {path} is not a file; expected a dpsql ledger (sqlite)")
+    try:
+        return sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True,
+                               isolation_level=None, timeout=60)
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open ledger {path}: {exc}") from None
+
+
 def read_history(path: str | Path, analyst: str,
                  ident: int | None = None) -> tuple[HistoryEntry, ...]:
     """The analyst's stored answers, read through a read-only connection that never creates,
     migrates or locks the ledger for writing (a version 2 ledger has no stored answers)."""
     path = Path(path)
-    if not path.is_file():
-        raise LedgerError(f"ledger file not found: {path} (history never creates a ledger)")
-    try:
-        conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True,
-                               isolation_level=None, timeout=60)
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot open ledger {path}: {exc}") from None
+    conn = open_read_only(path, "history")
     try:
         return _history(conn, path, analyst, ident)
     except sqlite3.DatabaseError as exc:

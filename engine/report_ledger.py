@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..calibration import MODE_CHOICES
 from .errors import LedgerError
-from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding
+from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
 from .result import AggregateRecord, AnswerCost
 
 READABLE_VERSIONS = ("2", SCHEMA_VERSION)
@@ -46,15 +46,7 @@ class LedgerSnapshot:
 def read_ledger(path: str | Path) -> LedgerSnapshot:
     """Read a ledger without writing to it; a missing, foreign or corrupt file is a LedgerError."""
     path = Path(path)
-    if not path.exists():
-        raise LedgerError(f"ledger file not found: {path} (a report never creates a ledger)")
-    if not path.is_file():
-        raise LedgerError(f"ledger path {path} is not a file; expected a dpsql ledger (sqlite)")
-    try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True,
-                               isolation_level=None, timeout=60)
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot open ledger {path}: {exc}") from None
+    conn = open_read_only(path, "report")
     try:
         conn.execute("BEGIN")
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
