@@ -148,6 +148,21 @@ def ledger_init(path, policy_path) -> None:
                f"eta={policy.eta:g}, mode {policy.mode}")
 
 
+@ledger_group.command(name="resume", help="After inspecting a halt (a query that passed every "
+                      "check failed on the data), print why it halted and let queries run again.")
+@click.option("--ledger", "path", required=True, help="The halted sqlite ledger.")
+@click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
+def ledger_resume(path, policy_path) -> None:
+    book = Ledger(path, binding_of(load_policy(policy_path)))
+    try:
+        reason = book.resume()
+    finally:
+        book.close()
+    if reason is None:
+        raise InputError(f"ledger {path} is not halted; nothing to resume")
+    _console().print(Text(visible(f"halted at {reason}; queries may run again")))
+
+
 @cli.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")
 @click.option("--epsilon", required=True, type=float, help="Information-privacy target (> 0).")
 @click.option("--k", "k", required=True, type=int, help="Largest group of dependent individuals.")

@@ -395,6 +395,20 @@ class Ledger:
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'halted'").fetchone()
         return None if row is None else row[0]
 
+    def resume(self) -> str | None:
+        """The owner's act after inspecting a halt: remove it; returns when and why it halted
+        (None if it was not halted)."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            reason = self.halted()
+            self._conn.execute("DELETE FROM meta WHERE key = 'halted'")
+            self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+        return reason
+
     def close(self) -> None:
         self._conn.close()
 

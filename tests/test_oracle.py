@@ -23,7 +23,7 @@ from engine.gate import SchemaGate, total_cast
 from engine.parse import parse_select
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
-from tests.support import BASE_POLICY, charge_count, create_ledger, write_policy
+from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 
 SCHEMA = ("person_id BIGINT, state VARCHAR, age INTEGER, income DOUBLE, sick BOOLEAN, "
           "note VARCHAR")
@@ -312,6 +312,24 @@ def test_a_failure_on_the_data_halts_the_database_durably(setup, monkeypatch):
         assert "SELECT COUNT(*) FROM people" in db.ledger.halted()
         with pytest.raises(EngineHalted):
             db.explain("SELECT COUNT(*) FROM people", epsilon=1.0)
+
+
+def test_the_owner_resumes_a_halted_ledger_after_inspecting_it(setup, monkeypatch, capsys):
+    def fail(*args):
+        raise execute.DataFailure("the query failed while running on the data")
+
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        monkeypatch.setattr(db._backend, "run", fail)
+        with pytest.raises(EngineHalted):
+            db.query("SELECT COUNT(*) FROM people", epsilon=1.0)
+    args = ["ledger", "resume", "--ledger", str(setup.ledger), "--policy", str(setup.policy)]
+    code, out, _ = run_cli(capsys, *args)
+    shown = " ".join(out.split())
+    assert code == 0 and "failed while running on the data" in shown and "may run again" in shown
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        db.query("SELECT COUNT(*) FROM people", epsilon=1.0)
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and "is not halted" in err and charge_count(setup.ledger) == 1
 
 
 def test_a_halt_recorded_while_a_query_runs_stops_its_charge(setup, monkeypatch):
