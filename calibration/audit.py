@@ -66,12 +66,14 @@ def _value_table(pmf: np.ndarray, values: np.ndarray, i: int, low: int, size: in
     return np.array([np.bincount(c, weights=w, minlength=size) for c, w in rows])
 
 
-def _worst_case(tables: Iterable[np.ndarray], log_kernel: np.ndarray, log_output: np.ndarray,
-                weights: np.ndarray, scale: float) -> tuple[tuple[float, int, int, int], float]:
-    """The worst log ratio ln(Pr[X_i = t, Y = r] / (Pr[X_i = t] Pr[Y = r])) as (ratio, i, t,
-    output column), and max_i I(X_i; Y), from each individual's table J_i[t, v] = Pr[X_i = t,
-    f = v]. log_kernel[r, v] is the log noise kernel; weights[r] folds each edge output's tail,
-    whose ratio is constant (see exact_audit), into the information sum."""
+def _audit(tables: Iterable[np.ndarray], value_mass: np.ndarray, log_kernel: np.ndarray,
+           weights: np.ndarray, scale: float, describe: Callable[[int], int | str]) -> Audit:
+    """The worst log ratio ln(Pr[X_i = t, Y = r] / (Pr[X_i = t] Pr[Y = r])) and max_i I(X_i; Y),
+    from each individual's table J_i[t, v] = Pr[X_i = t, f = v] and value_mass[v] = Pr[f = v].
+    log_kernel[r, v] is the log noise kernel; weights[r] folds each edge output's tail, whose
+    ratio is constant (see exact_audit), into the information sum; describe names output r."""
+    with np.errstate(divide="ignore"):
+        log_output = _log_sum_exp(np.log(value_mass)[None, :] + log_kernel)
     best: tuple[float, int, int, int] = (-math.inf, 0, 0, 0)
     information = 0.0
     for i, table in enumerate(tables):
@@ -86,7 +88,9 @@ def _worst_case(tables: Iterable[np.ndarray], log_kernel: np.ndarray, log_output
             best = (float(log_ratio[row, column]), i, int(present[row]), int(column))
         given_output = scale * np.exp(log_joint) * weights[None, :]
         information = max(information, float((marginal[present, None] * given_output * log_ratio).sum()))
-    return best, information
+    level, individual, value, column = best
+    return Audit(level=level, mutual_information=information, worst_individual=individual,
+                 worst_value=value, worst_output=describe(column))
 
 
 def exact_audit(
@@ -120,21 +124,10 @@ def exact_audit(
     weights[-1] += 1.0 / math.expm1(eps)
     scale = math.tanh(eps / 2.0)
 
-    with np.errstate(divide="ignore"):
-        log_values = np.log(np.bincount(values.ravel() - low, array.ravel(), minlength=size))
-    log_output = _log_sum_exp(log_values[None, :] + log_kernel)
-
+    value_mass = np.bincount(values.ravel() - low, array.ravel(), minlength=size)
     tables = (_value_table(array, values, i, low, size) for i in range(array.ndim))
-    best, information = _worst_case(tables, log_kernel, log_output, weights, scale)
-
-    level, individual, value, column = best
-    return Audit(
-        level=level,
-        mutual_information=information,
-        worst_individual=individual,
-        worst_value=value,
-        worst_output=_describe_output(column, low, size),
-    )
+    return _audit(tables, value_mass, log_kernel, weights, scale,
+                  lambda column: _describe_output(column, low, size))
 
 
 def _describe_output(column: int, low: int, size: int) -> int | str:
@@ -188,9 +181,6 @@ def exact_audit_vector(pmf: np.ndarray, eps_dp: float, values: np.ndarray) -> Au
     scale = math.tanh(eps / 2.0) ** len(sizes)
 
     mass = array.reshape(-1)
-    with np.errstate(divide="ignore"):
-        log_values = np.log(np.bincount(which, mass, minlength=len(distinct)))
-    log_output = _log_sum_exp(log_values[None, :] + log_kernel)
 
     members = np.indices(array.shape).reshape(array.ndim, -1)
     tables = (
@@ -198,13 +188,5 @@ def exact_audit_vector(pmf: np.ndarray, eps_dp: float, values: np.ndarray) -> Au
                   for t in range(array.shape[i])])
         for i, member in enumerate(members)
     )
-    best, information = _worst_case(tables, log_kernel, log_output, edge_weight, scale)
-
-    level, individual, value, column = best
-    return Audit(
-        level=level,
-        mutual_information=information,
-        worst_individual=individual,
-        worst_value=value,
-        worst_output=str(tuple(int(v) for v in outputs[column])),
-    )
+    return _audit(tables, np.bincount(which, mass, minlength=len(distinct)), log_kernel,
+                  edge_weight, scale, lambda column: str(tuple(int(v) for v in outputs[column])))
