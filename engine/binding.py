@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from sqlglot import exp
 
-from .aggregates import Aggregate, Measured, aggregate_of, supported
+from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
 from .plan import Measurement, OutputColumn, QueryPlan
 from .policy import ColumnSpec, Limits, Policy, TableSpec
-from .scalars import check_args, int_literal, short, type_of
+from .scalars import MAX_LITERAL, Range, check_args, int_literal, short, type_of, value_range
 
 MAX_GROUPS = 1_000_000
 MAX_LIMIT = 1_000_000_000
@@ -145,9 +146,9 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
             unique = f"{name}_{suffix}"
             suffix += 1
         names.add(unique.lower())
-        column = next((m.column for m in post.measurements.values() if m.name in used), None) \
+        operand = next((m.operand for m in post.measurements.values() if m.name in used), None) \
             if aggregate is not None else None
-        outputs.append(OutputColumn(unique, expression, aggregate, used, column))
+        outputs.append(OutputColumn(unique, expression, aggregate, used, operand))
     return outputs
 
 
@@ -160,6 +161,8 @@ def _display_name(node: exp.Expression) -> str:
 def _single_aggregate(node: exp.Expression) -> Aggregate | None:
     """The aggregate when the output is exactly one aggregate call, else None."""
     while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Filter):
         node = node.this
     return aggregate_of(node) if isinstance(node, exp.AggFunc) else None
 
@@ -306,6 +309,7 @@ class _PostScope:
         self.scope = scope
         self.group_by = group_by
         self.measurements: dict[tuple[Measured, str | None], Measurement] = {}
+        self.operands: dict[tuple[str, bool], Operand] = {}
 
     @property
     def table(self) -> TableSpec:
@@ -314,10 +318,10 @@ class _PostScope:
     def is_unit(self, node: exp.Expression) -> bool:
         return self.scope.is_unit(node)
 
-    def measurement(self, kind: Measured, column: ColumnSpec | None) -> exp.Column:
-        key = (kind, column.name if column else None)
+    def measurement(self, kind: Measured, operand: Operand | None) -> exp.Column:
+        key = (kind, operand.name if operand else None)
         if key not in self.measurements:
-            self.measurements[key] = Measurement(kind, column, f"__m{len(self.measurements)}")
+            self.measurements[key] = Measurement(kind, operand, f"__m{len(self.measurements)}")
         return exp.column(self.measurements[key].name, quoted=True)
 
     def rewrite(self, node: exp.Expression, where: str,
@@ -344,6 +348,8 @@ class _PostScope:
                  aliases: dict[str, OutputColumn]) -> exp.Expression:
         if isinstance(node, exp.AggFunc):
             return self._aggregate(node, where)
+        if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
+            return self._aggregate(_filtered(node), where)
         if isinstance(node, exp.Column):
             if node.is_star:
                 raise QueryRefused(f"* refused in {where}")
@@ -389,16 +395,86 @@ class _PostScope:
             )
         return aggregate.bind(node, self)
 
-    def bare_column(self, node: exp.Expr, arg: exp.Expression) -> ColumnSpec:
+    def operand(self, node: exp.Expr, arg: exp.Expression, numeric: bool) -> Operand:
+        call = node.key.upper()
         if isinstance(arg, exp.Distinct):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
                                "as COUNT(DISTINCT <privacy unit>)")
-        if node.args.get("expressions") or not isinstance(arg, exp.Column):
+        if node.args.get("expressions"):
+            raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: {call} takes one argument")
+        kind = self.scope.scalar_type(arg, f"the argument of {call}")
+        columns = tuple(dict.fromkeys(self.scope.column(c) for c in arg.find_all(exp.Column)))
+        bare = arg if isinstance(arg, exp.Column) else None
+        name = columns[0].name if bare is not None else arg.sql(dialect="duckdb")
+        key = (name, numeric)
+        if key in self.operands:
+            return self.operands[key]
+        value = self.scope.rewrite_scalar(arg)
+        if not numeric:
+            found = Operand(name, kind, value, columns)
+        elif kind == "bool":
+            found = Operand(name, "bool", value, columns, 0, 1)
+        elif kind == "null":
+            raise QueryRefused(f"{call}({name}) refused: the argument is always NULL")
+        elif kind not in ("int", "float"):
+            what = "column" if bare is not None else "argument"
+            raise QueryRefused(f"{call}({name}) refused: the {what} is {kind}, not numeric "
+                               f"(a condition counts as 0/1; or COUNT({name}))")
+        elif bare is not None:
+            self._column_range(call, name, bare)
+            lo, hi = columns[0].bounds
+            found = Operand(name, kind, value, columns, lo, hi)
+        else:
+            found = self._expression_operand(call, name, arg, kind, value, columns)
+        self.operands[key] = found
+        return found
+
+    def _expression_operand(self, call: str, name: str, arg: exp.Expression, kind: str,
+                            value: exp.Expression, columns: tuple[ColumnSpec, ...]) -> Operand:
+        """A numeric row expression, bounded by interval arithmetic over the policy's column
+        bounds; its value is clamped to those bounds, so they hold whatever the data holds."""
+        found = value_range(arg, lambda column: self._column_range(call, name, column))
+        if found is None:
+            raise QueryRefused(f"{call}({name}) refused: the argument is always NULL")
+        lo, hi = found
+        if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_LITERAL:
             raise QueryRefused(
-                f"{node.sql(dialect='duckdb')} refused: aggregate arguments must be a bare column "
-                "(values are clamped to the policy's bounds, not to expressions)"
-            )
-        return self.scope.column(arg)
+                f"{call}({name}) refused: its values may reach [{lo:g}, {hi:g}] under the policy's "
+                f"bounds, beyond the {MAX_LITERAL:.0e} an aggregate's argument may reach")
+        if kind == "int":  # an integer value clamped to integers keeps the discrete Laplace exact
+            lo, hi = math.floor(lo), math.ceil(hi)
+        return Operand(name, kind, value, columns, lo, hi)
+
+    def _column_range(self, call: str, name: str, node: exp.Column) -> Range:
+        """A column's public range in an aggregate's argument (a bool is 0 or 1), or a refusal
+        naming the column and what would be accepted instead."""
+        column = self.scope.column(node)
+        if column.type == "bool":
+            return 0.0, 1.0
+        if not column.numeric:
+            raise QueryRefused(f"{call}({name}) refused: column {column.name} is {column.type}, not "
+                               f"numeric; COUNT({name}) counts its non-NULL values")
+        if not column.bounded:
+            alternative = f"; or GROUP BY {column.name}" if column.group_values is not None else ""
+            raise QueryRefused(
+                f"{call}({name}) refused: the policy gives no lower/upper bounds for "
+                f"{column.name}, so its sensitivity is unbounded; declare them in the policy "
+                f"or use COUNT({name}){alternative}")
+        lo, hi = column.bounds
+        return float(lo), float(hi)
+
+
+def _filtered(node: exp.Filter) -> exp.AggFunc:
+    """AGG(x) FILTER (WHERE c) as AGG(CASE WHEN c THEN x END), COUNT(*) counting 1 per row: the
+    same value, with the condition part of the argument (so bound and type-checked with it)."""
+    call = node.this.copy()
+    condition = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
+    if isinstance(call.this, exp.Distinct):
+        raise QueryRefused(f"{short(node)} refused: FILTER is not supported on COUNT(DISTINCT ...); "
+                           "put the condition in WHERE")
+    value = exp.Literal.number(1) if isinstance(call.this, exp.Star) else call.this
+    call.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
+    return call
 
 
 def _is_round_digits(node: exp.Expression) -> bool:

@@ -23,7 +23,7 @@ def rewrite(plan: QueryPlan) -> exp.Select:
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregates = (exp.alias_(m.kind.sql(m.column, plan.table), m.name, quoted=True)
+    aggregates = (exp.alias_(m.kind.sql(m.operand, plan.table), m.name, quoted=True)
                   for m in plan.measurements)
     aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
     if keys:
@@ -133,7 +133,7 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     table = plan.table
     needed: dict[str, ColumnSpec] = {col.name: col for col in plan.group_by}
     for m in plan.measurements:
-        needed.update((column.name, column) for column in m.kind.columns(m.column))
+        needed.update((column.name, column) for column in m.kind.columns(m.operand))
     items: list[exp.Expression] = [exp.column(name, quoted=True) for name in needed]
     if any(m.kind.reads_unit for m in plan.measurements):
         items.append(exp.column(table.unit, quoted=True))

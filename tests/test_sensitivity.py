@@ -21,6 +21,13 @@ QUERIES = [
     "SELECT state, COUNT(*), SUM(income), AVG(age), COUNT(DISTINCT person_id) FROM people GROUP BY state",
     "SELECT sick, state, SUM(age), COUNT(income) FROM people WHERE age > 20 OR income < 100 "
     "GROUP BY sick, state",
+    # Aggregates over row expressions: bounds by interval arithmetic, the value clamped to them.
+    "SELECT SUM(age + 1), AVG(sick), SUM(CASE WHEN age > 30 THEN income ELSE -income / 2 END), "
+    "COUNT(*) FILTER (WHERE sick), SUM(income) FILTER (WHERE age < 50), COUNT(age * 2), "
+    "SUM(ABS(age - 50) * 3), SUM(income % 7), SUM(FLOOR(income / 100)), SUM(age > 40) FROM people",
+    "SELECT state, SUM(age - 50), AVG(income / 10), COUNT(*) FILTER (WHERE income > 100), "
+    "SUM(CASE WHEN sick THEN 1 ELSE 0 END), SUM(LEAST(age, 30) - GREATEST(income, 500)), "
+    "AVG(COALESCE(age, 7) * -2) FROM people GROUP BY state",
 ]
 PLANS = [build_plan(parse_select(q), POLICY, q) for q in QUERIES]
 

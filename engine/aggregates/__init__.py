@@ -8,7 +8,7 @@ intervals, the gate and refusal messages all read the registry when they run.
 from sqlglot import exp
 
 from .avg import AVG
-from .base import Accuracy, Aggregate, Binder, Measured
+from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .count import COUNT
 from .count_distinct import COUNT_DISTINCT_UNIT
 from .sum import SUM
@@ -32,4 +32,4 @@ def supported() -> str:
 
 
 __all__ = ["AGGREGATES", "AVG", "COUNT", "COUNT_DISTINCT_UNIT", "SUM", "Accuracy", "Aggregate",
-           "Binder", "Measured", "aggregate_of", "measured", "supported"]
+           "Binder", "Measured", "Operand", "aggregate_of", "measured", "supported"]
