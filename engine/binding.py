@@ -146,8 +146,9 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
             unique = f"{name}_{suffix}"
             suffix += 1
         names.add(unique.lower())
-        operand = next((m.operand for m in post.measurements.values() if m.name in used), None) \
-            if aggregate is not None else None
+        # The aggregate's own operand: its first measurement's (AVG's is its SUM's, bounded).
+        operand = next((m.operand for m in post.measurements.values() if m.name == used[0]), None) \
+            if aggregate is not None and used else None
         outputs.append(OutputColumn(unique, expression, aggregate, used, operand))
     return outputs
 

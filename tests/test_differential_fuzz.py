@@ -35,7 +35,8 @@ ROW_LEAVES = {"int": ["age", "level", "people.age"], "float": ["income", "people
 AGGREGATES = {
     "int": ["COUNT(*)", "COUNT(age)", "COUNT(note)", "COUNT(sick)", "COUNT(DISTINCT person_id)",
             "SUM(age)", "SUM(level)"],
-    "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)"],
+    "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)", "AVG(sick)",
+              "SUM(CASE WHEN age > 30 THEN income / 2 ELSE -income END)"],
 }
 GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick")]
 INT_LITERALS = ["0", "1", "-1", "2", "37", "100", "101", "-5", "127", "128", "255", "32768",
@@ -217,10 +218,16 @@ def _boolean(draw, sub) -> str:
 
 @st.composite
 def aggregate(draw) -> str:
-    """A supported aggregate on a bare column, or (rarely) SUM of an expression, which is refused."""
-    if draw(st.integers(0, 19)) == 0:  # outside the grammar: an expression inside SUM
-        return f"SUM({draw(expression('float', row_context(), 1))})"
-    return draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
+    """A supported aggregate on a bare column, or over a row expression (SUM, AVG or COUNT, of
+    any type, so some are refused), or one with FILTER (WHERE <condition>)."""
+    kind = draw(st.integers(0, 9))
+    if kind <= 1:
+        function = draw(st.sampled_from(["SUM", "AVG", "COUNT"]))
+        return f"{function}({draw(expression(draw(st.sampled_from(TYPES)), row_context(), 2))})"
+    base = draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
+    if kind == 2:
+        return f"{base} FILTER (WHERE {draw(expression('bool', row_context(), 2))})"
+    return base
 
 
 @st.composite

@@ -186,3 +186,10 @@ def test_explain_and_the_cli_show_the_expression_and_its_sensitivity(setup, caps
                              "json", sql)
     assert code == 0, err
     assert '"rate"' in out and "COUNT(CASE WHEN age > 30 THEN 1 END)" in out
+
+
+def test_avg_after_a_count_of_the_same_condition_keeps_its_bounds(setup):
+    """COUNT(sick) first binds `sick` without bounds; AVG(sick) after it still gets an interval."""
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        result = db.query("SELECT COUNT(sick) AS n, AVG(sick) AS rate FROM people", epsilon=1.0)
+    assert 0 < result.ci95["rate"][0] <= 1
