@@ -46,13 +46,28 @@ class OutputColumn:
 
 
 @dataclass(frozen=True)
+class GroupKey:
+    """One GROUP BY key and its public values: a column with a domain (a bool, a column with a
+    `domain`, a bounded int column) or an expression whose values follow from the policy (a CASE
+    with literal results, FLOOR(col / width) of a bounded int column). Every value in `keys`
+    appears in the answer; rows whose key is another value (or NULL) are not counted."""
+
+    name: str  # the key's column in the executed queries: the policy column's, or "__k<i>"
+    label: str  # how explanations show it: the column's name or the expression's SQL
+    type: str  # 'bool', 'int' or 'str'
+    keys: tuple  # the public values, in the order answers list them
+    value: exp.Expression  # its hardened row-level value, over quoted policy column names
+    columns: tuple[ColumnSpec, ...]  # the policy columns it reads
+
+
+@dataclass(frozen=True)
 class QueryPlan:
     """Everything later steps need: the table, filter, groups, noisy measurements, outputs."""
 
     sql: str
     table: TableSpec
     where: exp.Expression | None
-    group_by: tuple[ColumnSpec, ...]
+    group_by: tuple[GroupKey, ...]
     measurements: tuple[Measurement, ...]
     outputs: tuple[OutputColumn, ...]
     having: exp.Expression | None

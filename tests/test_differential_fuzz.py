@@ -38,7 +38,9 @@ AGGREGATES = {
     "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)", "AVG(sick)",
               "SUM(CASE WHEN age > 30 THEN income / 2 ELSE -income END)"],
 }
-GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick")]
+EXPRESSION_KEYS = {"FLOOR(age / 10)": "int", "CASE WHEN income < 500 THEN 'low' ELSE 'high' END": "str"}
+GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick"), ("age",),
+             ("FLOOR(age / 10)",), ("CASE WHEN income < 500 THEN 'low' ELSE 'high' END", "sick")]
 INT_LITERALS = ["0", "1", "-1", "2", "37", "100", "101", "-5", "127", "128", "255", "32768",
                 "2147483648", "1000000000000000", "9223372036854775807"]
 FLOAT_LITERALS = ["0.5", "-0.0", "1.5", "37.0", "999.999", "1e15", "1e-300", "3.14159", "2.5e3", "1e16"]
@@ -70,6 +72,8 @@ def post_context(group: tuple[str, ...]) -> Context:
         for typ, names in ROW_LEAVES.items():
             if key in names:
                 leaves[typ].append(key)
+        if key in EXPRESSION_KEYS:
+            leaves[EXPRESSION_KEYS[key]].append(key)
     return Context(leaves)
 
 

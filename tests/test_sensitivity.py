@@ -28,6 +28,11 @@ QUERIES = [
     "SELECT state, SUM(age - 50), AVG(income / 10), COUNT(*) FILTER (WHERE income > 100), "
     "SUM(CASE WHEN sick THEN 1 ELSE 0 END), SUM(LEAST(age, 30) - GREATEST(income, 500)), "
     "AVG(COALESCE(age, 7) * -2) FROM people GROUP BY state",
+    # GROUP BY keys computed from the row: buckets, a bounded int column, a pruned domain.
+    "SELECT FLOOR(age / 25), CASE WHEN income < 100 THEN 'low' ELSE 'high' END, COUNT(*), "
+    "SUM(income), AVG(sick) FROM people GROUP BY 1, 2",
+    "SELECT age, COUNT(*), SUM(age * 2 - 1), COUNT(DISTINCT person_id) FROM people "
+    "WHERE age BETWEEN 5 AND 60 AND state IN ('CA', 'NY') GROUP BY age",
 ]
 PLANS = [build_plan(parse_select(q), POLICY, q) for q in QUERIES]
 
