@@ -10,24 +10,20 @@ from __future__ import annotations
 from sqlglot import exp
 
 from .plan import QueryPlan
+from .rewrite import rewrite
 
 
 def columns_read(plan: QueryPlan) -> frozenset[str]:
     """Qualified names (`table.column`) of every policy column the exact query reads.
 
-    That is the WHERE filter, the GROUP BY keys and each aggregate's argument. A table with a
-    privacy unit is read through its bounded copy, whose choice of rows hashes every policy
-    column of a unit's rows (engine/rewrite.py), so such a query reads them all. Each unit's
-    presence and row count are read by every query; the declared etas account for them."""
+    That is the WHERE filter, the GROUP BY keys and each aggregate's argument: every policy
+    column named anywhere in the query that runs (`rewrite(plan)`), so a new query form cannot
+    read a column this misses. A table with a privacy unit is read through its bounded copy,
+    whose choice of rows hashes every policy column of a unit's rows (engine/rewrite.py), so
+    such a query reads them all. Each unit's presence and row count are read by every query;
+    the declared etas account for them."""
     table = plan.table
     if table.privacy_unit is not None:
         return frozenset(f"{table.name}.{name}" for name in table.columns)
-    names = {col.name for col in plan.group_by}
-    for m in plan.measurements:
-        names.update(col.name for col in m.kind.columns(m.column))
-    if plan.where is not None:
-        names.update(col.name.lower() for col in plan.where.find_all(exp.Column))
-    unknown = names - set(table.columns)
-    if unknown:  # a plan only refers to policy columns; anything else is a bug, so fail closed
-        raise ValueError(f"plan of {table.name} reads columns outside the policy: {sorted(unknown)}")
-    return frozenset(f"{table.name}.{name}" for name in names)
+    named = {col.name.lower() for col in rewrite(plan).find_all(exp.Column)}
+    return frozenset(f"{table.name}.{name}" for name in table.columns if name in named)

@@ -9,12 +9,18 @@ import json
 import sqlite3
 
 import pytest
+import sqlglot
+import yaml
+from hypothesis import HealthCheck, given, settings
+from sqlglot import exp
 
 from calibration import DependenceModel, calibrate, transcript_level
 from engine import BudgetExhausted, PrivateDatabase
-from engine.errors import LedgerError, PolicyError
+from engine.errors import DpsqlError, LedgerError, PolicyError
 from engine.policy import parse_policy
 from engine.report import build_report
+from tests import adversarial
+from tests import test_differential_fuzz as differential
 from tests.support import BASE_POLICY, create_ledger, make_people, run_cli, write_policy
 
 K = 4
@@ -237,3 +243,42 @@ def test_answers_charged_before_columns_were_recorded_count_as_reading_every_col
     with PrivateDatabase.connect(db, policy, ledger) as conn:
         assert conn.budget().eta == DEFAULT_ETA
     assert build_report(ledger).entries["columns_read"][0].startswith("(every column")
+
+
+@pytest.fixture(scope="module")
+def row_level_fuzz_db(tmp_path_factory):
+    """The fuzzer's schema with each row an individual, so the columns read are the query's own."""
+    root = tmp_path_factory.mktemp("scoped_fuzz")
+    policy = copy.deepcopy(adversarial.POLICY)
+    table = policy["tables"]["people"]
+    del table["privacy_unit"], table["max_rows_per_unit"]
+    path = root / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    db = adversarial.write_dataset(root / "people.duckdb", adversarial.datasets()["ordinary"])
+    conn = PrivateDatabase.connect(db, path, root / "ledger.sqlite", create=True)
+    yield conn
+    conn.close()
+
+
+def _named_in_reads(sql: str) -> set[str]:
+    """Policy columns the analyst's text names in WHERE, GROUP BY or an aggregate's argument."""
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    parts = [tree.args.get("where"), tree.args.get("group"), *tree.find_all(exp.AggFunc)]
+    return {f"people.{col.name.lower()}" for part in parts if part is not None
+            for col in part.find_all(exp.Column)
+            if col.name.lower() in adversarial.POLICY["tables"]["people"]["columns"]}
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(sql=differential.queries())
+def test_every_column_a_query_names_where_it_reads_data_is_counted(row_level_fuzz_db, sql):
+    """Random queries of the fuzzer's grammar: every policy column named in WHERE, GROUP BY or
+    an aggregate is among the columns read, so no column can pick a smaller eta unseen."""
+    try:
+        plan = row_level_fuzz_db.explain(sql, epsilon=1.0)
+    except DpsqlError:
+        return
+    assert _named_in_reads(sql) <= set(plan.columns_read)
+    assert set(plan.columns_read) <= {f"people.{c}" for c in adversarial.POLICY["tables"]["people"]
+                                      ["columns"] if c in sql.lower()}
