@@ -358,13 +358,16 @@ class Ledger:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
     def _spending(self) -> tuple[float, frozenset[str] | None]:
-        """The total eps_dp of every charge and the union of the columns they read."""
-        rows = self._conn.execute("SELECT epsilon_dp, columns FROM charges").fetchall()
-        read: frozenset[str] | None = frozenset()
-        for _, text in rows:
-            if read is not None:
-                read = None if text is None else read | self._columns(text)
-        return self._total(rows), read
+        """The total eps_dp of every charge and the union of the columns they read (a ledger
+        holds few distinct column sets, so each is decoded once)."""
+        conn = self._conn
+        total = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
+        read: frozenset[str] = frozenset()
+        for (text,) in conn.execute("SELECT DISTINCT columns FROM charges").fetchall():
+            if text is None:
+                return total, None
+            read = read | self._columns(text)
+        return total, read
 
     def _columns(self, text: str) -> frozenset[str]:
         try:
