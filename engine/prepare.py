@@ -33,6 +33,7 @@ from .rewrite import rewrite
 from .sensitivity import sensitivity
 
 PLAN_CACHE_SIZE = 256
+MECHANISM_CACHE_SIZE = 256
 POST_GATES = 16
 
 
@@ -62,6 +63,7 @@ class Preparer:
         self._plans: dict[str, tuple[QueryPlan, str, str, frozenset[str]]] = {}
         self._post_gates: dict[tuple[tuple[str, str], ...], SchemaGate] = {}
         self._post_checked: set[str] = set()
+        self._mechanisms: dict[tuple[int, float], tuple[QueryPlan, dict[str, Mechanism]]] = {}
 
     def prepare(self, sql: str, epsilon: float | None, mode: str | None,
                 cost: float | None = None) -> PreparedQuery:
@@ -102,10 +104,20 @@ class Preparer:
         return cal
 
     def mechanisms(self, plan: QueryPlan, epsilon_dp: float) -> dict[str, Mechanism]:
-        """The noise of each measurement, splitting epsilon_dp equally between them."""
+        """The noise of each measurement, splitting epsilon_dp equally between them. Built
+        once per (plan, epsilon_dp): OpenDP measurements are reusable, each call draws fresh
+        noise, and building them (with the check of OpenDP's privacy map) dominates a small
+        query's cost."""
+        key = (id(plan), epsilon_dp)
+        cached = self._mechanisms.get(key)
+        if cached is not None and cached[0] is plan:
+            return cached[1]
         share = epsilon_dp / len(plan.measurements)
-        return {m.name: build_mechanism(m, sensitivity(m, plan), share)
-                for m in plan.measurements}
+        built = {m.name: build_mechanism(m, sensitivity(m, plan), share) for m in plan.measurements}
+        if len(self._mechanisms) >= MECHANISM_CACHE_SIZE:
+            self._mechanisms.pop(next(iter(self._mechanisms)))
+        self._mechanisms[key] = (plan, built)  # the plan is kept, so its id is not reused
+        return built
 
     def _plan(self, sql: str) -> tuple[QueryPlan, str, str, frozenset[str]]:
         """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate,
