@@ -10,6 +10,7 @@ import pytest
 
 from engine import PrivateDatabase, QueryRefused
 from engine.binding import build_plan
+from engine.columns import columns_read
 from engine.parse import parse_select
 from engine.policy import parse_policy
 from engine.sensitivity import sensitivity
@@ -124,3 +125,24 @@ def test_explain_lists_the_keys_as_written(setup):
         explained = db.explain("SELECT FLOOR(age / 10) AS d, sick, COUNT(*) FROM people GROUP BY 1, 2",
                                epsilon=1.0)
     assert explained.group_by == ("FLOOR(age / 10)", "sick") and explained.groups == 22
+
+
+@pytest.mark.parametrize("sql, read", [
+    ("SELECT COUNT(*) FROM people", set()),
+    ("SELECT SUM(age + 1) FROM people", {"age"}),
+    ("SELECT AVG(sick) FROM people", {"sick"}),
+    ("SELECT COUNT(*) FILTER (WHERE income > 5) FROM people", {"income"}),
+    ("SELECT SUM(CASE WHEN sick THEN age END), COUNT(note) FROM people", {"sick", "age", "note"}),
+    ("SELECT FLOOR(age / 10), COUNT(*) FROM people GROUP BY 1", {"age"}),
+    ("SELECT COUNT(*) FROM people GROUP BY CASE WHEN income < 5 THEN 'a' ELSE 'b' END", {"income"}),
+    ("SELECT state, COUNT(*) FROM people GROUP BY 1", {"state"}),
+    ("SELECT age, COUNT(*) FROM people WHERE age BETWEEN 17 AND 20 GROUP BY age", {"age"}),
+    ("SELECT age, AVG(income / 10) FROM people WHERE sick GROUP BY age", {"age", "income", "sick"}),
+])
+def test_the_columns_each_new_form_reads(sql, read):
+    """Column-scoped eta calibrates by the columns a query reads: every new form's WHERE,
+    GROUP BY expression and aggregate argument is counted (on a row-level table, where a query
+    reads only the columns it names)."""
+    policy = parse_policy({**BASE_POLICY, **ROW_LEVEL})
+    plan = build_plan(parse_select(sql), policy, sql)
+    assert columns_read(plan) == frozenset(f"people.{name}" for name in read)
