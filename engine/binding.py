@@ -314,9 +314,13 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
             raise QueryRefused("SELECT * refused: select aggregates such as COUNT(*) or SUM(col)")
         node = item.this if isinstance(item, exp.Alias) else item
         name = item.alias if isinstance(item, exp.Alias) else _display_name(node)
+        post.requested.clear()
         expression = post.rewrite(node, "SELECT", {})
-        used = _measurements_in(expression, post)
         aggregate = _single_aggregate(node)
+        # One aggregate's measurements in the order it asked for them, which its interval
+        # reads them in (AVG: SUM, COUNT); an expression's in the order they appear.
+        used = tuple(dict.fromkeys(post.requested)) if aggregate is not None \
+            else _measurements_in(expression, post)
         unique = name
         suffix = 2
         while unique.lower() in names:
@@ -488,6 +492,7 @@ class _PostScope:
         self.group_by = group_by
         self.measurements: dict[tuple[Measured, str | None], Measurement] = {}
         self.operands: dict[tuple[str, bool], Operand] = {}
+        self.requested: list[str] = []  # measurements asked for, in order, by the output bound now
 
     @property
     def table(self) -> TableSpec:
@@ -500,6 +505,7 @@ class _PostScope:
         key = (kind, operand.name if operand else None)
         if key not in self.measurements:
             self.measurements[key] = Measurement(kind, operand, f"__m{len(self.measurements)}")
+        self.requested.append(self.measurements[key].name)
         return exp.column(self.measurements[key].name, quoted=True)
 
     def rewrite(self, node: exp.Expression, where: str,
@@ -587,7 +593,8 @@ class _PostScope:
         return aggregate.bind(node, self)
 
     def operand(self, node: exp.Expr, arg: exp.Expression, numeric: bool) -> Operand:
-        call = node.key.upper()
+        registered = aggregate_of(node) if isinstance(node, exp.AggFunc) else None
+        call = registered.name if registered is not None else node.key.upper()
         if isinstance(arg, exp.Distinct):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
                                "as COUNT(DISTINCT <privacy unit>)")

@@ -112,6 +112,11 @@ def _one_number(node: exp.Expression, child: Typer) -> str:
     return numeric(child(node.this), node, name)
 
 
+def _root(node: exp.Expression, child: Typer) -> str:
+    numeric(child(node.this), node, "SQRT")
+    return "float"
+
+
 def _round(node: exp.Expression, child: Typer) -> str:
     decimals = node.args.get("decimals")
     if decimals is not None and (not isinstance(decimals, exp.Literal) or decimals.is_string):
@@ -187,6 +192,7 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("ROUND", {exp.Round: frozenset({"this", "decimals"})}, _round, True),
     Scalar("FLOOR", {exp.Floor: _FLOOR_OPTIONS}, _one_number, True),
     Scalar("CEIL", {exp.Ceil: _FLOOR_OPTIONS}, _one_number, True),
+    Scalar("SQRT", {exp.Sqrt: _ONE_ARG}, _root, True),
     Scalar("LOWER", {exp.Lower: _ONE_ARG}, _text, True),
     Scalar("UPPER", {exp.Upper: _ONE_ARG}, _text, True),
     Scalar("TRIM", {exp.Trim: frozenset({"this", "expression", "position"})}, _trim, True),
@@ -427,7 +433,7 @@ def value_range(node: exp.Expression, leaf: RangeLeaf) -> Range | None:
         raise QueryRefused(
             f"{short(node)} refused in an aggregate: no bound follows from the policy for "
             f"{node.key.upper()}; bounds follow through bounded columns, conditions (0/1), "
-            "literals, arithmetic, ABS, ROUND, FLOOR, CEIL, LEAST, GREATEST, COALESCE, CASE and "
+            "literals, arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, COALESCE, CASE and "
             "numeric CAST")
     return rule(node, lambda child: value_range(child, leaf))
 
@@ -486,6 +492,12 @@ def _abs(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) 
     return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
 
 
+def _sqrt_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
+    """A negative argument gives NaN, which the clamp sends to the upper bound."""
+    lo, hi = _needed(child(node.this), node)
+    return math.sqrt(max(lo, 0.0)), math.sqrt(max(hi, 0.0))
+
+
 def _rounded(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
     lo, hi = _needed(child(node.this), node)
     if isinstance(node, exp.Floor):
@@ -529,7 +541,8 @@ def _cast_range(node: exp.Expression, child: Callable[[exp.Expression], Range | 
 _RANGES: dict[type[exp.Expression], Callable[[exp.Expression, Callable[[exp.Expression], Range | None]],
                                              Range | None]] = {
     **{kind: _arith for kind in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)},
-    exp.Neg: _negate, exp.Abs: _abs, exp.Floor: _rounded, exp.Ceil: _rounded, exp.Round: _rounded,
+    exp.Neg: _negate, exp.Abs: _abs, exp.Sqrt: _sqrt_range, exp.Floor: _rounded, exp.Ceil: _rounded,
+    exp.Round: _rounded,
     exp.Least: _extreme, exp.Greatest: _extreme, exp.Coalesce: _extreme, exp.Case: _case_range,
     exp.Cast: _cast_range, exp.TryCast: _cast_range,
 }

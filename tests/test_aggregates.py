@@ -70,10 +70,15 @@ def test_a_new_aggregate_is_one_module_and_one_registration_line(setup, monkeypa
 
 def test_every_registered_aggregate_is_reached_and_listed():
     names = [a.name for a in aggregates.AGGREGATES]
-    assert names == ["COUNT", "COUNT(DISTINCT unit)", "SUM", "AVG"]
+    assert names == ["COUNT", "COUNT(DISTINCT unit)", "SUM", "AVG", "VAR_POP", "VAR_SAMP",
+                     "STDDEV_POP", "STDDEV_SAMP"]
     assert aggregates.supported() == \
-        "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), SUM(expr), AVG(expr)"
+        "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), SUM(expr), AVG(expr), " \
+        "VAR_POP(expr), VAR_SAMP(expr), STDDEV_POP(expr), STDDEV_SAMP(expr)"
     for sql, name in (("COUNT(*)", "COUNT"), ("COUNT(DISTINCT person_id)", "COUNT(DISTINCT unit)"),
-                      ("SUM(age)", "SUM"), ("AVG(age)", "AVG")):
+                      ("SUM(age)", "SUM"), ("AVG(age)", "AVG"), ("VAR_POP(age)", "VAR_POP"),
+                      ("VARIANCE(age)", "VAR_SAMP"), ("VAR_SAMP(age)", "VAR_SAMP"),
+                      ("STDDEV_POP(age)", "STDDEV_POP"), ("STDDEV(age)", "STDDEV_SAMP"),
+                      ("STDDEV_SAMP(age)", "STDDEV_SAMP")):
         node = exp.maybe_parse(sql, dialect="duckdb")
         assert aggregates.aggregate_of(node).name == name

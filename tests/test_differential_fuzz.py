@@ -36,7 +36,8 @@ AGGREGATES = {
     "int": ["COUNT(*)", "COUNT(age)", "COUNT(note)", "COUNT(sick)", "COUNT(DISTINCT person_id)",
             "SUM(age)", "SUM(level)"],
     "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)", "AVG(sick)",
-              "SUM(CASE WHEN age > 30 THEN income / 2 ELSE -income END)"],
+              "SUM(CASE WHEN age > 30 THEN income / 2 ELSE -income END)", "VAR_POP(age)",
+              "STDDEV(income - 500)"],
 }
 EXPRESSION_KEYS = {"FLOOR(age / 10)": "int", "CASE WHEN income < 500 THEN 'low' ELSE 'high' END": "str"}
 GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick"), ("age",),
@@ -167,7 +168,7 @@ def _float(draw, sub) -> str:
     if kind == 1:
         return f"ROUND({draw(number())}, {draw(st.integers(-3, 3))})"
     if kind == 2:
-        return f"{draw(st.sampled_from(['ABS', 'FLOOR', 'CEIL']))}({draw(number())})"
+        return f"{draw(st.sampled_from(['ABS', 'FLOOR', 'CEIL', 'SQRT']))}({draw(number())})"
     if kind == 3:
         return f"({draw(number())} / {draw(number())})"
     return f"(-{draw(sub('float'))})"
@@ -222,11 +223,11 @@ def _boolean(draw, sub) -> str:
 
 @st.composite
 def aggregate(draw) -> str:
-    """A supported aggregate on a bare column, or over a row expression (SUM, AVG or COUNT, of
-    any type, so some are refused), or one with FILTER (WHERE <condition>)."""
+    """A supported aggregate on a bare column, or over a row expression (SUM, AVG, COUNT, VAR or
+    STDDEV, of any type, so some are refused), or one with FILTER (WHERE <condition>)."""
     kind = draw(st.integers(0, 9))
     if kind <= 1:
-        function = draw(st.sampled_from(["SUM", "AVG", "COUNT"]))
+        function = draw(st.sampled_from(["SUM", "AVG", "COUNT", "VAR_SAMP", "STDDEV_POP"]))
         return f"{function}({draw(expression(draw(st.sampled_from(TYPES)), row_context(), 2))})"
     base = draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
     if kind == 2:

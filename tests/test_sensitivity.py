@@ -33,6 +33,9 @@ QUERIES = [
     "SUM(income), AVG(sick) FROM people GROUP BY 1, 2",
     "SELECT age, COUNT(*), SUM(age * 2 - 1), COUNT(DISTINCT person_id) FROM people "
     "WHERE age BETWEEN 5 AND 60 AND state IN ('CA', 'NY') GROUP BY age",
+    # VAR and STDDEV: COUNT, SUM and SUM of squares of the clamped values.
+    "SELECT VAR_POP(age), STDDEV_SAMP(income - 500), VARIANCE(sick) FROM people",
+    "SELECT state, STDDEV_POP(age - 50), VAR_SAMP(income) FROM people GROUP BY state",
 ]
 PLANS = [build_plan(parse_select(q), POLICY, q) for q in QUERIES]
 
