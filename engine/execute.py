@@ -16,13 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+from sqlglot import exp
 
 from . import progress
+from .backends.bounding import kept_rows
 from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
 from .plan import ExactAnswer
 from .policy import Limits, Policy, TableSpec
-from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path, bounded_table_sql
+from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table, bounded_table_path
 from .watchdog import WATCHDOG
 
 _LOCKED = {
@@ -31,6 +33,7 @@ _LOCKED = {
     "autoload_known_extensions": False,
     "error_on_division_by_zero": False,
 }
+_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 _TYPE_FAMILIES = {
     "int": ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
             "UINTEGER", "UBIGINT", "UHUGEINT"),
@@ -270,14 +273,21 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
                                 [BOUNDED_CATALOG]).fetchall()[0][0]
         if not attached:
             conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
+        unit_type = _columns(conn, table.name)[table.unit].split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
-            conn.execute(bounded_table_sql(table, hash_key))
+            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES))
             conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error as exc:
         cancelled = cancellation(conn, exc)
         if cancelled is not None:
             raise cancelled from None
         raise DataFailure("bounding rows per privacy unit failed on the data") from None
+
+
+def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool) -> str:
+    """The DuckDB statement that makes the bounded copy of `table` (engine/backends/bounding.py)."""
+    rows = kept_rows(table, hash_key, exp.to_table(table.name, quoted=True), unit_is_float)
+    return f"CREATE OR REPLACE TABLE {bounded_table(table).sql('duckdb')} AS {rows.sql('duckdb')}"
 
 
 def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
