@@ -315,6 +315,7 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
         node = item.this if isinstance(item, exp.Alias) else item
         name = item.alias if isinstance(item, exp.Alias) else _display_name(node)
         post.requested.clear()
+        post.bound.clear()
         expression = post.rewrite(node, "SELECT", {})
         aggregate = _single_aggregate(node)
         # One aggregate's measurements in the order it asked for them, which its interval
@@ -327,9 +328,9 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
             unique = f"{name}_{suffix}"
             suffix += 1
         names.add(unique.lower())
-        # The aggregate's own operand: its first measurement's (AVG's is its SUM's, bounded).
-        operand = next((m.operand for m in post.measurements.values() if m.name == used[0]), None) \
-            if aggregate is not None and used else None
+        # The operand the aggregate bound (with bounds when it needs them), not whichever its
+        # shared measurements were first made with (COUNT(age) before AVG(age) has none).
+        operand = post.bound[-1] if aggregate is not None and post.bound else None
         outputs.append(OutputColumn(unique, expression, aggregate, used, operand))
     return outputs
 
@@ -493,6 +494,7 @@ class _PostScope:
         self.measurements: dict[tuple[Measured, str | None], Measurement] = {}
         self.operands: dict[tuple[str, bool], Operand] = {}
         self.requested: list[str] = []  # measurements asked for, in order, by the output bound now
+        self.bound: list[Operand] = []  # operands bound, in order, by the output bound now
 
     @property
     def table(self) -> TableSpec:
@@ -606,6 +608,7 @@ class _PostScope:
         name = columns[0].name if bare is not None else arg.sql(dialect="duckdb")
         key = (name, numeric)
         if key in self.operands:
+            self.bound.append(self.operands[key])
             return self.operands[key]
         value = self.scope.rewrite_scalar(arg)
         if not numeric:
@@ -625,6 +628,7 @@ class _PostScope:
         else:
             found = self._expression_operand(call, name, arg, kind, value, columns)
         self.operands[key] = found
+        self.bound.append(found)
         return found
 
     def _expression_operand(self, call: str, name: str, arg: exp.Expression, kind: str,

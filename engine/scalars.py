@@ -477,8 +477,8 @@ def _arith(node: exp.Expression, child: Callable[[exp.Expression], Range | None]
         largest = min(max(abs(a[0]), abs(a[1])), max(abs(b[0]), abs(b[1])))
         return (0.0 if a[0] >= 0 else -largest), (0.0 if a[1] <= 0 else largest)
     quotient = _corners(a, _nonzero(node, b), lambda x, y: x / y)
-    if isinstance(node, exp.IntDiv):
-        return math.floor(quotient[0]), math.floor(quotient[1])
+    if isinstance(node, exp.IntDiv):  # DOUBLE operands (hardened) make DuckDB's // a plain /
+        return math.floor(quotient[0]), math.ceil(quotient[1])
     return quotient
 
 

@@ -138,6 +138,7 @@ def test_explain_lists_the_keys_as_written(setup):
     ("SELECT state, COUNT(*) FROM people GROUP BY 1", {"state"}),
     ("SELECT age, COUNT(*) FROM people WHERE age BETWEEN 17 AND 20 GROUP BY age", {"age"}),
     ("SELECT age, AVG(income / 10) FROM people WHERE sick GROUP BY age", {"age", "income", "sick"}),
+    ("SELECT STDDEV(income - age), VAR_POP(sick) FROM people", {"age", "income", "sick"}),
 ])
 def test_the_columns_each_new_form_reads(sql, read):
     """Column-scoped eta calibrates by the columns a query reads: every new form's WHERE,

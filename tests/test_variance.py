@@ -92,3 +92,11 @@ def test_sqrt_is_total_on_every_double():
         values = conn.execute("SELECT sqrt(x) FROM (VALUES (-1.0::DOUBLE), ('nan'::DOUBLE), "
                               "('-inf'::DOUBLE), ('inf'::DOUBLE), (NULL::DOUBLE)) t(x)").fetchall()
     assert len(values) == 5
+
+
+def test_a_variance_after_a_count_of_the_same_column_keeps_its_bounds(setup):
+    """COUNT(age) first binds `age` without bounds; VAR_POP(age) after it still gets its interval."""
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        result = db.query("SELECT COUNT(age) AS n, VAR_POP(age) AS v FROM people GROUP BY state",
+                          epsilon=1.0)
+    assert (result.ci95["v"] > 0).all() and (result.ci95["v"] <= 2500).all()
