@@ -28,8 +28,8 @@ from .validation import (
 MAX_WINDOW = 4001
 """Largest range of a household's query value (s * span + 1) the scalar level enumerates."""
 
-MAX_GROUPED_WORK = 30_000_000
-"""Largest (output box) x (count vectors) product the grouped level enumerates."""
+MAX_GROUPED_WORK = 50_000_000
+"""Largest G (s+1)^(G+1) (kernel terms) the grouped level computes."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,19 @@ def _multinomial(counts: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return np.where(impossible, 0.0, np.exp(logs))
 
 
+def _smooth(log_mass: np.ndarray, log_kernel: np.ndarray) -> np.ndarray:
+    """Apply the 1-D log kernel ln K[y, c] along every axis of a log pmf over count boxes.
+
+    The noise is independent per coordinate, so the G-dimensional kernel is a product and
+    Pr[y | t] = sum_c mass(c) prod_a K(y_a - c_a) is G one-axis contractions."""
+    result = log_mass
+    for axis in range(log_mass.ndim):
+        moved = np.moveaxis(result, axis, -1)
+        moved = _log_sum_exp(moved[..., None, :] + log_kernel)
+        result = np.moveaxis(moved, -1, axis)
+    return result
+
+
 def grouped_household_level(model: HouseholdModel, rho: float, groups: object,
                             rate: float) -> float:
     """Exact IP level of a grouped COUNT by the column, one household alone (sound as above).
@@ -215,7 +228,7 @@ def grouped_household_level(model: HouseholdModel, rho: float, groups: object,
     groups[v] is the group (0..G-1) of value v; the answer is the vector of G counts with
     independent geometric noise of `rate` per coordinate. Given Z = z the housemates' count
     vector is multinomial; the output box is [0, s]^G, beyond which each coordinate's ratio
-    is constant (exact_audit_vector's argument). Cost: (s+1)^G outputs x C(s+G-2, G-1) vectors.
+    is constant (exact_audit_vector's argument). Cost: G (s+1)^(G+1) per value of the column.
     """
     share = require_probability("rho", rho)
     lam = require_positive("rate", rate)
@@ -224,31 +237,33 @@ def grouped_household_level(model: HouseholdModel, rho: float, groups: object,
     if labels.min() < 0:
         raise CalibrationError(f"groups must be integers >= 0, got {shown(groups)}")
     n_groups = int(labels.max()) + 1
-    member = member_given_latent(share, marginal)
     group_law = np.array([np.bincount(labels, weights=row, minlength=n_groups)
-                          for row in member])
+                          for row in member_given_latent(share, marginal)])
     posterior = latent_given_member(share, marginal)
     present = np.flatnonzero(marginal > 0)
     worst = 0.0
     for size in model.support_sizes:
-        outputs = np.moveaxis(np.indices((size + 1,) * n_groups), 0, -1).reshape(-1, n_groups)
-        vectors = _count_vectors(size - 1, n_groups)
-        work = len(outputs) * len(vectors)
+        work = n_groups * (size + 1) ** (n_groups + 1)
         if work > MAX_GROUPED_WORK:
             raise CalibrationError(
                 f"grouped level for households of {size} and {n_groups} groups needs {work} "
                 f"terms; at most {MAX_GROUPED_WORK} are computed"
             )
+        vectors = _count_vectors(size - 1, n_groups)
         housemates = np.array([_multinomial(vectors, law) for law in group_law])
         mixed = posterior[present] @ housemates
-        log_kernel = np.empty((len(present), len(outputs), len(vectors)))
+        grid = np.arange(size + 1)
+        log_kernel = -lam * np.abs(grid[:, None] - grid[None, :])
+        log_given = []
         for row, t in enumerate(present):
+            box = np.zeros((size + 1,) * n_groups)
             own = vectors + np.eye(n_groups, dtype=np.int64)[labels[t]]
-            log_kernel[row] = -lam * np.abs(outputs[:, None, :] - own[None, :, :]).sum(axis=-1)
-        with np.errstate(divide="ignore"):
-            log_given = _log_sum_exp(np.log(mixed)[:, None, :] + log_kernel)
-        log_output = _log_sum_exp(np.log(marginal[present])[None, :] + log_given.T)
-        worst = max(worst, float((log_given - log_output[None, :]).max()))
+            box[tuple(own.T)] = mixed[row]
+            with np.errstate(divide="ignore"):
+                log_given.append(_smooth(np.log(box), log_kernel).ravel())
+        stacked = np.array(log_given)
+        log_output = _log_sum_exp(np.log(marginal[present])[None, :] + stacked.T)
+        worst = max(worst, float((stacked - log_output[None, :]).max()))
     return worst
 
 
