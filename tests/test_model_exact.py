@@ -197,3 +197,19 @@ def test_bad_inputs_get_a_one_line_error(build, message) -> None:
     with pytest.raises(CalibrationError) as caught:
         build()
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_sum_and_grouped_calibrations_re_audit_within_epsilon_by_brute_force() -> None:
+    marginal = np.array([0.5, 0.3, 0.2])
+    pmf = household_pmf(4, 0.6, marginal)
+    model = HouseholdModel.fixed(4, tuple(marginal), 0.6)
+    weights = np.array([0, 2, 5])
+    result = calibrate_household(model, 0.8, weights, sensitivity=5.0)
+    values = summed(pmf, weights)
+    assert exact_audit(pmf, result.eps_dp / 5.0, values).level <= 0.8
+    assert exact_audit(pmf, result.eps_dp * 1.001 / 5.0, values).level > 0.8
+    labels = np.array([0, 1, 2])
+    grouped = calibrate_household(model, 0.8, None, sensitivity=2.0, groups=labels)
+    vectors = np.stack([summed(pmf, labels == g) for g in range(3)], axis=-1)
+    assert exact_audit_vector(pmf, grouped.eps_dp / 2.0, vectors).level <= 0.8
+    assert exact_audit_vector(pmf, grouped.eps_dp * 1.001 / 2.0, vectors).level > 0.8
