@@ -213,3 +213,39 @@ def test_sum_and_grouped_calibrations_re_audit_within_epsilon_by_brute_force() -
     vectors = np.stack([summed(pmf, labels == g) for g in range(3)], axis=-1)
     assert exact_audit_vector(pmf, grouped.eps_dp / 2.0, vectors).level <= 0.8
     assert exact_audit_vector(pmf, grouped.eps_dp * 1.001 / 2.0, vectors).level > 0.8
+
+
+def brute_chain_level(model: MarkovModel, emissions: list[np.ndarray]) -> float:
+    """Definition 3's level of per-time mechanisms emissions[t][x, y] on one chain, brute force."""
+    times = len(emissions)
+    pmf = chain_pmf(model, times)
+    d = len(model.initial)
+    outputs = list(itertools.product(*[range(e.shape[1]) for e in emissions]))
+    joint = np.zeros((times, d, len(outputs)))
+    output = np.zeros(len(outputs))
+    for path in itertools.product(range(d), repeat=times):
+        like = np.array([np.prod([emissions[t][path[t], y[t]] for t in range(times)])
+                         for y in outputs]) * pmf[path]
+        output += like
+        for t in range(times):
+            joint[t, path[t]] += like
+    level = 0.0
+    for t in range(times):
+        prior = joint[t].sum(axis=1)
+        for x in np.flatnonzero(prior > 0):
+            level = max(level, float(np.log(joint[t, x] / (prior[x] * output)).max()))
+    return level
+
+
+@pytest.mark.parametrize("model", [MarkovModel.binary(0.2, 0.7), THREE_STATE])
+def test_chain_bound_holds_for_any_per_time_mechanism(model) -> None:
+    """Random E_t-DP mechanisms on each time point's value (not counts): the bound is query-agnostic."""
+    rng = np.random.default_rng(7)
+    d = len(model.initial)
+    for _ in range(20):
+        spend = rng.uniform(0.0, 1.5, size=3)
+        emissions = []
+        for energy in spend:
+            raw = np.exp(energy / 2 * rng.integers(0, 2, size=(d, 4)))  # extreme ratios
+            emissions.append(raw / raw.sum(axis=1, keepdims=True))
+        assert brute_chain_level(model, emissions) <= markov_levels(model, spend).max() + 1e-12
