@@ -5,7 +5,8 @@
 Prints markdown tables (docs/theory.md, "Model-exact calibration"): households of 10, 20 and
 50 with a rare predicate (marginal [0.95, 0.05], rho = 0.3, and the range [0.2, 0.4]); the
 binary Markov chain P(1 | 0) = 0.2, P(1 | 1) = 0.3 with one COUNT per time point, T = 100
-and 1000, under the default cap of 10 and uncapped (cap 1e4); then the time of a grouped
+and 1000, under the default cap of 10 and uncapped (cap 1e4); the level a household answer
+really has when the true rho differs from the declared one; then the time of a grouped
 COUNT calibration by household size and number of groups. Each time is one calibration's
 wall clock (bisection and re-audit included), measured once.
 """
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from calibration.model_exact import ModelCalibration, calibrate_chain, calibrate_household
-from calibration.model_household import HouseholdModel
+from calibration.model_household import HouseholdModel, household_level
 from calibration.model_markov import MarkovModel
 
 RARE = (0.95, 0.05)
@@ -76,12 +77,28 @@ def grouped(epsilon: float) -> list[str]:
     return rows
 
 
+def misdeclared(epsilon: float) -> list[str]:
+    """Rows: the level an answer calibrated for rho = 0.3 (or [0.2, 0.4]) really has at other rho."""
+    truths = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
+    rows = ["| households of 10, calibrated for | " + " | ".join(f"true rho {r:g}" for r in truths)
+            + " |", "|---" * (len(truths) + 1) + "|"]
+    for low, high in ((0.3, 0.3), (0.2, 0.4)):
+        model = HouseholdModel.fixed(10, RARE, low, high)
+        eps_dp = calibrate_household(model, epsilon, (0, 1)).eps_dp
+        levels = [household_level(model, rho, (0, 1), eps_dp) for rho in truths]
+        rho = f"{low:g}" if low == high else f"[{low:g}, {high:g}]"
+        rows.append(f"| rho {rho} (eps_dp {eps_dp:.4g}) | "
+                    + " | ".join(f"{level:.3f}" for level in levels) + " |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Print the three tables."""
+    """Print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epsilon", type=float, default=1.0)
     args = parser.parse_args(argv)
-    for table in (households(args.epsilon), chains(args.epsilon), grouped(args.epsilon)):
+    for table in (households(args.epsilon), misdeclared(args.epsilon), chains(args.epsilon),
+                  grouped(args.epsilon)):
         print("\n".join(table) + "\n")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -26,13 +27,16 @@ from .model_household import (
     require_weights,
 )
 from .model_markov import MarkovModel, chain_eta, markov_levels
-from .validation import require_epsilon, require_int, require_positive
+from .validation import require_epsilon, require_int, require_positive, shown
 
 DEFAULT_CAP = 10.0
 """Default owner cap: model-exact eps_dp is at most 10 times the tight map's eps_dp."""
 
 RHO_GRID_POINTS = 9
 """Points of the rho grid (both ends included) over which the worst level is taken."""
+
+CACHE_SIZE = 256
+"""Calibrations kept per process (each a few hundred bytes), so a repeated query is free."""
 
 RELATIVE_PRECISION = 1e-6
 """Bisection stops when the bracket [low, high] has high <= low (1 + this): a 1e-6 relative
@@ -116,7 +120,8 @@ def household_tight_eps_dp(model: HouseholdModel, epsilon: float) -> float:
 def calibrate_household(model: HouseholdModel, epsilon: float, weights: object,
                         sensitivity: float = 1.0, cap: float = DEFAULT_CAP,
                         groups: object = None) -> ModelCalibration:
-    """Largest eps_dp for a COUNT/SUM (weights) or grouped COUNT (groups) meeting epsilon.
+    """Largest eps_dp for a COUNT/SUM (weights) or grouped COUNT (groups, weights unused)
+    meeting epsilon; cached, since a grouped calibration can take a minute.
 
     The answer's noise rate is eps_dp / sensitivity (the engine's scale Delta / eps_dp). The
     level is the worst over the rho grid: a grid, so between its points the level is not
@@ -125,17 +130,29 @@ def calibrate_household(model: HouseholdModel, epsilon: float, weights: object,
     """
     target = require_epsilon("epsilon", epsilon)
     delta = require_positive("sensitivity", sensitivity)
-    limit = require_positive("cap", cap)
-    if limit < 1.0:
-        raise CalibrationError(f"cap must be a finite number >= 1, got {cap!r}")
+    limit = _require_cap(cap)
+    domain = len(model.marginal)
     if groups is None:
-        w = require_weights(weights, len(model.marginal))
+        query = ("weights", tuple(int(v) for v in require_weights(weights, domain)))
+    else:
+        labels = require_weights(groups, domain)
+        if labels.min() < 0:
+            raise CalibrationError(f"groups must be integers >= 0, got {shown(groups)}")
+        query = ("groups", tuple(int(v) for v in labels))
+    return _household(model, target, query, delta, limit)
 
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _household(model: HouseholdModel, target: float, query: tuple[str, tuple[int, ...]],
+               delta: float, limit: float) -> ModelCalibration:
+    """calibrate_household on validated, hashable inputs (a pure function, so cached)."""
+    kind, values = query
+    if kind == "weights":
         def one(rho: float, eps_dp: float) -> float:
-            return household_level(model, rho, w, eps_dp / delta)
+            return household_level(model, rho, values, eps_dp / delta)
     else:
         def one(rho: float, eps_dp: float) -> float:
-            return grouped_household_level(model, rho, groups, eps_dp / delta)
+            return grouped_household_level(model, rho, values, eps_dp / delta)
 
     grid = rho_grid(model)
 
@@ -150,19 +167,29 @@ def calibrate_household(model: HouseholdModel, epsilon: float, weights: object,
 
 def calibrate_chain(model: MarkovModel, epsilon: float, times: int,
                     cap: float = DEFAULT_CAP) -> ModelCalibration:
-    """Largest eps_dp per time point when every one of `times` points gets one eps_dp answer.
+    """Largest eps_dp per time point when every one of `times` points gets one eps_dp answer
+    (cached).
 
     Each record changes only its own time point's answer, so the transcript is eps_dp-DP per
     record and the tight map (k = times, eta = chain_eta) gives the floor's eps_dp.
     """
-    target = require_epsilon("epsilon", epsilon)
-    count = require_int("times", times, 1)
-    limit = require_positive("cap", cap)
-    if limit < 1.0:
-        raise CalibrationError(f"cap must be a finite number >= 1, got {cap!r}")
+    return _chain(model, require_epsilon("epsilon", epsilon), require_int("times", times, 1),
+                  _require_cap(cap))
 
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _chain(model: MarkovModel, target: float, count: int, limit: float) -> ModelCalibration:
+    """calibrate_chain on validated inputs (a pure function, so cached)."""
     def level(eps_dp: float) -> float:
         return 0.0 if eps_dp == 0.0 else float(markov_levels(model, [eps_dp] * count).max())
 
     tight = invert("tight", target, DependenceModel(k=count, eta=chain_eta(model, count)))
     return _finish(target, level, tight, limit, lambda _: None)
+
+
+def _require_cap(cap: object) -> float:
+    """The owner cap: a finite number >= 1 (1 means never less noise than the tight map)."""
+    limit = require_positive("cap", cap)
+    if limit < 1.0:
+        raise CalibrationError(f"cap must be a finite number >= 1, got {shown(cap)}")
+    return limit

@@ -11,6 +11,11 @@ def test_household_rows_reproduce_the_audited_numbers() -> None:
     assert "| households of 50, rho [0.2, 0.4] | 0.02 | 0.03315 | 0.08912 |" in rows
 
 
+def test_misdeclared_rho_rows_show_the_level_rising_past_epsilon() -> None:
+    rows = model_exact.misdeclared(1.0)
+    assert rows[2].startswith("| rho 0.3 (eps_dp 0.4659) | 0.437 |") and "| 1.000 | 1.369 |" in rows[2]
+
+
 def test_report_keeps_sections_after_the_marker(tmp_path: Path) -> None:
     page = tmp_path / "RESULTS.md"
     page.write_text("# old\n\nold body\n\n" + report.KEEP_MARKER + "\n\n## Kept\n\nrow\n")

@@ -249,3 +249,17 @@ def test_chain_bound_holds_for_any_per_time_mechanism(model) -> None:
             raw = np.exp(energy / 2 * rng.integers(0, 2, size=(d, 4)))  # extreme ratios
             emissions.append(raw / raw.sum(axis=1, keepdims=True))
         assert brute_chain_level(model, emissions) <= markov_levels(model, spend).max() + 1e-12
+
+
+def test_calibrations_are_cached_per_model_query_and_epsilon() -> None:
+    from calibration import model_exact
+
+    model = HouseholdModel.fixed(7, (0.9, 0.1), 0.25)
+    first = calibrate_household(model, 0.9, [0, 1])
+    before = model_exact._household.cache_info().hits
+    again = calibrate_household(HouseholdModel.fixed(7, (0.9, 0.1), 0.25), 0.9, np.array([0, 1]))
+    assert again is first and model_exact._household.cache_info().hits == before + 1
+    other = calibrate_household(model, 0.8, (0, 1))
+    assert other.eps_dp < first.eps_dp  # a different epsilon is calibrated anew
+    chain = calibrate_chain(MarkovModel.binary(0.2, 0.7), 1.0, 50)
+    assert calibrate_chain(MarkovModel.binary(0.2, 0.7), 1.0, 50) is chain
