@@ -16,6 +16,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare"})),
+    ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
     ("interface", frozenset({"cli", "__main__", "__init__"})),
