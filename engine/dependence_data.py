@@ -89,10 +89,12 @@ def _members(table: TableSpec) -> str:
 def check_groups(conn: duckdb.DuckDBPyConnection, table: TableSpec, k: int) -> GroupCheck:
     """The number of groups, the largest group and how many groups have more than k units."""
     group = duckdb_identifier(table.dependence_group or "")
-    groups, largest, over = conn.execute(
+    row = conn.execute(
         f"SELECT COUNT(*), COALESCE(MAX(n), 0), COUNT(*) FILTER (WHERE n > ?) FROM "
         f"(SELECT {_members(table)} AS n FROM {duckdb_identifier(table.name)} GROUP BY {group})",
         [k]).fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns one row
+    groups, largest, over = row
     return GroupCheck(table.name, table.dependence_group or "", k, int(groups), int(largest), int(over))
 
 

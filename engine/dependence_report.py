@@ -57,7 +57,7 @@ def declared(eta: float) -> float:
 def column_sets(table: TableSpec, asked: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     """Every policy column alone, then each `--columns a,b` set asked (in policy order, no repeats)."""
     order = list(table.columns)
-    sets = [(name,) for name in order]
+    sets: list[tuple[str, ...]] = [(name,) for name in order]
     for text in asked:
         names = [part.strip().lower() for part in text.split(",") if part.strip()]
         unknown = [name for name in names if name not in table.columns]
