@@ -182,3 +182,17 @@ def test_fit_needs_one_record_per_unit(tmp_path: Path) -> None:
     table = TableSpec(spec.name, spec.privacy_unit, 2, spec.columns, spec.dependence_group)
     with duckdb.connect() as conn, pytest.raises(InputError, match="one record per unit"):
         fit_sets(conn, table, 4, [("pets",)], 0.95)
+
+
+def test_independent_columns_need_no_values(tmp_path: Path, capsys) -> None:
+    model = {**MODEL, "columns": {**MODEL["columns"], "age": {"independent": True}}}
+    code, out, _ = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
+                           "--model", str(model_file(tmp_path, model)), "--columns", "sick,age",
+                           "--format", "json")
+    rows = {tuple(r["columns"]): r for r in json.loads(out)["sets"]}
+    assert code == 0 and rows[("age",)]["eta_model"] == 0.0
+    assert rows[("sick", "age")]["eta_model"] == rows[("sick",)]["eta_model"]
+    bad = {**MODEL, "columns": {"age": {"independent": "yes"}}}
+    code, _, err = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
+                           "--model", str(model_file(tmp_path, bad)))
+    assert code == 2 and "columns.age.independent: expected true" in err
