@@ -17,7 +17,7 @@ from math import comb
 import numpy as np
 
 from .errors import CalibrationError
-from .household import MAX_COUNT_VECTORS, MAX_PMF_ENTRIES, _count_vectors, _multinomial_log_pmf
+from .household import MAX_COUNT_VECTORS, MAX_PMF_ENTRIES, count_vectors, multinomial_log_pmf
 from .model import DependenceModel
 from .validation import require_pmf, require_probability
 
@@ -245,8 +245,8 @@ def _housemates_tv(posterior: np.ndarray, projected: np.ndarray, mates: int) -> 
             f"{mates} housemates over {values} projected records need {vectors} count vectors; "
             f"at most {MAX_COUNT_VECTORS} are enumerated"
         )
-    counts = _count_vectors(mates, values)
-    given = np.array([np.exp(_multinomial_log_pmf(counts, law)) for law in projected])
+    counts = count_vectors(mates, values)
+    given = np.array([np.exp(multinomial_log_pmf(counts, law)) for law in projected])
     outcome = posterior.T @ given  # t x count vectors
     return max((0.5 * float(np.abs(outcome[a + 1:] - outcome[a]).sum(axis=1).max())
                 for a in range(len(outcome) - 1)), default=0.0)

@@ -81,15 +81,17 @@ def fittable(table: TableSpec, columns: tuple[str, ...]) -> str:
 def eta_report(policy: Policy, table: TableSpec, sets: tuple[tuple[str, ...], ...],
                  epsilon: float, model: HouseholdModel | None, fit: DataFit | None) -> DependenceReport:
     """Combine the model's exact etas and the fit's upper bounds into one report."""
+    if model is not None:
+        _check_values(table, model)
     k = max([policy.k] + ([model.k] if model else []) + ([fit.check.largest] if fit else []))
     eta_record = policy.eta
     if model is not None and all(name in _names(model) for name in table.columns):
-        eta_record = max(eta_record, declared(column_set_eta(model, list(table.columns))))
+        eta_record = max(eta_record, declared(_model_eta(model, tuple(table.columns))))
     record_dp = _eps_dp(epsilon, k, eta_record)
     fits = {f.columns: f for f in fit.sets} if fit else {}
     rows = []
     for columns in sets:
-        eta_model = (column_set_eta(model, columns)
+        eta_model = (_model_eta(model, columns)
                      if model is not None and set(columns) <= _names(model) else None)
         found = fits.get(columns)
         # eta grows with the column set, so a set's bound is at least each of its columns' bounds.
@@ -112,6 +114,26 @@ def eta_report(policy: Policy, table: TableSpec, sets: tuple[tuple[str, ...], ..
                             _eps_dp(epsilon, k, 1.0), _eps_dp(epsilon, k, 0.0),
                             tuple(rows), fit.check if fit else None,
                             fit.confidence if fit else None, {"dependence": block})
+
+
+def _check_values(table: TableSpec, model: HouseholdModel) -> None:
+    """A model column that the policy gives public values must list exactly those values: a
+    model missing a value the data can hold would understate eta."""
+    for column in model.columns:
+        spec = table.columns.get(column.name)
+        if spec is None or spec.group_values is None or column.values == ("any",):
+            continue
+        if set(column.values) != set(spec.group_values):
+            raise InputError(f"model column {column.name}: its values {list(column.values)} must be "
+                             f"the policy's {list(spec.group_values)}")
+
+
+def _model_eta(model: HouseholdModel, columns: tuple[str, ...]) -> float:
+    """The model's exact eta_S, with its size limits reported as bad input."""
+    try:
+        return column_set_eta(model, columns)
+    except CalibrationError as exc:
+        raise InputError(f"model: {exc}") from None
 
 
 def _names(model: HouseholdModel) -> set[str]:

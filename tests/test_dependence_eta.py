@@ -196,3 +196,18 @@ def test_independent_columns_need_no_values(tmp_path: Path, capsys) -> None:
     code, _, err = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
                            "--model", str(model_file(tmp_path, bad)))
     assert code == 2 and "columns.age.independent: expected true" in err
+
+
+def test_model_that_cannot_describe_the_policy_is_refused(tmp_path: Path, capsys) -> None:
+    model = {**MODEL, "columns": {**MODEL["columns"],
+                                  "state": {"values": ["CA", "TX"], "marginal": [0.5, 0.5], "rho": 1}}}
+    code, out, err = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
+                             "--model", str(model_file(tmp_path, model)))
+    assert (code, out) == (2, "")
+    assert err == "error: model column state: its values ['CA', 'TX'] must be the policy's ['CA', 'NY']\n"
+    # Too large to enumerate exactly: refused in one line, not an internal error.
+    code, out, err = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
+                             "--model", str(model_file(tmp_path, {**MODEL, "sizes": {64: 1.0}})),
+                             "--columns", "state,sick,pets")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: model: 63 housemates over 12 projected records need ")
