@@ -22,6 +22,7 @@ from .gate import SchemaGate
 from .plan import ExactAnswer
 from .policy import Limits, Policy, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path, bounded_table_sql
+from .watchdog import WATCHDOG
 
 _LOCKED = {
     "enable_external_access": False,
@@ -132,9 +133,9 @@ def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
 def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Interrupt what `conn` runs inside the block once the policy's time limit has passed.
 
-    A timer thread calls `conn.interrupt()`, which stops a running statement within
-    milliseconds (DuckDB's own `max_execution_time` was measured to let statements run on
-    long past it). The lock keeps the timer from firing once the block is left."""
+    The process's watchdog thread calls `conn.interrupt()`, which stops a running statement
+    within milliseconds (DuckDB's own `max_execution_time` was measured to let statements run
+    on long past it). The lock keeps it from interrupting once the block is left."""
     guard = _GUARDS.get(conn)
     if guard is None:
         yield
@@ -149,15 +150,13 @@ def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
                 conn.interrupt()
 
     guard.timed_out = False
-    timer = threading.Timer(guard.limits.time_seconds, fire)
-    timer.daemon = True
-    timer.start()
+    token = WATCHDOG.arm(guard.limits.time_seconds, fire)
     try:
         yield
     finally:
         with lock:
             inside = False
-        timer.cancel()
+        WATCHDOG.disarm(token)
 
 
 def cancellation(conn: duckdb.DuckDBPyConnection,
