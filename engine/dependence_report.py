@@ -46,6 +46,7 @@ class DependenceReport:
     sets: tuple[SetReport, ...]
     check: GroupCheck | None
     confidence: float | None
+    reads_all_columns: bool  # a table with a privacy unit: every query reads all its columns
     block: dict
 
 
@@ -107,13 +108,22 @@ def eta_report(policy: Policy, table: TableSpec, sets: tuple[tuple[str, ...], ..
         rows.append(SetReport(columns, eta_model, eta_fit, found.rho_upper if found else None, shared,
                               eta, eps_dp, None if eps_dp is None else record_dp / eps_dp, missing))
     mode = policy.mode if applies(policy.mode, DependenceModel(k, eta_record)) else "auto"
-    block = {"k": k, "eta": eta_record, "mode": mode, "eta_by_columns": [
-        {"columns": list(row.columns), "eta": row.eta} for row in rows
-        if row.eta is not None and row.eta < eta_record]}
+    # Through the bounded copy every query on a table with a privacy unit reads all its columns
+    # (docs/theory.md §11): only the default eta can apply there.
+    reads_all = table.privacy_unit is not None
+    block = {"k": k, "eta": eta_record, "mode": mode, "eta_by_columns": [] if reads_all else [
+        {"columns": [_qualified(policy, table, c) for c in row.columns], "eta": row.eta}
+        for row in rows if row.eta is not None and row.eta < eta_record]}
     return DependenceReport(table.name, epsilon, k, eta_record, record_dp,
                             _eps_dp(epsilon, k, 1.0), _eps_dp(epsilon, k, 0.0),
                             tuple(rows), fit.check if fit else None,
-                            fit.confidence if fit else None, {"dependence": block})
+                            fit.confidence if fit else None, reads_all, {"dependence": block})
+
+
+def _qualified(policy: Policy, table: TableSpec, column: str) -> str:
+    """A column as eta_by_columns names it: plainly when no other table has a column so named."""
+    others = [t for t in policy.tables.values() if t.name != table.name and column in t.columns]
+    return f"{table.name}.{column}" if others else column
 
 
 def _check_values(table: TableSpec, model: HouseholdModel) -> None:
@@ -194,6 +204,11 @@ def print_report(console: Console, report: DependenceReport) -> None:
         console.print(f"fit: upper confidence bound on each set's within-group correlation at "
                       f"{report.confidence:g} (Hoeffding, docs/theory.md). OWNER-SIDE: computed from "
                       "the private data; the eta you declare becomes public through the noise scales.")
+    if report.reads_all_columns:
+        console.print(f"table {report.table} has a privacy unit: every query on it reads all its "
+                      "columns through the bounded copy (docs/theory.md §11), so only the default "
+                      "eta applies and the block lists no column set; declare eta per column set "
+                      "for a table whose rows are each one individual")
     console.print("Ready policy block:")
     console.print(yaml.safe_dump(report.block, sort_keys=False, default_flow_style=None), end="",
                   markup=False)

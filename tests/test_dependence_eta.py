@@ -29,7 +29,7 @@ MODEL = {
     },
 }
 
-TABLES = {"people": {"privacy_unit": "person_id", "dependence_group": "household_id", "columns": {
+TABLES = {"people": {"dependence_group": "household_id", "columns": {
     "state": {"type": "str", "domain": ["CA", "NY"]},
     "sick": {"type": "bool"},
     "pets": {"type": "int", "domain": [0, 1, 2]},
@@ -211,3 +211,22 @@ def test_model_that_cannot_describe_the_policy_is_refused(tmp_path: Path, capsys
                              "--columns", "state,sick,pets")
     assert (code, out) == (2, "")
     assert err.startswith("error: model: 63 housemates over 12 projected records need ")
+
+
+def test_a_table_with_a_privacy_unit_gets_no_column_sets(tmp_path: Path, capsys) -> None:
+    tables = {"people": {**TABLES["people"], "privacy_unit": "person_id"}}
+    policy = write_policy(tmp_path / "p.yaml", {"dependence": {"k": 4, "eta": 1.0}, "tables": tables})
+    code, out, _ = run_cli(capsys, "dependence", "eta", "--policy", str(policy),
+                           "--model", str(model_file(tmp_path)))
+    assert code == 0 and "reads all its columns through the bounded copy" in " ".join(out.split())
+    assert yaml.safe_load(out.split("Ready policy block:")[1])["dependence"]["eta_by_columns"] == []
+
+
+def test_the_ready_block_is_a_valid_policy(tmp_path: Path, capsys) -> None:
+    code, out, _ = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
+                           "--model", str(model_file(tmp_path)), "--columns", "sick,pets",
+                           "--format", "json")
+    block = json.loads(out)["block"]
+    path = write_policy(tmp_path / "ready.yaml", {**block, "tables": TABLES})
+    policy = load_policy(path)
+    assert policy.eta_for(frozenset({"people.sick"})).eta == block["dependence"]["eta_by_columns"][0]["eta"]
