@@ -56,7 +56,8 @@ def declared(eta: float) -> float:
 
 
 def column_sets(table: TableSpec, asked: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-    """Every policy column alone, then each `--columns a,b` set asked (in policy order, no repeats)."""
+    """Every policy column alone, then each `--columns a,b` set asked (in policy order, no
+    repeats), smaller sets first."""
     order = list(table.columns)
     sets: list[tuple[str, ...]] = [(name,) for name in order]
     for text in asked:
@@ -68,7 +69,7 @@ def column_sets(table: TableSpec, asked: Sequence[str]) -> tuple[tuple[str, ...]
         chosen = tuple(sorted(set(names), key=order.index))
         if chosen not in sets:
             sets.append(chosen)
-    return tuple(sets)
+    return tuple(sorted(sets, key=len))  # subsets first: a set's eta is raised to theirs
 
 
 def fittable(table: TableSpec, columns: tuple[str, ...]) -> str:
@@ -98,7 +99,10 @@ def eta_report(policy: Policy, table: TableSpec, sets: tuple[tuple[str, ...], ..
         # eta grows with the column set, so a set's bound is at least each of its columns' bounds.
         eta_fit = (max([found.eta_upper] + [fits[(c,)].eta_upper for c in columns if (c,) in fits])
                    if found else None)
+        # A set's eta is at least that of every reported subset (eta grows with the set, and a
+        # query uses the smallest declaration among the sets containing what it reads).
         known = [e for e in (eta_model, eta_fit) if e is not None]
+        known += [row.eta for row in rows if known and row.eta is not None and set(row.columns) < set(columns)]
         eta = declared(max(known)) if known else None
         eps_dp = None if eta is None else _eps_dp(epsilon, k, eta)
         shared = any(fits[(c,)].shared for c in columns if (c,) in fits) or (model is not None and any(
@@ -181,7 +185,7 @@ def print_report(console: Console, report: DependenceReport) -> None:
     table = Table(title=f"eta per column set of table {report.table} (k = {report.k}); eps_dp at "
                         f"epsilon = {report.epsilon:g}, mode auto")
     for name in ("columns", "eta model", "eta fit (upper)", "declare", "eps_dp",
-                 "noise / record-level", "note"):
+                 "noise vs record", "note"):
         table.add_column(name)
     for row in report.sets:
         note = "shared within groups" if row.shared else row.why_missing

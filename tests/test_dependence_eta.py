@@ -230,3 +230,21 @@ def test_the_ready_block_is_a_valid_policy(tmp_path: Path, capsys) -> None:
     path = write_policy(tmp_path / "ready.yaml", {**block, "tables": TABLES})
     policy = load_policy(path)
     assert policy.eta_for(frozenset({"people.sick"})).eta == block["dependence"]["eta_by_columns"][0]["eta"]
+
+
+def test_a_set_is_declared_at_least_the_eta_of_its_subsets(tmp_path: Path, capsys) -> None:
+    # The data's pets are more correlated (rho 0.5) than the model says (0.4): the fit raises
+    # {pets}, and every set holding pets must follow, or a query reading pets alone would use
+    # the smaller eta of a superset (the smallest declaration among supersets applies).
+    db = draw(tmp_path / "d.duckdb", 2000, 0.5, [0.5, 0.3, 0.2], seed=3)
+    code, out, _ = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
+                           "--model", str(model_file(tmp_path)), "--db", str(db), "--columns",
+                           "state,pets,sick", "--columns", "pets,sick", "--format", "json")
+    rows = [r for r in json.loads(out)["sets"] if r["eta"] is not None]
+    pets = next(r for r in rows if r["columns"] == ["pets"])
+    assert code == 0 and pets["eta_fit"] > pets["eta_model"]
+    pairs = [(small, large) for small in rows for large in rows
+             if set(small["columns"]) < set(large["columns"])]
+    assert len(pairs) == 6  # {state}, {sick}, {pets}, {pets, sick} under their supersets
+    for small, large in pairs:
+        assert large["eta"] >= small["eta"], (small, large)
