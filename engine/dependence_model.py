@@ -9,9 +9,9 @@ The file's form (README, "Choosing k and η"):
       state: {values: [CA, NY], marginal: [0.5, 0.5], rho: 1}     # shared by the household
       sick: {values: [false, true], factor: outbreak, given: [[0.95, 0.05], [0.3, 0.7]]}
       adult: {values: [false, true], marginal: [0.2, 0.8]}        # rho 0: independent
-      income: {independent: true}   # drawn per person, whatever its values, apart from the household
+      income: {per_person: true}    # drawn per person, whatever its values, apart from the household
 
-`independent: true` says the column (with the other such columns and the member's own
+`per_person: true` says the column (with the other such columns and the member's own
 independent columns) is drawn per person independently of the household's hidden state and of
 the member's other columns; its values then do not matter to eta.
 """
@@ -70,12 +70,12 @@ def _sizes(raw: Any, path: str) -> tuple[float, ...]:
 
 
 def _column(name: str, raw: Any, path: str) -> Column:
-    """One column: values, and either marginal (+ rho) or factor + given; or independent: true."""
-    if isinstance(raw, dict) and "independent" in raw:
-        _mapping(raw, path, {"independent"}, set())
-        if raw["independent"] is not True:
-            raise InputError(f"{path}.independent: expected true (or leave the field out), "
-                             f"got {raw['independent']!r}")
+    """One column: values, and either marginal (+ rho) or factor + given; or per_person: true."""
+    if isinstance(raw, dict) and "per_person" in raw:
+        _mapping(raw, path, {"per_person"}, set())
+        if raw["per_person"] is not True:
+            raise InputError(f"{path}.per_person: expected true (or leave the field out), "
+                             f"got {raw['per_person']!r}")
         return Column(name=name.lower(), values=("any",), marginal=(1.0,))
     spec = _mapping(raw, path, {"values"}, {"marginal", "rho", "factor", "given"})
     values = spec["values"]

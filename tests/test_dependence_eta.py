@@ -185,17 +185,17 @@ def test_fit_needs_one_record_per_unit(tmp_path: Path) -> None:
 
 
 def test_independent_columns_need_no_values(tmp_path: Path, capsys) -> None:
-    model = {**MODEL, "columns": {**MODEL["columns"], "age": {"independent": True}}}
+    model = {**MODEL, "columns": {**MODEL["columns"], "age": {"per_person": True}}}
     code, out, _ = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
                            "--model", str(model_file(tmp_path, model)), "--columns", "sick,age",
                            "--format", "json")
     rows = {tuple(r["columns"]): r for r in json.loads(out)["sets"]}
     assert code == 0 and rows[("age",)]["eta_model"] == 0.0
     assert rows[("sick", "age")]["eta_model"] == rows[("sick",)]["eta_model"]
-    bad = {**MODEL, "columns": {"age": {"independent": "yes"}}}
+    bad = {**MODEL, "columns": {"age": {"per_person": "yes"}}}
     code, _, err = run_cli(capsys, "dependence", "eta", "--policy", str(policy_file(tmp_path)),
                            "--model", str(model_file(tmp_path, bad)))
-    assert code == 2 and "columns.age.independent: expected true" in err
+    assert code == 2 and "columns.age.per_person: expected true" in err
 
 
 def test_model_that_cannot_describe_the_policy_is_refused(tmp_path: Path, capsys) -> None:
