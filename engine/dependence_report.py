@@ -91,7 +91,7 @@ def eta_report(policy: Policy, table: TableSpec, sets: tuple[tuple[str, ...], ..
         eta_record = max(eta_record, declared(_model_eta(model, tuple(table.columns))))
     record_dp = _eps_dp(epsilon, k, eta_record)
     fits = {f.columns: f for f in fit.sets} if fit else {}
-    rows = []
+    rows: list[SetReport] = []
     for columns in sets:
         eta_model = (_model_eta(model, columns)
                      if model is not None and set(columns) <= _names(model) else None)
