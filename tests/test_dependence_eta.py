@@ -248,3 +248,19 @@ def test_a_set_is_declared_at_least_the_eta_of_its_subsets(tmp_path: Path, capsy
     assert len(pairs) == 6  # {state}, {sick}, {pets}, {pets, sick} under their supersets
     for small, large in pairs:
         assert large["eta"] >= small["eta"], (small, large)
+
+
+def test_the_several_columns_snippet_in_choosing_k_eta() -> None:
+    from calibration import Column, Factor, HouseholdModel
+
+    model = HouseholdModel(
+        sizes=(0.25, 0.25, 0.25, 0.25),
+        columns=(Column("state", ("CA", "NY", "TX", "WA"), (0.25,) * 4, rho=1.0),
+                 Column("sick", (False, True), factor="outbreak", given=((0.95, 0.05), (0.3, 0.7)))),
+        factors=(Factor("outbreak", (0.8, 0.2)),))
+    assert column_set_eta(model, ["state"]) == 1.0
+    assert column_set_eta(model, ["sick"]) == pytest.approx(0.5851, abs=5e-5)
+    cal = calibrate(0.5, DependenceModel(4, 0.5851))
+    assert cal.mode == "tight" and cal.epsilon_dp == pytest.approx(0.1704, abs=5e-5)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "choosing_k_eta.md").read_text()
+    assert 'given=((0.95, 0.05), (0.3, 0.7))' in text and "eps_dp = 0.1704" in text
