@@ -206,7 +206,7 @@ def print_report(console: Console, report: DependenceReport) -> None:
     if report.check is not None:
         print_checks(console, (report.check,))
         console.print(f"fit: upper confidence bound on each set's within-group correlation at "
-                      f"{report.confidence:g} (Hoeffding, docs/theory.md). OWNER-SIDE: computed from "
+                      f"{report.confidence:g} (Hoeffding, docs/theory.md §13). OWNER-SIDE: computed from "
                       "the private data; the eta you declare becomes public through the noise scales.")
     if report.reads_all_columns:
         console.print(f"table {report.table} has a privacy unit: every query on it reads all its "
