@@ -264,3 +264,13 @@ def test_the_several_columns_snippet_in_choosing_k_eta() -> None:
     assert cal.mode == "tight" and cal.epsilon_dp == pytest.approx(0.1704, abs=5e-5)
     text = (Path(__file__).resolve().parents[1] / "docs" / "choosing_k_eta.md").read_text()
     assert 'given=((0.95, 0.05), (0.3, 0.7))' in text and "eps_dp = 0.1704" in text
+
+
+def test_fit_needs_the_group_column_in_the_policy(tmp_path: Path, capsys) -> None:
+    db = draw(tmp_path / "d.duckdb", 50, 0.5, [0.5, 0.3, 0.2], seed=2)
+    tables = {"people": {k: v for k, v in TABLES["people"].items() if k != "dependence_group"}}
+    policy = write_policy(tmp_path / "p.yaml", {"dependence": {"k": 4, "eta": 1.0}, "tables": tables})
+    code, out, err = run_cli(capsys, "dependence", "eta", "--policy", str(policy), "--db", str(db))
+    assert (code, out) == (2, "")
+    assert err == ("error: tables.people.dependence_group is not set: name the column that identifies "
+                   "dependence groups (e.g. household_id) in the policy\n")
