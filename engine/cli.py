@@ -23,6 +23,7 @@ from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
 from .ledger import Ledger, read_history
 from .policy import load_policy
+from .progress_bar import progress_bar
 from .report import Report, build_report
 from .report_plot import plot_png
 from .report_render import render_html, render_markdown, render_table
@@ -64,7 +65,8 @@ def cli() -> None:
 @_common
 @click.option("--format", "fmt", type=QUERY_FORMATS, default="table", show_default=True)
 def query(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
-    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+    with progress_bar(fmt == "table"), \
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
 
@@ -83,7 +85,8 @@ def _show_result(result: QueryResult, fmt: str) -> None:
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
 def explain(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
-    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+    with progress_bar(fmt == "table"), \
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))

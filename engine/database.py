@@ -183,9 +183,11 @@ class PrivateDatabase:
             try:
                 noisy = {name: release(mech, exact.values[name])
                          for name, mech in mechanisms.items()}
-                frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
-                answer, halfwidths, simultaneous = postprocess.finish(
-                    self._post, plan, prepared.post_sql, frame)
+                finished = postprocess.direct(plan, exact.keys, noisy, mechanisms)
+                if finished is None:
+                    frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
+                    finished = postprocess.finish(self._post, plan, prepared.post_sql, frame)
+                answer, halfwidths, simultaneous = finished
                 result = QueryResult(
                     df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
                     selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+from sqlglot import exp
 
+from . import progress
+from .backends.bounding import kept_rows
 from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
 from .plan import ExactAnswer
 from .policy import Limits, Policy, TableSpec
-from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path, bounded_table_sql
+from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table, bounded_table_path
 from .watchdog import WATCHDOG
 
 _LOCKED = {
@@ -30,6 +33,7 @@ _LOCKED = {
     "autoload_known_extensions": False,
     "error_on_division_by_zero": False,
 }
+_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 _TYPE_FAMILIES = {
     "int": ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
             "UINTEGER", "UBIGINT", "UHUGEINT"),
@@ -71,8 +75,11 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
         if suffix in (".csv", ".tsv", ".parquet", ".pq"):
             conn = duckdb.connect(":memory:", config=config)
             table = duckdb_identifier(path.stem.lower())
-            conn.execute(f"CREATE TABLE {table} AS SELECT * FROM {_reader(path, policy)}",
-                         [str(path)])
+            conn.execute("SET enable_progress_bar = true")  # tracked for the bar, never printed
+            conn.execute("SET enable_progress_bar_print = false")
+            with progress.step(f"loading {path.name}", _probe(conn)):
+                conn.execute(f"CREATE TABLE {table} AS SELECT * FROM {_reader(path, policy)}",
+                             [str(path)])
         else:
             conn = duckdb.connect(str(path), read_only=True, config=config)
         _lock_down(conn)
@@ -125,6 +132,9 @@ def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
         if list(conn.execute(f"SELECT {names}").fetchall()[0]) != list(_LOCKED.values()):
             raise InputError("the data file is already open in this process with other settings")
         return
+    # Progress is tracked, never printed, so that a terminal can show a bar (engine/progress.py).
+    conn.execute("SET enable_progress_bar = true")
+    conn.execute("SET enable_progress_bar_print = false")
     conn.execute("SET enable_external_access = false")
     conn.execute("SET lock_configuration = true")
 
@@ -157,6 +167,14 @@ def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
         with lock:
             inside = False
         WATCHDOG.disarm(token)
+
+
+def _probe(conn: duckdb.DuckDBPyConnection) -> Callable[[], float | None]:
+    """How far the statement `conn` runs is, from DuckDB's own progress (None when unknown)."""
+    def fraction() -> float | None:
+        percent = conn.query_progress()
+        return None if percent < 0 else min(percent, 100.0) / 100.0
+    return fraction
 
 
 def cancellation(conn: duckdb.DuckDBPyConnection,
@@ -229,7 +247,7 @@ def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
     """Run the rewritten query; the first `n_keys` columns are group keys."""
     try:
-        with time_limit(conn):
+        with time_limit(conn), progress.step("running the query", _probe(conn)):
             cursor = conn.execute(sql)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
@@ -255,13 +273,21 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
                                 [BOUNDED_CATALOG]).fetchall()[0][0]
         if not attached:
             conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
-        conn.execute(bounded_table_sql(table, hash_key))
-        conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
+        unit_type = _columns(conn, table.name)[table.unit].split("(")[0].upper()
+        with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
+            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES))
+            conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error as exc:
         cancelled = cancellation(conn, exc)
         if cancelled is not None:
             raise cancelled from None
         raise DataFailure("bounding rows per privacy unit failed on the data") from None
+
+
+def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool) -> str:
+    """The DuckDB statement that makes the bounded copy of `table` (engine/backends/bounding.py)."""
+    rows = kept_rows(table, hash_key, exp.to_table(table.name, quoted=True), unit_is_float)
+    return f"CREATE OR REPLACE TABLE {bounded_table(table).sql('duckdb')} AS {rows.sql('duckdb')}"
 
 
 def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:

@@ -116,9 +116,9 @@ class QueryResult:
         return _json_ready({
             "sql": self.sql,
             "columns": [str(c) for c in self.df.columns],
-            "rows": [list(row) for row in self.df.itertuples(index=False)],
-            "ci95": [list(row) for row in self.ci95.itertuples(index=False)],
-            "ci95_simultaneous": [list(row) for row in self.ci95_simultaneous.itertuples(index=False)],
+            "rows": self.df.to_numpy(dtype=object).tolist(),
+            "ci95": self.ci95.to_numpy(dtype=object).tolist(),
+            "ci95_simultaneous": self.ci95_simultaneous.to_numpy(dtype=object).tolist(),
             "selection_adjusted": self.selection_adjusted,
             "epsilon": self.epsilon,
             "epsilon_dp": self.epsilon_dp,

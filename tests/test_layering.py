@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"display", "errors", "watchdog"})),
+    ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
     ("values", frozenset({"policy", "result", "accounting"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess",
@@ -20,7 +20,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
-    ("interface", frozenset({"cli", "__main__", "__init__"})),
+    ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar"})),
 )
 
 
