@@ -10,6 +10,7 @@ if __name__ == "calibration":  # imported from a checkout by the folder's own na
     alias(__name__)  # the very modules of dpsql.calibration, never second copies
 
 from .audit import Audit, exact_audit, exact_audit_vector
+from .columns import Column, Factor, HouseholdColumns, column_set_eta
 from .composition import (
     admits,
     dp_budget,
@@ -24,6 +25,9 @@ from .information import mutual_information_bound
 from .inversion import Calibration, ModeOption, calibrate, compare_modes
 from .maps import MODE_CHOICES, MODES, applies, guarantee
 from .model import DependenceModel
+from .model_exact import ModelCalibration, calibrate_chain, calibrate_household
+from .model_household import HouseholdModel
+from .model_markov import MarkovModel, markov_levels
 from .validation import (
     BUDGET_RANGE,
     EPSILON_RANGE,
@@ -42,18 +46,28 @@ __all__ = [
     "Audit",
     "Calibration",
     "CalibrationError",
+    "Column",
     "DependenceModel",
     "EpsilonOutOfRange",
+    "Factor",
+    "HouseholdColumns",
+    "HouseholdModel",
+    "MarkovModel",
     "ModeOption",
+    "ModelCalibration",
     "admits",
     "applies",
     "calibrate",
+    "calibrate_chain",
+    "calibrate_household",
+    "column_set_eta",
     "compare_modes",
     "dp_budget",
     "exact_audit",
     "exact_audit_vector",
     "guarantee",
     "household_pmf",
+    "markov_levels",
     "mode_dominates",
     "mutual_information_bound",
     "only_residue",
