@@ -51,6 +51,7 @@ from .engine import (  # noqa: E402
     ReportTotals,
     load_policy,
 )
+from .engine.service import connect  # noqa: E402
 
 __all__ = [
     "MODES",
@@ -78,6 +79,7 @@ __all__ = [
     "admits",
     "calibrate",
     "compare_modes",
+    "connect",
     "dp_budget",
     "exact_audit",
     "exact_audit_vector",

@@ -22,7 +22,7 @@ from . import postprocess
 from .accounting import Accountant, inverse
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
-from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
+from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
 from .ledger import Charge, Ledger, LedgerBinding
 from .noise import Mechanism, release
 from .plan import QueryPlan
@@ -103,6 +103,24 @@ class PrivateDatabase:
         return self._status(spent, self._accountants(stored))
 
     @_serialized
+    def cap_status(self, analyst: str) -> BudgetStatus | None:
+        """A registered analyst's cap as a budget: the level of their own answers, what is left
+        and the largest epsilon their cap still admits (None when they have no cap)."""
+        account = self.ledger.account(analyst)
+        if account is None or account.analyst.cap is None:
+            return None
+        _, stored = self.ledger.state()
+        caps = tuple(replace(a, budget=account.analyst.cap) for a in self._accountants(stored))
+        return self._status(account.spent_dp, caps)
+
+    @_serialized
+    def warm(self) -> None:
+        """Make every table's bounded copy now, as a service does while it starts, so that no
+        analyst's first query waits for it."""
+        for table in self.policy.tables.values():
+            self._backend.bound(table, self.ledger.hash_key)
+
+    @_serialized
     def history(self, id: int | None = None) -> tuple[HistoryEntry, ...]:
         """This analyst's released answers as stored with their charges (or the one with `id`),
         with the exact values first released: no charge, no fresh noise."""
@@ -164,7 +182,9 @@ class PrivateDatabase:
         # would otherwise be free); the charge below admits again under the write lock.
         spent, stored = self.ledger.state()
         accountants = self._accountants(stored)
-        self._admit(prepared, self._price(prepared, spent, accountants), spent, accountants)
+        cal = self._price(prepared, spent, accountants)
+        self._admit(prepared, cal, spent, accountants)
+        self._admit_analyst(prepared, cal, analyst, accountants)
         try:
             self._backend.bound(plan.table, self.ledger.hash_key)
             exact = self._backend.run(prepared.sql, len(plan.group_by))
@@ -175,6 +195,7 @@ class PrivateDatabase:
             accountants = self._accountants(stored)
             cal = self._price(prepared, spent, accountants)
             self._admit(prepared, cal, spent, accountants)
+            self._admit_analyst(prepared, cal, analyst, accountants)
             mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
             infos = _aggregate_infos(plan, mechanisms)
             before, after = _levels(accountants, spent, cal.epsilon_dp)
@@ -267,6 +288,34 @@ class PrivateDatabase:
             f"information-privacy level {before:.4g} -> {after:.4g}, over the budget of "
             f"{status.total:g}); {left}; nothing was charged",
             asked=asked, cost=cost, largest_epsilon=largest)
+
+    def _admit_analyst(self, prepared: PreparedQuery, cal: Calibration, analyst: str,
+                       accountants: tuple[Accountant, ...]) -> None:
+        """Refuse a revoked analyst, and raise BudgetExhausted unless a registered analyst's cap
+        admits eps_dp: the cap bounds the level of their own answers, accounted by the same map
+        as the whole transcript (the global budget stays the guarantee; analysts may collude)."""
+        account = self.ledger.account(analyst)
+        if account is None:
+            return
+        if account.analyst.revoked is not None:
+            raise AccessDenied(f"analyst {analyst!r} was revoked by the data owner at "
+                               f"{account.analyst.revoked}; nothing was charged")
+        cap = account.analyst.cap
+        if cap is None:
+            return
+        caps = tuple(replace(a, budget=cap) for a in accountants)
+        if all(a.admits(account.spent_dp, cal.epsilon_dp) for a in caps):
+            return
+        before, after = _levels(caps, account.spent_dp, cal.epsilon_dp)
+        largest = min(a.largest_epsilon(account.spent_dp, prepared.mode) for a in caps)
+        asked = cal.epsilon if prepared.cost is None else prepared.cost
+        left = (f"the largest epsilon you can still ask is {largest:.4g}" if largest > 0
+                else "nothing more can be asked: your cap is used up")
+        raise BudgetExhausted(
+            f"over your cap: this query asks epsilon {cal.epsilon:g} (epsilon_dp "
+            f"{cal.epsilon_dp:.4g}), which would take the level of your own answers {before:.4g} "
+            f"-> {after:.4g}, over your cap of {cap:g} set by the data owner; {left}; nothing was "
+            "charged", asked=asked, cost=after - before, largest_epsilon=largest)
 
     def _halt(self, reason: str) -> NoReturn:
         """SQL that passed the gate failed on the data, or post-processing failed on noisy

@@ -37,6 +37,8 @@ from ..calibration import DependenceModel, mode_dominates
 from .errors import EngineHalted, LedgerError
 from .result import AggregateRecord, AnswerCost, HistoryEntry
 
+ROLES = ("analyst", "accountant")
+
 SCHEMA_VERSION = "3"
 HALT_ATTEMPTS = 5  # busy timeouts (60 s each) a halt waits for a locked ledger
 LEGACY_MODE = "auto"
@@ -72,6 +74,16 @@ _MIGRATE_2_TO_3 = (
     "UPDATE meta SET value = '3' WHERE key = 'schema_version'",
 )
 _TABLES = {"meta", "charges", "bindings"}
+# The service's analysts, made on the first `dpsql analyst add` (a ledger without it has none).
+_ANALYSTS = """
+CREATE TABLE IF NOT EXISTS analysts (
+    name TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL CHECK (role IN ('analyst', 'accountant')),
+    cap REAL CHECK (cap IS NULL OR (cap > 0 AND cap < 1e300)),
+    revoked TEXT,
+    created TEXT NOT NULL
+)"""
 T = TypeVar("T")
 
 
@@ -112,6 +124,25 @@ class LedgerBinding:
                                           ("mode", mode_looser)) if looser]
 
 
+@dataclass(frozen=True)
+class Analyst:
+    """An analyst of the service as the ledger records them (never their token, only its hash)."""
+
+    name: str
+    role: str  # "analyst" (queries) or "accountant" (reads every history and the report)
+    cap: float | None  # the most their own answers' information-privacy level may reach
+    revoked: str | None  # when the owner revoked their token (ISO 8601, UTC), or None
+    created: str
+
+
+@dataclass(frozen=True)
+class AnalystAccount:
+    """A registered analyst with the DP epsilon their own answers have spent so far."""
+
+    analyst: Analyst
+    spent_dp: float
+
+
 class Ledger:
     """A budget ledger file bound to one policy's budget and dependence model."""
 
@@ -149,6 +180,19 @@ class Ledger:
             self._conn.close()
             raise
         self.hash_key = self._meta("hash_key")
+
+    @classmethod
+    def reopen(cls, path: str | Path) -> Ledger:
+        """Open an existing ledger under the binding it holds, for the owner's acts that need no
+        policy (managing analysts): nothing about the budget changes."""
+        conn = open_read_only(Path(path), "analyst command")
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read ledger {path} as a dpsql ledger: {exc}") from None
+        finally:
+            conn.close()
+        return cls(path, _binding_from_meta(meta, Path(path)))
 
     def _create(self) -> None:
         """Build a complete ledger under a temporary name, then link it into place atomically.
@@ -287,13 +331,8 @@ class Ledger:
 
     def _stored_binding(self) -> LedgerBinding:
         """The binding the ledger holds now (the owner may have tightened it since we opened)."""
-        meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
-        try:
-            return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
-                                 meta.get("mode", LEGACY_MODE), meta.get("units", ""))
-        except (KeyError, ValueError):
-            raise LedgerError(f"ledger {self.path} has no valid budget, k and eta; restore it "
-                              "from a backup") from None
+        return _binding_from_meta(dict(self._conn.execute("SELECT key, value FROM meta").fetchall()),
+                                  self.path)
 
     def _meta(self, key: str) -> str:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -409,6 +448,100 @@ class Ledger:
             raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
         return reason
 
+    def token_key(self) -> bytes:
+        """The ledger's own secret key for hashing analysts' tokens (made on first use), so a
+        token hash copied from one ledger matches nothing in another."""
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'token_key'").fetchone()
+            if row is None:
+                self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('token_key', ?)",
+                                   [secrets.token_hex(32)])
+            return bytes.fromhex(self._meta("token_key"))
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+
+    def add_analyst(self, name: str, token_hash: str, role: str, cap: float | None) -> Analyst:
+        """Record a new analyst with the hash of their token; a name is never reused."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(_ANALYSTS)
+                if self._analyst_row(name) is not None:
+                    raise LedgerError(f"analyst {name!r} already exists in ledger {self.path} "
+                                      "(names are never reused; choose another name)")
+                self._conn.execute("INSERT INTO analysts (name, token_hash, role, cap, revoked, "
+                                   "created) VALUES (?, ?, ?, ?, NULL, ?)",
+                                   [name, token_hash, role, cap, _now()])
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+        return self._analyst(name)
+
+    def analysts(self) -> tuple[Analyst, ...]:
+        """Every analyst ever added, revoked ones included, in the order they were added."""
+        if not self._has_analysts():
+            return ()
+        rows = self._conn.execute("SELECT name, role, cap, revoked, created FROM analysts "
+                                  "ORDER BY created, name").fetchall()
+        return tuple(Analyst(*row) for row in rows)
+
+    def credentials(self) -> tuple[tuple[str, str], ...]:
+        """(name, token hash) of every analyst whose token is not revoked."""
+        if not self._has_analysts():
+            return ()
+        return tuple(self._conn.execute(
+            "SELECT name, token_hash FROM analysts WHERE revoked IS NULL ORDER BY name").fetchall())
+
+    def update_analyst(self, name: str, *, cap: float | None = None, revoke: bool = False) -> Analyst:
+        """Revoke an analyst's token, or set their cap (a cap may be lowered or raised; the global
+        budget stays the guarantee)."""
+        self._analyst(name)  # names what exists when the name is unknown
+        try:
+            if revoke:
+                self._conn.execute("UPDATE analysts SET revoked = ? WHERE name = ? AND revoked IS "
+                                   "NULL", [_now(), name])
+            else:
+                self._conn.execute("UPDATE analysts SET cap = ? WHERE name = ?", [cap, name])
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+        return self._analyst(name)
+
+    def account(self, name: str) -> AnalystAccount | None:
+        """The registered analyst `name` with their own DP spending, or None if the name is no
+        registered analyst. Read on this connection, so inside `charge` it is read in the
+        charge's own transaction."""
+        row = self._analyst_row(name) if self._has_analysts() else None
+        if row is None:
+            return None
+        rows = self._conn.execute("SELECT epsilon_dp FROM charges WHERE analyst = ?", [name]).fetchall()
+        return AnalystAccount(Analyst(*row), self._total(rows))
+
+    def _analyst(self, name: str) -> Analyst:
+        row = self._analyst_row(name) if self._has_analysts() else None
+        if row is None:
+            known = ", ".join(a.name for a in self.analysts()) or "none yet"
+            raise LedgerError(f"no analyst {name!r} in ledger {self.path} (analysts: {known}); add "
+                              f"one with dpsql analyst add NAME --ledger {self.path}")
+        return Analyst(*row)
+
+    def _analyst_row(self, name: str) -> tuple | None:
+        return self._conn.execute("SELECT name, role, cap, revoked, created FROM analysts WHERE "
+                                  "name = ?", [name]).fetchone()
+
+    def _has_analysts(self) -> bool:
+        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                                  "'analysts'").fetchone() is not None
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         self._conn.close()
 
@@ -463,6 +596,16 @@ def _history(conn: sqlite3.Connection, path: Path, analyst: str,
                                     epsilon=epsilon, epsilon_dp=epsilon_dp, mode=mode,
                                     answer=stored))
     return tuple(entries)
+
+
+def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
+    """The binding recorded in a ledger's meta table."""
+    try:
+        return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
+                             meta.get("mode", LEGACY_MODE), meta.get("units", ""))
+    except (KeyError, ValueError):
+        raise LedgerError(f"ledger {path} has no valid budget, k and eta; restore it "
+                          "from a backup") from None
 
 
 def _binding_meta(binding: LedgerBinding) -> dict[str, str]:

@@ -18,6 +18,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("run", frozenset({"execute", "backends", "prepare"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
+    ("service", frozenset({"service"})),
     ("interface", frozenset({"cli", "__main__", "__init__"})),
 )
 
