@@ -6,7 +6,11 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import shutil
 import socket
+import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +32,7 @@ from engine.service.limits import Limits
 from tests.support import charge_count, create_ledger, make_people, run_cli, write_policy
 from tests.test_limits import FAST_SQL, SLOW_SQL, _slow_policy, slow_db  # noqa: F401
 
+ROOT = Path(__file__).resolve().parent.parent
 SQL = "SELECT state, COUNT(*) AS n FROM people GROUP BY state"
 FAST = Limits(rate=10_000, burst=10_000)
 
@@ -461,3 +466,43 @@ def test_a_query_over_the_time_limit_is_interrupted_and_charges_nothing(tmp_path
         assert charge_count(running.ledger) == 1
     finally:
         running.stop()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl to make a certificate")
+def test_serve_over_tls_and_a_failed_start_is_one_line(tmp_path):
+    db = make_people(tmp_path / "people.duckdb")
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    token = add_analysts(ledger, {"ana": ("analyst", None)})["ana"]
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    port = free_port()
+    command = [sys.executable, "-m", "engine", "serve", "--db", str(db), "--policy", str(policy),
+               "--ledger", str(ledger), "--port", str(port)]
+    process = subprocess.Popen([*command, "--tls-cert", str(cert), "--tls-key", str(key)], cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"https://127.0.0.1:{port}"
+        trusted = ssl.create_default_context(cafile=str(cert))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/healthz", verify=trusted).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        with dpsql.connect(url, token=token, verify=str(cert)) as client:
+            assert client.query("SELECT COUNT(*) AS n FROM people", epsilon=1).id == 1
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz")  # no plain HTTP beside it
+    finally:
+        process.terminate()
+        process.wait(30)
+    failed = subprocess.run([*command[:5], str(tmp_path / "missing.duckdb"), *command[6:]], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 2
+    assert failed.stderr.splitlines()[-1] == (f"error: data file not found: {tmp_path / 'missing.duckdb'} "
+                                              "(expected a DuckDB, CSV or Parquet file)")

@@ -3,6 +3,7 @@ result objects and raises the same errors as the local API."""
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 import httpx
@@ -29,9 +30,16 @@ class Client:
     """A connection to a dpsql service, identified by a token (never by a name)."""
 
     def __init__(self, url: str, token: str, timeout: float = 120.0,
-                 verify: bool | str = True) -> None:
+                 verify: bool | str | ssl.SSLContext = True) -> None:
+        """`verify`: check the server's certificate (True), against this CA file (a path, e.g. the
+        owner's self-signed certificate), or with this SSL context."""
         if not url.startswith(("http://", "https://")):
             raise errors.InputError(f"server URL must start with http:// or https://, got {url!r}")
+        if isinstance(verify, str):
+            try:
+                verify = ssl.create_default_context(cafile=verify)
+            except (OSError, ssl.SSLError) as exc:
+                raise errors.InputError(f"cannot read the certificate file {verify}: {exc}") from None
         self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, verify=verify,
                                   headers={"Authorization": f"Bearer {token}"})
 
