@@ -18,6 +18,12 @@ before the owner tightened the policy is held to the tighter one too.
 Each charge stores the answer it released (the JSON form of the result), so a client that
 lost an answer can fetch it again without a second charge or fresh noise. Schema version 2
 ledgers (no stored answers, no mode) are migrated in place, in one transaction.
+
+The analysts of `dpsql serve` live in their own table, made on the first `dpsql analyst add`
+(a ledger without it has no analysts): a name, the HMAC of the token under the ledger's own
+`token_key`, a role, an optional cap, and when the token was revoked. `account` reads an
+analyst with their own spending on the ledger's connection, so that a charge checks the cap in
+its own transaction.
 """
 
 from __future__ import annotations
