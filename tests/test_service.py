@@ -506,3 +506,35 @@ def test_serve_over_tls_and_a_failed_start_is_one_line(tmp_path):
     assert failed.returncode == 2
     assert failed.stderr.splitlines()[-1] == (f"error: data file not found: {tmp_path / 'missing.duckdb'} "
                                               "(expected a DuckDB, CSV or Parquet file)")
+
+
+def test_only_the_worker_thread_touches_the_database(service, monkeypatch):
+    """Sixteen request threads at once; the data and the ledger are used from one thread only
+    (sqlite connections must not be shared between threads, and DuckDB's is not made for it)."""
+    seen: set[str] = set()
+    for cls, name in ((Ledger, "state"), (Ledger, "charge"), (Ledger, "credentials"),
+                      (PrivateDatabase, "explain")):
+        real = getattr(cls, name)
+
+        def spy(*args, __real=real, **kwargs):
+            seen.add(threading.current_thread().name)
+            return __real(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, spy)
+    errors: list[int] = []
+
+    def client(i: int) -> None:
+        with httpx.Client(base_url=service.url, timeout=60,
+                          headers={"Authorization": f"Bearer {service.tokens['ana']}"}) as http:
+            for path in ("/v1/query", "/v1/explain"):
+                response = http.post(path, json={"sql": SQL, "epsilon": 0.01})
+                if response.status_code != 200:
+                    errors.append(response.status_code)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and seen == {"dpsql-worker"}
+    assert charge_count(service.ledger) == 16
