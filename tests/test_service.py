@@ -538,3 +538,25 @@ def test_only_the_worker_thread_touches_the_database(service, monkeypatch):
         thread.join()
     assert errors == [] and seen == {"dpsql-worker"}
     assert charge_count(service.ledger) == 16
+
+
+def test_rate_limiter_refills_and_forgets_refilled_keys(monkeypatch):
+    from engine.service import limits
+
+    clock = [0.0]
+    monkeypatch.setattr(limits.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(limits, "MAX_KEYS", 3)
+    bucket = limits.RateLimiter(rate=2.0, burst=2)
+    bucket.take("a", "requests")
+    bucket.take("a", "requests")
+    with pytest.raises(limits.TooManyRequests) as refused:
+        bucket.take("a", "requests")
+    assert refused.value.retry_after == pytest.approx(0.5)
+    clock[0] = 0.5
+    bucket.take("a", "requests")  # one refilled after half a second
+    for key in "bcd":
+        bucket.take(key, "requests")
+    assert len(bucket._buckets) <= 4
+    clock[0] = 10.0
+    bucket.take("e", "requests")
+    assert set(bucket._buckets) == {"e"}

@@ -19,6 +19,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+MAX_KEYS = 10_000  # buckets kept before refilled ones are forgotten (bounds the memory)
+
+
 class TooManyRequests(DpsqlError):
     """A client asked faster than the service's rate limit (HTTP 429); carries `retry_after`."""
 
@@ -59,6 +62,9 @@ class RateLimiter:
                 raise TooManyRequests(f"too many {what}: at most {self.rate:g} per second (bursts of "
                                       f"{self.burst}); retry in {wait:.2g} s", retry_after=wait)
             self._buckets[key] = (level - 1.0, now)
+            if len(self._buckets) > MAX_KEYS:  # forget keys whose buckets have refilled
+                full = now - self.burst / self.rate
+                self._buckets = {k: v for k, v in self._buckets.items() if v[1] > full}
 
     def exhausted(self, key: str) -> None:
         """Raise TooManyRequests if `key` has nothing left, without spending anything."""
