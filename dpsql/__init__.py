@@ -34,6 +34,7 @@ from .calibration import (  # noqa: E402
     transcript_level,
 )
 from .engine import (  # noqa: E402
+    AccessDenied,
     AggregateInfo,
     BudgetExhausted,
     BudgetStatus,
@@ -55,6 +56,7 @@ from .engine.service import connect  # noqa: E402
 
 __all__ = [
     "MODES",
+    "AccessDenied",
     "AggregateInfo",
     "Audit",
     "BudgetExhausted",
