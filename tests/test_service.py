@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 
 import dpsql
+from calibration import DependenceModel
 from engine import execute
 from engine.database import PrivateDatabase
 from engine.errors import AccessDenied, BudgetExhausted, QueryRefused
@@ -560,3 +561,31 @@ def test_rate_limiter_refills_and_forgets_refilled_keys(monkeypatch):
     clock[0] = 10.0
     bucket.take("e", "requests")
     assert set(bucket._buckets) == {"e"}
+
+
+def test_a_cap_is_accounted_on_the_columns_the_analyst_s_own_answers_read(tmp_path):
+    """Another analyst reading more columns raises the global transcript's eta, not the eta of
+    a capped analyst's own answers, which read only `sick`."""
+    from engine.accounting import Accountant
+    from tests.test_eta_by_columns import SICK_ETA, K, _eps_dp, _policy
+
+    db = make_people(tmp_path / "people.duckdb")
+    policy = write_policy(tmp_path / "policy.yaml", _policy())
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    cap = 3.0
+    add_analysts(ledger, {"ana": ("analyst", cap)})
+    per_answer = _eps_dp(0.5, SICK_ETA)
+    own = Accountant(cap, DependenceModel(K, SICK_ETA), "auto")
+    expected, spent = 0, 0.0
+    while own.admits(spent, per_answer):
+        expected, spent = expected + 1, spent + per_answer
+    with PrivateDatabase.connect(db, policy, ledger) as private:
+        private.query("SELECT COUNT(*) FROM people WHERE age > 30", epsilon=0.5, analyst="bob")
+        answered = 0
+        with pytest.raises(BudgetExhausted, match="over your cap of 3"):
+            for _ in range(expected + 1):
+                private.query("SELECT COUNT(*) FROM people WHERE sick", epsilon=0.5, analyst="ana")
+                answered += 1
+        assert answered == expected >= 2
+        status = private.cap_status("ana")
+        assert status is not None and status.spent_ip == pytest.approx(own.level(spent))
