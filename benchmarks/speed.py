@@ -15,8 +15,8 @@ from benchmarks.generate import Dataset
 from benchmarks.memory import measure
 from benchmarks.workload import EPSILON, POLICIES, TEMPLATES, applies, policy_dict
 from engine import PrivateDatabase, execute
+from engine.execute import bounded_copy_sql
 from engine.policy import parse_policy
-from engine.rewrite import bounded_table_sql
 
 PLAN_TEMPLATE = "grouped_count_sum_avg"
 
@@ -133,7 +133,7 @@ def bounding_plan(data: Dataset) -> BoundingPlan:
         profile = conn.execute("EXPLAIN ANALYZE " + sql).fetchall()[0][1]
     finally:
         conn.close()
-    return BoundingPlan(bounded_table_sql(table, key), timed.seconds * 1e3,
+    return BoundingPlan(bounded_copy_sql(table, key, False), timed.seconds * 1e3,
                         timed.peak_extra_bytes / 2**20, count, sql, profile)
 
 

@@ -21,8 +21,9 @@ from . import postprocess
 from .accounting import ScopedAccountant, inverse, union
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
+from .bounded_store import store_dir
 from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
-from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding
+from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release
 from .plan import QueryPlan
 from .policy import Policy, declarations_json, load_policy
@@ -74,7 +75,8 @@ class PrivateDatabase:
         The ledger must exist unless `create=True`, which creates a new one bound to this
         policy (and refuses a path that exists): a mistyped path never starts a fresh budget."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
-        backend = DuckDBBackend.open(db, policy)
+        key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
+        backend = DuckDBBackend.open(db, policy, store_dir(ledger), key)
         try:
             book = Ledger(ledger, binding_of(policy), create=create)
         except BaseException:

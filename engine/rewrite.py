@@ -1,8 +1,9 @@
 """Rewrite a QueryPlan into the one query (a sqlglot tree) that computes its exact measurements.
 
 The query reads the rows per-unit bounding keeps (the bounded copy of a table with a privacy
-unit, made once per table, see `bounded_table_sql`), filters, clamps numeric columns to the
-policy bounds and joins the public domain so that every group appears, empty or not. The SQL
+unit, made once per table by the backend, see engine/backends/bounding.py), filters, clamps
+numeric columns to the policy bounds and joins the public domain so that every group appears,
+empty or not. The SQL
 is a function of the query text and the policy only, never of the data.
 """
 
@@ -19,7 +20,7 @@ def rewrite(plan: QueryPlan) -> exp.Select:
     keys, then each measurement.
 
     A table with a privacy unit is always read through its bounded copy (see
-    `bounded_table_sql`), whether or not any unit is over the bound, so that the SQL, and
+    engine/backends/bounding.py), whether or not any unit is over the bound, so that the SQL, and
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
@@ -55,7 +56,8 @@ BOUNDED_CATALOG = "dpsql_bounded"
 
 
 def bounded_table_path(table: TableSpec) -> tuple[str, str, str]:
-    """Where the bounded copy of `table` lives: a compressed in-memory catalog."""
+    """Where the bounded copy of `table` lives (on DuckDB a compressed in-memory catalog;
+    other backends map this name to their own)."""
     return (BOUNDED_CATALOG, "main", table.name)
 
 
@@ -69,59 +71,6 @@ def bounded_table(table: TableSpec) -> exp.Table:
 def bounded_columns(table: TableSpec) -> list[str]:
     """The columns of the bounded copy: the privacy unit, then the policy's columns."""
     return [table.unit] + sorted(table.columns)
-
-
-def bounded_table_sql(table: TableSpec, hash_key: str) -> str:
-    """Create `bounded_table(table)`: the unit and policy columns of the rows each privacy
-    unit keeps under its bound.
-
-    A row whose unit is NULL is a unit of its own (one row, within any bound), so it is always
-    kept. Each other unit keeps the `max_rows_per_unit` rows with the smallest keyed hash of their own
-    content (the unit and every column the policy lists), ties broken by rowid. The choice
-    depends only on the unit's own rows, never on other units' rows or on row positions, so
-    changing one unit cannot change what another contributes; rows that tie on the hash are
-    identical in every column a query may read, so which of them is kept cannot change any
-    answer. Only units over the limit are ranked: one aggregate finds them, and the window
-    sorts just their rows.
-    """
-    unit = exp.column(table.unit, "t", quoted=True)
-    content = [exp.column(name, "t", quoted=True) for name in bounded_columns(table)]
-    row_id = exp.column("rowid", "t")
-    rank = exp.Window(
-        this=exp.RowNumber(),
-        partition_by=[unit.copy()],
-        order=exp.Order(expressions=[
-            exp.Ordered(this=exp.func("HASH", exp.Literal.string(hash_key), *content)),
-            exp.Ordered(this=row_id.copy()),
-        ]),
-    )
-    on = exp.EQ(this=unit.copy(), expression=exp.column(table.unit, "heavy", quoted=True))
-    ranked = (
-        exp.select(exp.alias_(row_id.copy(), "rid"), exp.alias_(rank, "rank"))
-        .from_(exp.to_table(table.name, quoted=True).as_("t"))
-        .join(_heavy_units(table).subquery("heavy"), on=on, join_type="semi")
-    )
-    dropped = exp.select("rid").from_(ranked.subquery("ranked")).where(
-        exp.GT(this=exp.column("rank"), expression=exp.Literal.number(table.max_rows_per_unit)))
-    kept = (
-        exp.select(*[c.copy() for c in content])
-        .from_(exp.to_table(table.name, quoted=True).as_("t"))
-        .join(dropped.subquery("dropped"), join_type="anti",
-              on=exp.EQ(this=row_id.copy(), expression=exp.column("rid", "dropped")))
-    )
-    return f"CREATE OR REPLACE TABLE {bounded_table(table).sql('duckdb')} AS {kept.sql('duckdb')}"
-
-
-def _heavy_units(table: TableSpec) -> exp.Select:
-    """The (non-NULL) units with more rows than the bound."""
-    unit = exp.column(table.unit, quoted=True)
-    return (
-        exp.select(unit).from_(exp.to_table(table.name, quoted=True))
-        .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
-        .group_by(unit.copy())
-        .having(exp.GT(this=exp.Count(this=exp.Star()),
-                       expression=exp.Literal.number(table.max_rows_per_unit)))
-    )
 
 
 def _bounded_rows(plan: QueryPlan) -> exp.Select:

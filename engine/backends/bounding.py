@@ -1,0 +1,102 @@
+"""The one per-unit bounding rule, as a sqlglot tree every backend renders in its own dialect.
+
+Each privacy unit keeps the `max_rows_per_unit` of its rows with the smallest MD5 of (the
+ledger's secret hash key | a canonical text of the row), ties broken by the row's values. The
+canonical text writes NULL apart from every value, integers, text and booleans as they print,
+and floats as FLOOR(x * 2^20) (exact in double arithmetic), so DuckDB and Spark compute the same
+text, the same hash and therefore keep the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlglot import exp
+
+from ..policy import TableSpec
+from ..rewrite import bounded_columns
+
+RULE_VERSION = "md5-canonical-1"
+"""Names this rule in the fingerprint of prepared copies (engine/bounded_store.py): a changed
+rule must never reuse rows kept by the old one."""
+_SCALE = 2 ** 20
+# |FLOOR(x)| below this fits a BIGINT on both engines; a double this large is already whole.
+_WHOLE = 2 ** 62
+
+
+def kept_rows(table: TableSpec, hash_key: str, source: exp.Table, unit_is_float: bool) -> exp.Expression:
+    """The unit and policy columns of the rows each unit of `source` keeps under the bound.
+
+    Policy columns of type float, and the unit when its data type is a floating one, are
+    written as floats. A row whose unit is NULL is a unit of its own (one row, within any bound): always kept.
+    The choice depends only on the unit's own rows, never on other units' rows or on row
+    positions, so changing one unit cannot change what another contributes; rows that tie on
+    the hash and on every value are identical, so which is kept cannot change any answer. Only
+    units over the bound are ranked: one aggregate finds them, the window sorts only their rows.
+    """
+    columns = bounded_columns(table)
+    unit = table.unit
+    floats = {name for name, col in table.columns.items() if col.type == "float"}
+    if unit_is_float:
+        floats.add(unit)
+    content = [_column(name, "t") for name in columns]
+    heavy = (
+        exp.select(_column(unit)).from_(source.copy())
+        .where(exp.Not(this=exp.Is(this=_column(unit), expression=exp.Null())))
+        .group_by(_column(unit))
+        .having(exp.GT(this=exp.Count(this=exp.Star()),
+                       expression=exp.Literal.number(table.max_rows_per_unit)))
+        .subquery("heavy")
+    )
+    on = exp.EQ(this=_column(unit, "t"), expression=_column(unit, "heavy"))
+    light = (exp.select(*[c.copy() for c in content]).from_(source.copy().as_("t"))
+             .join(heavy.copy(), on=on.copy(), join_type="anti"))
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[_column(unit, "t")],
+        order=exp.Order(expressions=[
+            exp.Ordered(this=_digest(table, hash_key, floats), nulls_first=True),
+            *(exp.Ordered(this=c.copy(), nulls_first=True) for c in content),
+        ]),
+    )
+    ranked = (exp.select(*[c.copy() for c in content], exp.alias_(rank, "dpsql_rank"))
+              .from_(source.copy().as_("t")).join(heavy, on=on, join_type="semi"))
+    kept = (exp.select(*[_column(name) for name in columns]).from_(ranked.subquery("ranked"))
+            .where(exp.LTE(this=exp.column("dpsql_rank"),
+                           expression=exp.Literal.number(table.max_rows_per_unit))))
+    return exp.union(light, kept, distinct=False)
+
+
+def _digest(table: TableSpec, hash_key: str, float_columns: Collection[str]) -> exp.Expression:
+    """MD5 of the key and each column's canonical text, joined by '|'."""
+    parts: list[exp.Expression] = [exp.Literal.string(hash_key)]
+    for name in bounded_columns(table):
+        parts.append(_canonical(_column(name, "t"), name in float_columns))
+    text: exp.Expression = parts[0]
+    for part in parts[1:]:
+        text = exp.DPipe(this=exp.DPipe(this=text, expression=exp.Literal.string("|")),
+                         expression=part, safe=True)
+    return exp.MD5(this=text)
+
+
+def _canonical(value: exp.Expression, is_float: bool) -> exp.Expression:
+    """'N' for NULL, else 'V' and the value's text (a float as FLOOR(x * 2^20), written as a
+    whole number; NaN and values beyond DECIMAL(38) as 'big')."""
+    text: exp.Expression = exp.cast(value.copy(), "VARCHAR")
+    if is_float:
+        scaled = exp.Mul(this=exp.cast(value.copy(), "DOUBLE"), expression=exp.Literal.number(_SCALE))
+        small = exp.cast(exp.cast(exp.Floor(this=scaled.copy()), "BIGINT"), "VARCHAR")
+        large = exp.func("COALESCE", exp.cast(exp.TryCast(this=scaled.copy(),
+                                                          to=exp.DataType.build("DECIMAL(38, 0)")),
+                                              "VARCHAR"),
+                         exp.Literal.string("big"))
+        text = exp.Case(ifs=[exp.If(this=exp.LT(this=exp.Abs(this=scaled),
+                                                 expression=exp.Literal.number(_WHOLE)),
+                                    true=small)], default=large)
+    return exp.Case(
+        ifs=[exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Literal.string("N"))],
+        default=exp.DPipe(this=exp.Literal.string("V"), expression=text, safe=True))
+
+
+def _column(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(name, table, quoted=True)
