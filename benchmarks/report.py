@@ -246,6 +246,16 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _service_section(out: Path) -> list[str]:
+    """The service's latency, as `python -m benchmarks.service` stored it (absent if not run)."""
+    stored = _load(out, "service.json")
+    if stored is None:
+        return []
+    from benchmarks.service import section
+
+    return section(stored)
+
+
 def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
     """Write the whole results page from whatever parts have been measured."""
     plot_path = target.parent / PLOT
@@ -284,6 +294,7 @@ def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
     if not quick:
         lines += _smartnoise_section(out)
     lines += _accuracy_section(out, quick, plot_path)
+    lines += _service_section(out)
     target.write_text("\n".join(lines) + "\n" + kept_sections(target))
 
 
