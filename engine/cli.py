@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
-from .database import DEFAULT_ANALYST, PrivateDatabase, binding_of
+from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
@@ -32,7 +32,12 @@ EXPLAIN_FORMATS = click.Choice(["table", "json"])
 def _common(func):
     """Options shared by `query` and `explain`."""
     options = [
-        click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data."),
+        click.option("--db", required=True,
+                     help="DuckDB, CSV or Parquet file with the private data (with --engine spark: "
+                          "a Parquet file or folder, or a catalog table)."),
+        click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
+                     help="Where the exact aggregates are computed (spark: a local Spark session; "
+                          "needs pip install 'dpsql[spark]')."),
         click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML)."),
         click.option("--ledger", required=True, help="sqlite ledger file recording the budget spent."),
         click.option("--epsilon", type=float, default=None,
@@ -60,8 +65,9 @@ def cli() -> None:
 @cli.command(help="Answer a SQL query privately and charge the ledger.")
 @_common
 @click.option("--format", "fmt", type=QUERY_FORMATS, default="table", show_default=True)
-def query(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
-    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
+    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                 engine=engine) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
 
@@ -79,8 +85,9 @@ def _show_result(result: QueryResult, fmt: str) -> None:
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
-def explain(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
-    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
+    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                 engine=engine) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))

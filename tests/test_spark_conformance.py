@@ -150,18 +150,19 @@ def test_hand_written_plans_give_identical_exact_aggregates(pair, sql):
     assert _agree(answers), answers
 
 
-def test_random_typed_queries_give_identical_exact_aggregates(pair):
+@pytest.mark.parametrize("n", [30, pytest.param(200, marks=pytest.mark.slow)])
+def test_random_typed_queries_give_identical_exact_aggregates(pair, n):
     """The attack tests' random expression trees (casts, CASE, COALESCE, string functions, IS,
     LIKE, arithmetic by zero) over the neighbours: the same refusals and the same answers."""
-    answers = {sql: pair.exact(sql) for sql in _queries(seed=2026, n=60)}
+    answers = {sql: pair.exact(sql) for sql in _queries(seed=2026, n=n)}
     differing = {sql: [str(a) for a in both] for sql, both in answers.items() if not _agree(both)}
     assert not differing, json.dumps(differing, indent=1)[:6000]
     both = sum(1 for duck, spark in answers.values() if not isinstance(duck, str)
                and not isinstance(spark, str))
-    assert both >= 20  # most of them were answered on both engines, not refused
+    assert both >= n // 3  # many were answered on both engines, not refused
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(table=st.dictionaries(st.integers(0, 6), unit_rows, max_size=6))
 def test_the_sensitivity_tests_datasets_give_identical_exact_aggregates(spark, tmp_path_factory, table):
     rows = [(unit, *r, "x") for unit, rs in table.items() for r in rs]

@@ -3,11 +3,11 @@
 Only SQL rendered from a validated plan reaches Spark, never the analyst's text (Spark cannot be
 locked down like DuckDB: `SET`, `reflect()` and path-qualified tables work in its SQL). The plan's
 tree is judged twice before it meets the data: its DuckDB rendering by engine/gate.py on empty
-tables of the data's types (every cast and function total), and its Spark rendering by Spark
-itself on empty tables, which binds it and runs it once so that nothing that fails without data
-can fail later. The backend works in a session of its own (`newSession`: its own temporary views
-and settings) with ANSI mode off, so division, casts and overflow give NULL instead of raising,
-and sums are taken as DECIMAL(38,0) (integers) or DOUBLE, so they cannot wrap. Only one row per
+tables of the data's types (every cast and function total), and its Spark rendering (with
+DuckDB's meaning, engine/backends/spark_sql.py) by Spark's analyser on empty tables of the same
+schema. The backend works in sessions of its own (`newSession`: their own temporary views and
+settings) with ANSI mode off, so division, casts and overflow give NULL instead of raising, and
+sums are taken as DECIMAL(38,0) (integers) or DOUBLE, so they cannot wrap. Only one row per
 group comes back to the driver.
 """
 
@@ -133,8 +133,8 @@ class SparkBackend:
         return sql
 
     def check(self, sql: str) -> None:
-        """Refuse unless the DuckDB gate accepts the same tree and Spark binds and runs this SQL
-        on empty tables; neither reads data."""
+        """Refuse unless the DuckDB gate accepts the same tree and Spark binds this SQL on
+        empty tables; neither reads data."""
         duckdb_sql = self._duckdb.get(sql)
         if duckdb_sql is None:
             raise QueryRefused("only SQL this backend rendered from a checked plan may run on Spark")
@@ -182,14 +182,15 @@ class SparkBackend:
     def _guarded(self, action: Any, failure: str) -> Any:
         """Run a Spark action under the policy's time limit: cancelled past it
         (ResourceLimitExceeded), DataFailure if it fails otherwise (its message is withheld)."""
-        spark = self._spark
+        context = self._spark.sparkContext
         fired = threading.Event()
 
         def fire() -> None:
             fired.set()
-            spark.interruptTag(self._tag)
+            context.cancelJobGroup(self._tag)
 
-        spark.addTag(self._tag)
+        # Job groups are per thread (PySpark pins each Python thread to a JVM thread).
+        context.setJobGroup(self._tag, "dpsql exact aggregates", interruptOnCancel=True)
         timer = threading.Timer(self._limits.time_seconds, fire)
         timer.daemon = True
         timer.start()
@@ -204,12 +205,13 @@ class SparkBackend:
             raise DataFailure(failure) from None
         finally:
             timer.cancel()
-            spark.removeTag(self._tag)
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def _judge(self, sql: str) -> str | None:
-        """Bind and run `sql` on the empty views: a function of the text and the schema."""
+        """Bind `sql` on the empty views (PySpark analyses a statement when it is given):
+        a function of the text and the schema."""
         try:
-            self._empty.sql(sql).collect()
+            self._empty.sql(sql)
         except Exception as exc:
             first = (str(exc).strip().splitlines() or ["error"])[0]
             return f"the query cannot be run on Spark: {first}"

@@ -24,11 +24,11 @@ _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType
 _FLOATS = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
 _TEXT = {exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT, exp.DataType.Type.CHAR}
 _DECIMAL_SUM = "DECIMAL(38, 0)"
-_WHOLE = 2 ** 52
+_WHOLE = 2 ** 52  # a double this large is a whole number: FLOOR and CEIL leave it alone
 # Where a bare NULL stands for a truth value (DuckDB binds it as BOOLEAN there).
 _CONDITIONS: dict[type, tuple[str, ...]] = {
     exp.Where: ("this",), exp.If: ("this",), exp.Not: ("this",), exp.And: ("this", "expression"),
-    exp.Or: ("this", "expression"), exp.Having: ("this",)}  # a double this large is a whole number: FLOOR and CEIL leave it alone
+    exp.Or: ("this", "expression"), exp.Having: ("this",)}
 
 
 def to_spark(query: exp.Expression, column_types: Mapping[str, str]) -> exp.Expression:
@@ -53,7 +53,7 @@ def _translated(node: exp.Expression, typer: _Types) -> exp.Expression:
     return _translate(node, typer)
 
 
-def _refuse(node: exp.Expression, typer: _Types) -> None:
+def _refuse(node: exp.Expr, typer: _Types) -> None:
     """Raise QueryRefused for a form whose Spark meaning differs from DuckDB's."""
     if isinstance(node, exp.Cast):
         source, target = typer.of(node.this), node.to.this
@@ -155,7 +155,7 @@ class _Types:
     def __init__(self, column_types: Mapping[str, str]) -> None:
         self._columns = column_types
 
-    def of(self, node: exp.Expression) -> str:
+    def of(self, node: exp.Expr) -> str:
         if isinstance(node, exp.Paren):
             return self.of(node.this)
         if isinstance(node, exp.Column):
