@@ -93,6 +93,42 @@ def _plain_runner(engine: str, path: Path, spark):
     return lambda sql: conn.execute(sql).fetchall()
 
 
+def section(out: Path) -> list[str]:
+    """The RESULTS.md section from the stored spark_<rows>.json files."""
+    lines = ["## DuckDB and Spark", ""]
+    files = sorted(out.glob("spark_*.json"), key=lambda p: int(p.stem.split("_")[1]))
+    if not files:
+        return lines + ["Not measured in this run.", ""]
+    sizes = " ".join(p.stem.split("_")[1] for p in files)
+    lines += [f"Command: `python -m benchmarks.spark {sizes}`. The same Parquet file (written by "
+              "DuckDB from the generated table), the per_unit policy and the same templates on "
+              "both engines: `PrivateDatabase.connect(..., engine=\"duckdb\")` (which loads the "
+              "Parquet into memory) and `engine=\"spark\"` on a local session (`local[2]`, one "
+              "shuffle partition, driver memory 4g). Each template's time is the median of 3 "
+              "end-to-end queries after the first one, which makes the bounded rows; plain is "
+              "the same SQL text without privacy on the same engine (`spark.sql(...).collect()` "
+              "over a view of the Parquet; DuckDB over an in-memory table), in the same run.", ""]
+    for path in files:
+        data = json.loads(path.read_text())
+        runs = {r["engine"]: r for r in data["runs"]}
+        lines += [f"### {data['rows']:,} rows", "",
+                  f"Spark session start: {data['session_start_s']:.1f} s. Open: DuckDB "
+                  f"{runs['duckdb']['open_s']:.1f} s, Spark {runs['spark']['open_s']:.1f} s. First "
+                  f"query (bounding included): DuckDB {runs['duckdb']['first_query_s']:.1f} s, "
+                  f"Spark {runs['spark']['first_query_s']:.1f} s.", "",
+                  "| template | DuckDB engine s | DuckDB plain s | ratio | Spark engine s | "
+                  "Spark plain s | ratio | Spark / DuckDB (engine) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for name in runs["duckdb"]["template_s"]:
+            d, sp = runs["duckdb"], runs["spark"]
+            lines.append(f"| {name} | {d['template_s'][name]:.3f} | {d['plain_s'][name]:.3f} | "
+                         f"{d['ratio'][name]:.2f} | {sp['template_s'][name]:.3f} | "
+                         f"{sp['plain_s'][name]:.3f} | {sp['ratio'][name]:.2f} | "
+                         f"{sp['template_s'][name] / d['template_s'][name]:.1f} |")
+        lines.append("")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("rows", type=int, nargs="+")

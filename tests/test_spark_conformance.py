@@ -162,6 +162,16 @@ def test_random_typed_queries_give_identical_exact_aggregates(pair, n):
     assert both >= n // 3  # many were answered on both engines, not refused
 
 
+def test_the_hostile_corpus_is_refused_alike_on_both_engines(pair):
+    """Every query of tests/hostile/queries.jsonl (none is accepted on DuckDB) gets the same
+    refusal on Spark, without Spark answering any of them."""
+    corpus = Path(__file__).parent / "hostile" / "queries.jsonl"
+    queries = [json.loads(line)["sql"] for line in corpus.read_text().splitlines() if line.strip()]
+    answers = {sql: pair.exact(sql) for sql in queries}
+    assert all(isinstance(duck, str) for duck, _ in answers.values())
+    assert {sql: both for sql, both in answers.items() if both[0] != both[1]} == {}
+
+
 @settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(table=st.dictionaries(st.integers(0, 6), unit_rows, max_size=6))
 def test_the_sensitivity_tests_datasets_give_identical_exact_aggregates(spark, tmp_path_factory, table):
