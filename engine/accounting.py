@@ -11,6 +11,10 @@ epsilon; what a user can spend is expressed here:
 * epsilon_dp_for_cost(S, C) = L^-1(L(S) + C) - S: the eps_dp that raises the level by at
   most C. Since L is convex with L(0) = 0 it is superadditive, so that answer alone is at
   most C-private too.
+
+With column-scoped eta the map depends on the columns read: a transcript whose answers read
+the columns U is L(S; k, eta_U)-private (docs/theory.md §11). `ScopedAccountant` holds a
+binding's declarations and gives the `Accountant` of any column set.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..calibration import (
     only_residue,
     transcript_level,
 )
+from .policy import EtaDeclaration, ScopedEta, scoped_eta
 
 
 @dataclass(frozen=True)
@@ -52,13 +57,16 @@ class Accountant:
         """How much an answer of new_dp raises the transcript level: L(S + new) - L(S)."""
         return self.level(spent_dp + new_dp) - self.level(spent_dp)
 
-    def largest_epsilon(self, spent_dp: float, mode: str | None = None) -> float:
-        """The largest epsilon a query calibrated under `mode` (default: the policy's) can ask."""
+    def largest_epsilon(self, spent_dp: float, mode: str | None = None,
+                        query: DependenceModel | None = None) -> float:
+        """The largest epsilon a query calibrated under `mode` (default: the policy's) and the
+        model `query` (default: this accountant's) can ask."""
         total = self.dp_budget()
         room = total - spent_dp
         if only_residue(room, total):
             return 0.0
-        return guarantee(self.mode if mode is None else mode, room, self.model)
+        return guarantee(self.mode if mode is None else mode, room,
+                         self.model if query is None else query)
 
     def epsilon_dp_for_cost(self, spent_dp: float, cost: float) -> float:
         """The eps_dp whose answer raises the level by at most `cost`: L^-1(L(S) + C) - S."""
@@ -74,3 +82,31 @@ def inverse(level: float, model: DependenceModel, mode: str) -> float:
         return dp_budget(level, model, mode)
     except CalibrationError:
         return 0.0
+
+
+@dataclass(frozen=True)
+class ScopedAccountant:
+    """A budget, mode and dependence declarations (k, the default eta and eta per column set):
+    the accountant of a transcript depends on the columns its answers read."""
+
+    budget: float
+    k: int
+    eta: float
+    mode: str
+    eta_by_columns: tuple[EtaDeclaration, ...] = ()
+
+    def scope(self, columns: frozenset[str] | None) -> ScopedEta:
+        """The eta that applies to `columns` (None: every column) and where it comes from."""
+        return scoped_eta(self.eta, self.eta_by_columns, columns)
+
+    def model(self, columns: frozenset[str] | None) -> DependenceModel:
+        return DependenceModel(self.k, self.scope(columns).eta)
+
+    def at(self, columns: frozenset[str] | None) -> Accountant:
+        """The accountant of a transcript whose answers read `columns`."""
+        return Accountant(self.budget, self.model(columns), self.mode)
+
+
+def union(read: frozenset[str] | None, more: frozenset[str] | None) -> frozenset[str] | None:
+    """Columns read by two sets of answers (None stands for every column)."""
+    return None if read is None or more is None else read | more

@@ -20,10 +20,11 @@ from .display import number as _number
 from .errors import DpsqlError, InputError
 from .ledger import Ledger, read_history
 from .policy import load_policy
+from .progress_bar import progress_bar
 from .report import Report, build_report
 from .report_plot import plot_png
 from .report_render import render_html, render_markdown, render_table
-from .result import Explanation, HistoryEntry, QueryResult
+from .result import Explanation, HistoryEntry, QueryResult, from_clause
 
 QUERY_FORMATS = click.Choice(["table", "json", "csv"])
 EXPLAIN_FORMATS = click.Choice(["table", "json"])
@@ -66,8 +67,9 @@ def cli() -> None:
 @_common
 @click.option("--format", "fmt", type=QUERY_FORMATS, default="table", show_default=True)
 def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
-    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                 engine=engine) as private:
+    with progress_bar(fmt == "table"), \
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                    engine=engine) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
 
@@ -86,8 +88,9 @@ def _show_result(result: QueryResult, fmt: str) -> None:
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
 def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
-    with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                 engine=engine) as private:
+    with progress_bar(fmt == "table"), \
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                    engine=engine) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
@@ -254,9 +257,12 @@ def _print_result(result: QueryResult) -> None:
     console.print(intervals_note)
     console.print(
         f"epsilon {_number(result.epsilon)} (information privacy under k={result.k}, "
-        f"eta={_number(result.eta)}) -> epsilon_dp {_number(result.epsilon_dp)} via the "
-        f"{result.mode} bound"
+        f"eta={_number(result.eta)}{from_clause(result.eta_from)}) -> epsilon_dp "
+        f"{_number(result.epsilon_dp)} via the {result.mode} bound"
     )
+    console.print(Text(f"columns read: {', '.join(result.columns_read) or 'none'}; the "
+                       f"transcript's eta is now {_number(result.budget.eta)}"
+                       f"{from_clause(result.budget.eta_from)}"))
     b = result.budget
     console.print(
         f"cost {_number(result.cost)}: transcript level {_number(result.level_before)} -> "
@@ -273,7 +279,10 @@ def _print_explanation(ex: Explanation) -> None:
     console.print(Text(f"table {ex.table} ({unit}); groups: {', '.join(ex.group_by) or 'none'} "
                        f"({ex.groups} output row(s))"))
     console.print(Text(f"epsilon {_number(ex.epsilon)} -> epsilon_dp {_number(ex.epsilon_dp)} "
-                       f"via {ex.mode} ({ex.justification}); k={ex.k}, eta={_number(ex.eta)}"))
+                       f"via {ex.mode} ({ex.justification}); k={ex.k}, eta={_number(ex.eta)}"
+                       f"{from_clause(ex.eta_from)}"))
+    console.print(Text(f"columns read: {', '.join(ex.columns_read) or 'none'}; the transcript's "
+                       f"eta once answered: {_number(ex.transcript_eta)}"))
     console.print("noisy aggregates:")
     items = Table.grid(padding=(0, 1))  # a list with hanging indents: wraps between words at 80
     items.add_column(no_wrap=True)
@@ -287,7 +296,7 @@ def _print_explanation(ex: Explanation) -> None:
     console.print(f"cost {_number(ex.cost)}: transcript level {_number(ex.level_before)} -> "
                   f"{_number(ex.level_after)} of budget {_number(ex.budget.total)}: "
                   + ("admissible" if ex.admissible else "would be REFUSED (over budget)")
-                  + f"; largest epsilon you can still ask: {_number(ex.budget.largest_epsilon)}")
+                  + f"; largest epsilon this query can still ask: {_number(ex.largest_epsilon)}")
     console.print("rewritten SQL:")
     console.print(Text(visible(ex.rewritten_sql)))
 

@@ -7,26 +7,25 @@ import functools
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 from ..calibration import (
     Calibration,
     CalibrationError,
-    DependenceModel,
     calibrate,
     guarantee,
 )
 from . import postprocess
-from .accounting import Accountant, inverse
+from .accounting import ScopedAccountant, inverse, union
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
 from .ledger import Charge, Ledger, LedgerBinding
 from .noise import Mechanism, release
 from .plan import QueryPlan
-from .policy import Policy, load_policy
+from .policy import Policy, declarations_json, load_policy
 from .prepare import PreparedQuery, Preparer
 from .report import Report, build_report
 from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
@@ -58,8 +57,8 @@ class PrivateDatabase:
         self.policy = policy
         self.ledger = ledger
         self.analyst = _check_analyst(analyst)
-        self.model = DependenceModel(policy.k, policy.eta)
-        self.accountant = Accountant(policy.budget_epsilon, self.model, policy.mode)
+        self.accountant = ScopedAccountant(policy.budget_epsilon, policy.k, policy.eta, policy.mode,
+                                           policy.eta_by_columns)
         self._post = postprocess.connect()
         self._preparer = Preparer(policy, backend, self._post)
         self._halted = False
@@ -104,8 +103,8 @@ class PrivateDatabase:
     @_serialized
     def budget(self) -> BudgetStatus:
         """What the ledger has spent and what is left, including the largest epsilon to ask."""
-        spent, stored = self.ledger.state()
-        return self._status(spent, self._accountants(stored))
+        spent, stored, read = self.ledger.state()
+        return self._status(_Books(spent, read, self._accountants(stored)))
 
     @_serialized
     def history(self, id: int | None = None) -> tuple[HistoryEntry, ...]:
@@ -134,21 +133,23 @@ class PrivateDatabase:
         explanation is a function of the query text, the policy and the ledger."""
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
-        spent, stored = self.ledger.state()
-        accountants = self._accountants(stored)
-        cal = self._price(prepared, spent, accountants)
+        books = _Books(*self._state())
+        cal = self._price(prepared, books)
         mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
-        before, after = _levels(accountants, spent, cal.epsilon_dp)
+        before, after = books.levels(cal.epsilon_dp, prepared.columns)
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
             max_rows_per_unit=plan.table.max_rows_per_unit,
             group_by=tuple(c.name for c in plan.group_by),
             groups=plan.group_count if plan.group_by else 1,
             rewritten_sql=prepared.sql, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
-            mode=cal.mode, justification=cal.justification, k=self.policy.k, eta=self.policy.eta,
-            aggregates=_aggregate_infos(plan, mechanisms),
-            budget=self._status(spent, accountants), level_before=before, level_after=after,
-            cost=after - before, admissible=all(a.admits(spent, cal.epsilon_dp) for a in accountants),
+            mode=cal.mode, justification=cal.justification, k=self.policy.k,
+            eta=prepared.scope.eta, aggregates=_aggregate_infos(plan, mechanisms),
+            budget=self._status(books), level_before=before, level_after=after,
+            cost=after - before, admissible=books.admits(cal.epsilon_dp, prepared.columns),
+            eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
+            transcript_eta=self.accountant.scope(union(books.read, prepared.columns)).eta,
+            largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns),
         )
 
     @_serialized
@@ -167,40 +168,45 @@ class PrivateDatabase:
         # Admit on the ledger as it is before touching the data, so that an analyst with no
         # budget left cannot run queries on the data at all (their timing or a cancellation
         # would otherwise be free); the charge below admits again under the write lock.
-        spent, stored = self.ledger.state()
-        accountants = self._accountants(stored)
-        self._admit(prepared, self._price(prepared, spent, accountants), spent, accountants)
+        books = _Books(*self._state())
+        self._admit(prepared, self._price(prepared, books), books)
         try:
             self._backend.bound(plan.table, self.ledger.hash_key)
             exact = self._backend.run(prepared.sql, len(plan.group_by))
         except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
 
-        def settle(spent: float, stored: LedgerBinding) -> tuple[Charge, QueryResult]:
-            accountants = self._accountants(stored)
-            cal = self._price(prepared, spent, accountants)
-            self._admit(prepared, cal, spent, accountants)
+        def settle(spent: float, stored: LedgerBinding,
+                   read: frozenset[str] | None) -> tuple[Charge, QueryResult]:
+            books = _Books(spent, read, self._accountants(stored))
+            cal = self._price(prepared, books)
+            self._admit(prepared, cal, books)
             mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
             infos = _aggregate_infos(plan, mechanisms)
-            before, after = _levels(accountants, spent, cal.epsilon_dp)
+            before, after = books.levels(cal.epsilon_dp, prepared.columns)
+            charged = _Books(spent + cal.epsilon_dp, union(read, prepared.columns), books.accountants)
             try:
                 noisy = {name: release(mech, exact.values[name])
                          for name, mech in mechanisms.items()}
-                frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
-                answer, halfwidths, simultaneous = postprocess.finish(
-                    self._post, plan, prepared.post_sql, frame)
+                finished = postprocess.direct(plan, exact.keys, noisy, mechanisms)
+                if finished is None:
+                    frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
+                    finished = postprocess.finish(self._post, plan, prepared.post_sql, frame)
+                answer, halfwidths, simultaneous = finished
                 result = QueryResult(
                     df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
                     selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,
                     epsilon=cal.epsilon,
-                    epsilon_dp=cal.epsilon_dp, mode=cal.mode, k=self.policy.k, eta=self.policy.eta,
-                    aggregates=infos, budget=self._status(spent + cal.epsilon_dp, accountants),
+                    epsilon_dp=cal.epsilon_dp, mode=cal.mode, k=self.policy.k,
+                    eta=prepared.scope.eta, aggregates=infos, budget=self._status(charged),
                     level_before=before, level_after=after, cost=after - before,
+                    eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
                 )
                 stored_answer = result.to_dict()
             except Exception as exc:
                 raise _PostProcessingFailed from exc
-            charge = Charge(analyst, sql, result.answer_cost, infos, stored_answer)
+            charge = Charge(analyst, sql, result.answer_cost, infos, stored_answer,
+                            prepared.columns)
             return charge, result
 
         try:
@@ -216,24 +222,29 @@ class PrivateDatabase:
             raise EngineHalted
         return self._preparer.prepare(sql, epsilon, mode, cost)
 
-    def _accountants(self, stored: LedgerBinding) -> tuple[Accountant, ...]:
+    def _state(self) -> tuple[float, frozenset[str] | None, tuple[ScopedAccountant, ...]]:
+        """The ledger's spending, the columns read so far and who must admit a charge."""
+        spent, stored, read = self.ledger.state()
+        return spent, read, self._accountants(stored)
+
+    def _accountants(self, stored: LedgerBinding) -> tuple[ScopedAccountant, ...]:
         """Who must admit a charge: this connection's policy and, if the owner has changed the
         ledger's binding since this connection opened, the ledger's binding as well."""
         if stored == binding_of(self.policy):
             return (self.accountant,)
-        return (self.accountant, Accountant(stored.budget, stored.model, stored.mode))
+        return (self.accountant, stored.accountant())
 
-    def _price(self, prepared: PreparedQuery, spent: float,
-               accountants: tuple[Accountant, ...]) -> Calibration:
-        """The calibration to charge at spending `spent`: the smallest eps_dp that every
-        accountant allows, under the asked mode and each accountant's own mode."""
-        cal, mode = prepared.calibration, prepared.mode
+    def _price(self, prepared: PreparedQuery, books: _Books) -> Calibration:
+        """The calibration to charge at the ledger's state: the smallest eps_dp that every
+        accountant allows, under the asked mode and each accountant's own mode, each with the
+        eta it gives the columns the query reads."""
+        cal, mode, columns = prepared.calibration, prepared.mode, prepared.columns
         if prepared.cost is None:
-            for a in accountants:
+            for a in books.accountants:
                 if a is not self.accountant:
                     for m in (mode, a.mode):
                         try:
-                            other = calibrate(cal.epsilon, a.model, m)
+                            other = calibrate(cal.epsilon, a.model(columns), m)
                         except CalibrationError as exc:
                             raise InputError(f"the ledger's current policy cannot certify this "
                                              f"query: {exc}") from None
@@ -241,28 +252,32 @@ class PrivateDatabase:
                             cal = replace(other, epsilon=cal.epsilon)
             return cal
         limit = prepared.cost
-        epsilon_dp = min(min(a.epsilon_dp_for_cost(spent, limit), inverse(limit, a.model, mode),
-                             inverse(limit, a.model, a.mode)) for a in accountants)
+        before, _ = books.levels(0.0, columns)
+        after = union(books.read, columns)
+        epsilon_dp = min(min(inverse(before + limit, a.model(after), a.mode) - books.spent,
+                             inverse(limit, a.model(columns), mode),
+                             inverse(limit, a.model(columns), a.mode)) for a in books.accountants)
         if epsilon_dp <= 0.0:
             raise InputError(f"cost {limit:g} cannot be certified under mode {mode} with k="
-                             f"{self.policy.k}, eta={self.policy.eta:g}; ask a larger cost")
-        own = guarantee(mode, epsilon_dp, self.model)
-        named = self._preparer.calibrate(own, mode)
+                             f"{self.policy.k}, eta={prepared.scope.eta:g} (from "
+                             f"{prepared.scope.source}) for the columns this query reads and the "
+                             "transcript so far; ask a larger cost")
+        own = guarantee(mode, epsilon_dp, prepared.model)
+        named = self._preparer.calibrate(own, mode, prepared.model)
         return replace(named, epsilon=own, epsilon_dp=min(named.epsilon_dp, epsilon_dp))
 
-    def _admit(self, prepared: PreparedQuery, cal: Calibration, spent: float,
-               accountants: tuple[Accountant, ...]) -> None:
-        """Raise BudgetExhausted unless every accountant admits eps_dp on top of `spent`."""
-        if all(a.admits(spent, cal.epsilon_dp) for a in accountants):
+    def _admit(self, prepared: PreparedQuery, cal: Calibration, books: _Books) -> None:
+        """Raise BudgetExhausted unless every accountant admits eps_dp on top of the ledger."""
+        if books.admits(cal.epsilon_dp, prepared.columns):
             return
-        status = self._status(spent, accountants)
-        before, after = _levels(accountants, spent, cal.epsilon_dp)
+        status = self._status(books)
+        before, after = books.levels(cal.epsilon_dp, prepared.columns)
         cost = after - before
         if prepared.cost is None:
             asked, what = cal.epsilon, f"epsilon {cal.epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g})"
         else:
             asked, what = prepared.cost, f"cost {prepared.cost:g}"
-        largest = min(a.largest_epsilon(spent, prepared.mode) for a in accountants)
+        largest = books.largest_epsilon(prepared.mode, prepared.columns)
         room = max(0.0, status.total - status.spent_ip)
         left = (f"the largest epsilon you can still ask is {largest:.4g} (or a cost of at most "
                 f"{room:.4g})" if largest > 0 else "nothing more can be asked: the budget is "
@@ -284,16 +299,21 @@ class PrivateDatabase:
             self.ledger.halt(reason)
         raise EngineHalted
 
-    def _status(self, spent: float, accountants: tuple[Accountant, ...]) -> BudgetStatus:
-        """What is spent and left, under the strictest of the accountants."""
+    def _status(self, books: _Books) -> BudgetStatus:
+        """What is spent and left, under the strictest of the accountants; what is left is for
+        queries that read no column beyond those already read."""
+        spent, nothing = books.spent, frozenset[str]()
+        now = [a.at(books.read) for a in books.accountants]
+        scope = self.accountant.scope(books.read)
         return BudgetStatus(
-            total=min(a.budget for a in accountants),
-            spent_ip=max(a.level(spent) for a in accountants),
+            total=min(a.budget for a in now),
+            spent_ip=max(a.level(spent) for a in now),
             spent_dp=spent,
-            remaining=max(0.0, min(a.budget - a.level(spent) for a in accountants)),
-            remaining_dp=max(0.0, min(a.dp_budget() - spent for a in accountants)),
-            largest_epsilon=min(a.largest_epsilon(spent) for a in accountants),
-            mode=self.policy.mode,
+            remaining=max(0.0, min(a.budget - a.level(spent) for a in now)),
+            remaining_dp=max(0.0, min(a.dp_budget() - spent for a in now)),
+            largest_epsilon=min(a.at(books.read).largest_epsilon(spent, query=a.model(nothing))
+                                for a in books.accountants),
+            mode=self.policy.mode, eta=scope.eta, eta_from=scope.source,
         )
 
 
@@ -324,17 +344,40 @@ def _open_backend(db: Any, policy: Policy, engine: str, spark: Any) -> Backend:
 
 
 def binding_of(policy: Policy) -> LedgerBinding:
-    """The ledger binding a policy asks for: its budget, dependence model, mode and the column
-    that identifies an individual in each table."""
+    """The ledger binding a policy asks for: its budget, dependence model (with its eta per
+    column set), mode and the column that identifies an individual in each table."""
     units = json.dumps({name: table.privacy_unit for name, table in policy.tables.items()},
                        sort_keys=True)
-    return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode, units)
+    return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode, units,
+                         declarations_json(policy.eta_by_columns))
 
 
-def _levels(accountants: tuple[Accountant, ...], spent: float, new: float) -> tuple[float, float]:
-    """The transcript level before and after an answer of eps_dp `new`, the strictest count."""
-    return (max(a.level(spent) for a in accountants),
-            max(a.level(spent + new) for a in accountants))
+@dataclass(frozen=True)
+class _Books:
+    """The ledger as the accountants see it: DP spending S, the columns U read so far (None:
+    every column) and who must admit a charge. A transcript reading U is L(S; k, eta_U)-private."""
+
+    spent: float
+    read: frozenset[str] | None
+    accountants: tuple[ScopedAccountant, ...]
+
+    def levels(self, new: float, columns: frozenset[str]) -> tuple[float, float]:
+        """The transcript level before, and after an answer of eps_dp `new` reading `columns`,
+        the strictest count."""
+        after = union(self.read, columns)
+        return (max(a.at(self.read).level(self.spent) for a in self.accountants),
+                max(a.at(after).level(self.spent + new) for a in self.accountants))
+
+    def admits(self, new: float, columns: frozenset[str]) -> bool:
+        """True if every accountant admits an answer of eps_dp `new` reading `columns`."""
+        after = union(self.read, columns)
+        return all(a.at(after).admits(self.spent, new) for a in self.accountants)
+
+    def largest_epsilon(self, mode: str, columns: frozenset[str]) -> float:
+        """The largest epsilon a query reading `columns`, calibrated under `mode`, can ask."""
+        after = union(self.read, columns)
+        return min(a.at(after).largest_epsilon(self.spent, mode, a.model(columns))
+                   for a in self.accountants)
 
 
 def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[AggregateInfo, ...]:

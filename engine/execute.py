@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +18,14 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from . import progress
 from .backends.bounding import kept_rows
 from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
 from .plan import ExactAnswer
 from .policy import Limits, Policy, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table, bounded_table_path
+from .watchdog import WATCHDOG
 
 _LOCKED = {
     "enable_external_access": False,
@@ -73,8 +75,11 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
         if suffix in (".csv", ".tsv", ".parquet", ".pq"):
             conn = duckdb.connect(":memory:", config=config)
             table = duckdb_identifier(path.stem.lower())
-            conn.execute(f"CREATE TABLE {table} AS SELECT * FROM {_reader(path, policy)}",
-                         [str(path)])
+            conn.execute("SET enable_progress_bar = true")  # tracked for the bar, never printed
+            conn.execute("SET enable_progress_bar_print = false")
+            with progress.step(f"loading {path.name}", _probe(conn)):
+                conn.execute(f"CREATE TABLE {table} AS SELECT * FROM {_reader(path, policy)}",
+                             [str(path)])
         else:
             conn = duckdb.connect(str(path), read_only=True, config=config)
         _lock_down(conn)
@@ -127,6 +132,9 @@ def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
         if list(conn.execute(f"SELECT {names}").fetchall()[0]) != list(_LOCKED.values()):
             raise InputError("the data file is already open in this process with other settings")
         return
+    # Progress is tracked, never printed, so that a terminal can show a bar (engine/progress.py).
+    conn.execute("SET enable_progress_bar = true")
+    conn.execute("SET enable_progress_bar_print = false")
     conn.execute("SET enable_external_access = false")
     conn.execute("SET lock_configuration = true")
 
@@ -135,9 +143,9 @@ def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
 def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Interrupt what `conn` runs inside the block once the policy's time limit has passed.
 
-    A timer thread calls `conn.interrupt()`, which stops a running statement within
-    milliseconds (DuckDB's own `max_execution_time` was measured to let statements run on
-    long past it). The lock keeps the timer from firing once the block is left."""
+    The process's watchdog thread calls `conn.interrupt()`, which stops a running statement
+    within milliseconds (DuckDB's own `max_execution_time` was measured to let statements run
+    on long past it). The lock keeps it from interrupting once the block is left."""
     guard = _GUARDS.get(conn)
     if guard is None:
         yield
@@ -152,15 +160,21 @@ def time_limit(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
                 conn.interrupt()
 
     guard.timed_out = False
-    timer = threading.Timer(guard.limits.time_seconds, fire)
-    timer.daemon = True
-    timer.start()
+    token = WATCHDOG.arm(guard.limits.time_seconds, fire)
     try:
         yield
     finally:
         with lock:
             inside = False
-        timer.cancel()
+        WATCHDOG.disarm(token)
+
+
+def _probe(conn: duckdb.DuckDBPyConnection) -> Callable[[], float | None]:
+    """How far the statement `conn` runs is, from DuckDB's own progress (None when unknown)."""
+    def fraction() -> float | None:
+        percent = conn.query_progress()
+        return None if percent < 0 else min(percent, 100.0) / 100.0
+    return fraction
 
 
 def cancellation(conn: duckdb.DuckDBPyConnection,
@@ -233,7 +247,7 @@ def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
     """Run the rewritten query; the first `n_keys` columns are group keys."""
     try:
-        with time_limit(conn):
+        with time_limit(conn), progress.step("running the query", _probe(conn)):
             cursor = conn.execute(sql)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
@@ -260,8 +274,9 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
         if not attached:
             conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
         unit_type = _columns(conn, table.name)[table.unit].split("(")[0].upper()
-        conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES))
-        conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
+        with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
+            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES))
+            conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error as exc:
         cancelled = cancellation(conn, exc)
         if cancelled is not None:

@@ -16,8 +16,10 @@ charged. Every charge re-reads the binding inside its transaction, so a connecti
 before the owner tightened the policy is held to the tighter one too.
 
 Each charge stores the answer it released (the JSON form of the result), so a client that
-lost an answer can fetch it again without a second charge or fresh noise. Schema version 2
-ledgers (no stored answers, no mode) are migrated in place, in one transaction.
+lost an answer can fetch it again without a second charge or fresh noise. Each charge also
+records the columns its answer read, since the transcript's level depends on their union
+(column-scoped eta, docs/theory.md §11). Ledgers of schema versions 2 and 3 are migrated in
+place, in one transaction; their past charges are read as having read every column.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..calibration import DependenceModel, mode_dominates
+from .accounting import ScopedAccountant
 from .errors import EngineHalted, LedgerError
+from .policy import EtaDeclaration, declarations_from_json
 from .result import AggregateRecord, AnswerCost, HistoryEntry
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 HALT_ATTEMPTS = 5  # busy timeouts (60 s each) a halt waits for a locked ledger
 LEGACY_MODE = "auto"
 """Version 2 ledgers always accounted with the tightest map, which is auto's."""
@@ -54,7 +58,8 @@ CREATE TABLE charges (
     k INTEGER NOT NULL,
     eta REAL NOT NULL,
     aggregates TEXT NOT NULL,
-    answer TEXT
+    answer TEXT,
+    columns TEXT
 );
 CREATE TABLE bindings (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -62,7 +67,8 @@ CREATE TABLE bindings (
     budget REAL NOT NULL,
     k INTEGER NOT NULL,
     eta REAL NOT NULL,
-    mode TEXT NOT NULL DEFAULT 'auto'
+    mode TEXT NOT NULL DEFAULT 'auto',
+    eta_by_columns TEXT NOT NULL DEFAULT ''
 );
 """
 _MIGRATE_2_TO_3 = (
@@ -71,6 +77,12 @@ _MIGRATE_2_TO_3 = (
     f"INSERT OR IGNORE INTO meta (key, value) VALUES ('mode', '{LEGACY_MODE}')",
     "UPDATE meta SET value = '3' WHERE key = 'schema_version'",
 )
+_MIGRATE_3_TO_4 = (
+    "ALTER TABLE charges ADD COLUMN columns TEXT",
+    "ALTER TABLE bindings ADD COLUMN eta_by_columns TEXT NOT NULL DEFAULT ''",
+    "UPDATE meta SET value = '4' WHERE key = 'schema_version'",
+)
+_MIGRATIONS = {"2": _MIGRATE_2_TO_3 + _MIGRATE_3_TO_4, "3": _MIGRATE_3_TO_4}
 _TABLES = {"meta", "charges", "bindings"}
 T = TypeVar("T")
 
@@ -84,6 +96,7 @@ class Charge:
     cost: AnswerCost
     aggregates: tuple[AggregateRecord, ...]
     answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
+    columns: frozenset[str] | None = None  # the columns the answer read (None: every column)
 
 
 @dataclass(frozen=True)
@@ -97,18 +110,33 @@ class LedgerBinding:
     # Which column identifies an individual in each table (JSON; "" before it was recorded):
     # every epsilon spent is about those individuals, so it never changes under a ledger.
     units: str = ""
+    eta_by_columns: str = ""  # declarations_json of the policy's eta per column set
 
     @property
     def model(self) -> DependenceModel:
         return DependenceModel(self.k, self.eta)
 
+    @property
+    def declarations(self) -> tuple[EtaDeclaration, ...]:
+        return declarations_from_json(self.eta_by_columns)
+
+    def accountant(self) -> ScopedAccountant:
+        """The accountant this binding defines."""
+        return ScopedAccountant(self.budget, self.k, self.eta, self.mode, self.declarations)
+
     def lenient_fields(self, other: LedgerBinding) -> list[str]:
         """The fields in which `other` is more lenient than self (more budget, smaller k or eta,
-        a mode whose accounting map is not everywhere at least as large)."""
+        a smaller eta for some column set, a mode whose accounting map is not everywhere at
+        least as large). The eta of any column set is the smallest declared over its supersets,
+        so comparing at `other`'s declared sets covers every set."""
         mode_looser = not mode_dominates(other.mode, self.mode, other.model)
+        mine, theirs = self.accountant(), other.accountant()
+        sets_looser = any(theirs.scope(d.columns).eta < mine.scope(d.columns).eta
+                          for d in theirs.eta_by_columns)
         return [name for name, looser in (("budget", other.budget > self.budget),
                                           ("k", other.k < self.k),
                                           ("eta", other.eta < self.eta),
+                                          ("eta_by_columns", sets_looser),
                                           ("mode", mode_looser)) if looser]
 
 
@@ -205,7 +233,7 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} is corrupted ({problems[0][0]}); restore it "
                               "from a backup: its recorded spending cannot be trusted")
         version = self._version(tables)
-        if _TABLES <= tables and version == "2":
+        if _TABLES <= tables and version in _MIGRATIONS:
             self._migrate()
             version = self._version(tables)
         if not _TABLES <= tables or version != SCHEMA_VERSION:
@@ -225,14 +253,17 @@ class Ledger:
             "schema_version")
 
     def _migrate(self) -> None:
-        """Bring a version 2 ledger to version 3 in one transaction: add the stored answers
-        (empty for past charges) and the binding's mode (auto, what version 2 accounted with).
-        Concurrent openers are serialised; whoever comes second finds version 3 and does nothing."""
+        """Bring a version 2 or 3 ledger to version 4 in one transaction: version 3 added the
+        stored answers (empty for past charges) and the binding's mode (auto, what version 2
+        accounted with); version 4 the columns each answer read (unknown, so every column, for
+        past charges) and the binding's eta per column set. Concurrent openers are serialised;
+        whoever comes second finds version 4 and does nothing."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if self._version({"meta"}) == "2":
-                for statement in _MIGRATE_2_TO_3:
+            version = self._version({"meta"})
+            if version in _MIGRATIONS:
+                for statement in _MIGRATIONS[version]:
                     conn.execute(statement)
             conn.execute("COMMIT")
         except BaseException:
@@ -258,7 +289,8 @@ class Ledger:
                     f"k {stored.k}, eta {stored.eta!r}, mode {stored.mode} (or tightened to it "
                     f"since), and this policy is more lenient ({detail}); past spending is never "
                     "re-interpreted more leniently: keep the policy (a smaller budget, larger k "
-                    "or eta, or a more conservative mode is accepted), or start a new ledger"
+                    "or eta, larger etas per column set, or a more conservative mode is "
+                    "accepted), or start a new ledger"
                 )
             wanted = replace(self.binding, units=self.binding.units or stored.units)
             if stored != wanted:
@@ -289,9 +321,11 @@ class Ledger:
         """The binding the ledger holds now (the owner may have tightened it since we opened)."""
         meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
         try:
+            declared = meta.get("eta_by_columns", "")
+            declarations_from_json(declared)  # refuse a record that does not parse
             return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
-                                 meta.get("mode", LEGACY_MODE), meta.get("units", ""))
-        except (KeyError, ValueError):
+                                 meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared)
+        except (KeyError, ValueError, TypeError):
             raise LedgerError(f"ledger {self.path} has no valid budget, k and eta; restore it "
                               "from a backup") from None
 
@@ -309,18 +343,41 @@ class Ledger:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
         return self._total(rows)
 
-    def state(self) -> tuple[float, LedgerBinding]:
-        """The DP spending and the ledger's binding, read together in one transaction."""
+    def state(self) -> tuple[float, LedgerBinding, frozenset[str] | None]:
+        """The DP spending, the ledger's binding and the columns read so far (None: every
+        column), read together in one transaction."""
         conn = self._conn
         try:
             conn.execute("BEGIN")
             try:
-                spent = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
-                return spent, self._stored_binding()
+                spent, read = self._spending()
+                return spent, self._stored_binding(), read
             finally:
                 conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
+
+    def _spending(self) -> tuple[float, frozenset[str] | None]:
+        """The total eps_dp of every charge and the union of the columns they read (a ledger
+        holds few distinct column sets, so each is decoded once)."""
+        conn = self._conn
+        total = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
+        read: frozenset[str] = frozenset()
+        for (text,) in conn.execute("SELECT DISTINCT columns FROM charges").fetchall():
+            if text is None:
+                return total, None
+            read = read | self._columns(text)
+        return total, read
+
+    def _columns(self, text: str) -> frozenset[str]:
+        try:
+            names = json.loads(text)
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                return frozenset(names)
+        except ValueError:
+            pass
+        raise LedgerError(f"ledger {self.path} holds a charge whose columns read are not a JSON "
+                          "list of names; restore it from a backup")
 
     def _total(self, rows: list[tuple]) -> float:
         total = math.fsum(r[0] for r in rows)
@@ -329,11 +386,13 @@ class Ledger:
                               "from a backup")
         return total
 
-    def charge(self, settle: Callable[[float, LedgerBinding], tuple[Charge, T]]) -> tuple[int, T]:
-        """Charge what `settle(spent_dp, binding)` decides, in one transaction.
+    def charge(self, settle: Callable[[float, LedgerBinding, frozenset[str] | None],
+                                      tuple[Charge, T]]) -> tuple[int, T]:
+        """Charge what `settle(spent_dp, binding, read)` decides, in one transaction.
 
-        `settle` gets the DP spending and the ledger's binding as they are now, under the write
-        lock; it admits or refuses (raising), draws the noise and builds the complete answer.
+        `settle` gets the DP spending, the ledger's binding and the columns read so far as they
+        are now, under the write lock; it admits or refuses (raising), draws the noise and
+        builds the complete answer.
         The charge and its answer are then inserted and committed together; if anything
         raises, the transaction rolls back and nothing is charged. Returns the charge's id and
         what `settle` returned. Concurrent processes are serialised by sqlite's write lock."""
@@ -345,16 +404,19 @@ class Ledger:
                     raise EngineHalted
                 stored = self._stored_binding()
                 self._check_units(stored)  # the owner may have changed them since we opened
-                spent = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
-                charge, extra = settle(spent, stored)
+                spent, read = self._spending()
+                charge, extra = settle(spent, stored, read)
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
+                columns = None if charge.columns is None else json.dumps(sorted(charge.columns))
                 cost = charge.cost
                 (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
-                    "aggregates, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                    "aggregates, answer, columns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "RETURNING id",
                     [_now(), charge.analyst, charge.sql, cost.epsilon, cost.epsilon_dp, cost.mode,
-                     cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]), answer],
+                     cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]), answer,
+                     columns],
                 ).fetchone()
                 conn.execute("COMMIT")
             except BaseException:
@@ -445,7 +507,7 @@ def _history(conn: sqlite3.Connection, path: Path, analyst: str,
              ident: int | None) -> tuple[HistoryEntry, ...]:
     """Rows of the charges table as history entries; answers are JSON-decoded and checked."""
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    answer = "answer" if version == (SCHEMA_VERSION,) else "NULL"
+    answer = "NULL" if version == ("2",) else "answer"
     where, args = "analyst = ?", list[str | int]([analyst])
     if ident is not None:
         where += " AND id = ?"
@@ -467,13 +529,14 @@ def _history(conn: sqlite3.Connection, path: Path, analyst: str,
 
 def _binding_meta(binding: LedgerBinding) -> dict[str, str]:
     meta = {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
-            "mode": binding.mode}
+            "mode": binding.mode, "eta_by_columns": binding.eta_by_columns}
     return meta | ({"units": binding.units} if binding.units else {})
 
 
 def _insert_binding(conn: sqlite3.Connection, now: str, binding: LedgerBinding) -> None:
-    conn.execute("INSERT INTO bindings (time, budget, k, eta, mode) VALUES (?, ?, ?, ?, ?)",
-                 [now, binding.budget, binding.k, binding.eta, binding.mode])
+    conn.execute("INSERT INTO bindings (time, budget, k, eta, mode, eta_by_columns) "
+                 "VALUES (?, ?, ?, ?, ?, ?)",
+                 [now, binding.budget, binding.k, binding.eta, binding.mode, binding.eta_by_columns])
 
 
 def _explain(path: Path, exc: sqlite3.Error) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -28,15 +29,21 @@ class Mechanism:
 
     def accuracy(self, alpha: float) -> float:
         """Half-width a with Pr[|noise| > a] = alpha, from OpenDP's accuracy helpers."""
-        if self.scale == 0:
-            return 0.0
-        if self.mechanism == "discrete_laplace":
-            return dp.discrete_laplacian_scale_to_accuracy(self.scale, alpha)
-        return dp.laplacian_scale_to_accuracy(self.scale, alpha)
+        return _accuracy(self.mechanism, self.scale, alpha)
 
     @property
     def ci95(self) -> float:
         return self.accuracy(0.05)
+
+
+@functools.lru_cache(maxsize=1024)
+def _accuracy(mechanism: str, scale: float, alpha: float) -> float:
+    """OpenDP's accuracy of a mechanism at a scale (remembered: every answer asks it again)."""
+    if scale == 0:
+        return 0.0
+    if mechanism == "discrete_laplace":
+        return dp.discrete_laplacian_scale_to_accuracy(scale, alpha)
+    return dp.laplacian_scale_to_accuracy(scale, alpha)
 
 
 def build_mechanism(measurement: Measurement, sensitivity: float | int,

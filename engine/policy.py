@@ -87,20 +87,83 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class EtaDeclaration:
+    """The owner's eta for one set of columns (qualified `table.column` names): the TV bound on
+    how much one individual's record moves the law of the others' records projected onto them."""
+
+    columns: frozenset[str]
+    eta: float
+
+    def describe(self) -> str:
+        return "{" + ", ".join(sorted(self.columns)) + "}"
+
+
+@dataclass(frozen=True)
+class ScopedEta:
+    """The eta that applies to a set of columns read, and the declaration it comes from."""
+
+    eta: float
+    declaration: EtaDeclaration | None  # None: the policy's default eta (every column set)
+
+    @property
+    def source(self) -> str:
+        """Where the eta comes from, in words a reader of an answer or a report can check."""
+        if self.declaration is None:
+            return "dependence.eta (the default for every column set)"
+        return f"dependence.eta_by_columns {self.declaration.describe()}"
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole policy: budget, dependence model, tables (names lower-cased) and limits."""
 
     budget_epsilon: float
     k: int
-    eta: float
+    eta: float  # the default: eta of every column set not declared in eta_by_columns
     mode: str
     tables: Mapping[str, TableSpec]
     limits: Limits = Limits()
+    eta_by_columns: tuple[EtaDeclaration, ...] = ()
 
     def fingerprint(self) -> str:
         """A stable digest of what makes spending comparable: budget and dependence model."""
-        text = json.dumps({"budget": self.budget_epsilon, "k": self.k, "eta": self.eta})
+        text = json.dumps({"budget": self.budget_epsilon, "k": self.k, "eta": self.eta,
+                           "eta_by_columns": declarations_json(self.eta_by_columns)})
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def eta_for(self, columns: frozenset[str] | None) -> ScopedEta:
+        """The eta of a query or transcript that reads `columns` (None: every column)."""
+        return scoped_eta(self.eta, self.eta_by_columns, columns)
+
+
+def scoped_eta(default: float, declarations: tuple[EtaDeclaration, ...],
+               columns: frozenset[str] | None) -> ScopedEta:
+    """The smallest declared eta among the column sets containing `columns`, else the default.
+
+    Sound because an answer that reads only the columns S depends on the others' records only
+    through their projection onto S (and their presence), and projection cannot increase total
+    variation, so eta_S <= eta_S' for S a subset of S' (docs/theory.md, column-scoped eta)."""
+    best = ScopedEta(default, None)
+    if columns is None:
+        return best
+    for declaration in declarations:
+        if columns <= declaration.columns and declaration.eta < best.eta:
+            best = ScopedEta(declaration.eta, declaration)
+    return best
+
+
+def declarations_json(declarations: tuple[EtaDeclaration, ...]) -> str:
+    """A canonical JSON text of eta_by_columns (the ledger's binding records it)."""
+    items = sorted([sorted(d.columns), d.eta] for d in declarations)
+    return json.dumps(items) if items else ""
+
+
+def declarations_from_json(text: str) -> tuple[EtaDeclaration, ...]:
+    """Read `declarations_json` back (ValueError, KeyError or TypeError if it is not one)."""
+    if not text:
+        return ()
+    return tuple(EtaDeclaration(frozenset(str(c) for c in columns), float(eta))
+                 for columns, eta in json.loads(text))
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -140,7 +203,8 @@ def parse_policy(raw: Any) -> Policy:
         require_budget("budget.epsilon", epsilon)
     except CalibrationError as exc:
         raise PolicyError(str(exc)) from exc
-    dep = _mapping(top["dependence"], "dependence", required={"k", "eta"}, optional={"mode"})
+    dep = _mapping(top["dependence"], "dependence", required={"k", "eta"},
+                   optional={"mode", "eta_by_columns"})
     k = dep["k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise PolicyError(f"dependence.k: expected an integer >= 1, got {k!r}")
@@ -168,8 +232,57 @@ def parse_policy(raw: Any) -> Policy:
             raise PolicyError(f"tables.{name}: table listed twice (names are case-insensitive)")
         tables[table.name] = table
     limits = _limits(top["limits"]) if "limits" in top else Limits()
+    declarations = _eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables)
     return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
-                  limits=limits)
+                  limits=limits, eta_by_columns=declarations)
+
+
+def _eta_by_columns(raw: Any, default: float,
+                    tables: Mapping[str, TableSpec]) -> tuple[EtaDeclaration, ...]:
+    """Validate `dependence.eta_by_columns`: a list of {columns: [...], eta: x}, each column a
+    policy column (`column`, or `table.column` when several tables have it), each eta in
+    [0, dependence.eta] (no column set can depend more than the whole record)."""
+    path = "dependence.eta_by_columns"
+    if not isinstance(raw, list):
+        raise PolicyError(f"{path}: expected a list of {{columns: [...], eta: ...}} entries, "
+                          f"got {type(raw).__name__}")
+    declarations: list[EtaDeclaration] = []
+    for i, item in enumerate(raw):
+        where = f"{path}[{i}]"
+        spec = _mapping(item, where, required={"columns", "eta"}, optional=set())
+        names = spec["columns"]
+        if not isinstance(names, list) or not names:
+            raise PolicyError(f"{where}.columns: expected a non-empty list of column names, "
+                              f"got {names!r}")
+        columns = frozenset(_qualified(name, f"{where}.columns", tables) for name in names)
+        eta = _number(spec["eta"], f"{where}.eta")
+        if not 0 <= eta <= default:
+            raise PolicyError(
+                f"{where}.eta: expected a number in [0, {default:g}] (dependence.eta bounds every "
+                f"column set: projecting records onto fewer columns cannot raise eta), got {eta!r}")
+        if any(d.columns == columns for d in declarations):
+            raise PolicyError(f"{where}.columns: the column set {sorted(columns)} is declared twice")
+        declarations.append(EtaDeclaration(columns, float(eta)))
+    return tuple(declarations)
+
+
+def _qualified(name: Any, path: str, tables: Mapping[str, TableSpec]) -> str:
+    """`table.column` for a column named plainly or qualified; refuses unknown or ambiguous names."""
+    if not isinstance(name, str) or not name.strip():
+        raise PolicyError(f"{path}: expected column names, got {name!r}")
+    text = name.strip().lower()
+    known = sorted(f"{t.name}.{c}" for t in tables.values() for c in t.columns)
+    if "." in text:
+        if text not in known:
+            raise PolicyError(f"{path}: unknown column {name!r} (policy columns: {', '.join(known)})")
+        return text
+    matches = [q for q in known if q.split(".", 1)[1] == text]
+    if not matches:
+        raise PolicyError(f"{path}: unknown column {name!r} (policy columns: {', '.join(known)})")
+    if len(matches) > 1:
+        raise PolicyError(f"{path}: column {name!r} is in several tables; write one of "
+                          f"{', '.join(matches)}")
+    return matches[0]
 
 
 def _limits(raw: Any) -> Limits:

@@ -1,10 +1,13 @@
 """Post-processing on noisy values only: outputs (AVG = SUM/COUNT), HAVING, ORDER BY, LIMIT.
 
 Runs in a separate in-memory DuckDB that sees nothing but the noisy table, so everything
-here is post-processing and costs no privacy.
+here is post-processing and costs no privacy. An answer that is nothing but group keys and
+noisy measurements, as they are, skips it (`direct`): the same table, built without a query.
 """
 
 from __future__ import annotations
+
+import functools
 
 import duckdb
 import numpy as np
@@ -106,3 +109,42 @@ def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
     halfwidths = [result[[f"{prefix}{j}" for j in range(len(names))]].set_axis(names, axis=1)
                   .astype(float).reset_index(drop=True) for prefix in ("__ci", "__cs")]
     return answer.reset_index(drop=True), *halfwidths
+
+
+def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
+           mechanisms: dict[str, Mechanism]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
+    """The answer and its half-widths (as `finish` returns them) built directly when every
+    output is a group key or one noisy measurement as it is, and nothing is filtered, ordered
+    or cut; None when the post-processing query is needed."""
+    if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None:
+        return None
+    types = dict(noisy_columns(plan))
+    sources = []
+    for out in plan.outputs:
+        name = out.expression.name if isinstance(out.expression, exp.Column) else None
+        if name is None or name not in types or (name in noisy and out.measurements != (name,)):
+            return None
+        sources.append(name)
+    columns = {col.name: [key[i] for key in keys] for i, col in enumerate(plan.group_by)}
+    columns.update(noisy)
+    rows = len(keys) if plan.group_by else len(next(iter(noisy.values())))
+    fetched = _fetched_dtypes()
+    answer = pd.DataFrame({out.name: pd.Series(columns[source], dtype=fetched[types[source]])
+                           for out, source in zip(plan.outputs, sources, strict=True)},
+                          index=range(rows))
+    measured = pd.DataFrame(noisy, index=range(rows))
+    groups = max(rows, 1)
+    halfwidths = [pd.DataFrame({out.name: _halfwidths(out, measured, mechanisms, alpha).astype(float)
+                                for out in plan.outputs}, index=range(rows))
+                  for alpha in (ALPHA, ALPHA / groups)]
+    return answer, *halfwidths
+
+
+@functools.cache
+def _fetched_dtypes() -> dict[str, object]:
+    """The pandas dtype DuckDB's `fetchdf` gives each column type here (it depends on the
+    pandas version: text is `object` in pandas 2 and a string dtype in pandas 3)."""
+    with duckdb.connect(":memory:") as conn:
+        frame = conn.execute("SELECT true AS \"BOOLEAN\", 1::BIGINT AS \"BIGINT\", "
+                             "1.5::DOUBLE AS \"DOUBLE\", 'a'::VARCHAR AS \"VARCHAR\"").fetchdf()
+    return {name: frame[name].dtype for name in frame.columns}

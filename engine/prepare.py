@@ -22,16 +22,18 @@ from ..calibration import (
 from . import postprocess
 from .backends import Backend
 from .binding import build_plan, check_size
+from .columns import columns_read
 from .errors import InputError
 from .gate import SchemaGate
 from .noise import Mechanism, build_mechanism
 from .parse import parse_select
 from .plan import QueryPlan
-from .policy import Policy
+from .policy import Policy, ScopedEta
 from .rewrite import rewrite
 from .sensitivity import sensitivity
 
 PLAN_CACHE_SIZE = 256
+MECHANISM_CACHE_SIZE = 256
 POST_GATES = 16
 
 
@@ -46,6 +48,9 @@ class PreparedQuery:
     post_sql: str  # the post-processing query run on the noisy values
     mode: str  # the mode the analyst asked for (the policy's by default)
     cost: float | None  # when asking by cost: the most the transcript level may rise
+    columns: frozenset[str]  # the policy columns the exact query reads (table.column)
+    scope: ScopedEta  # the eta of those columns under the policy, and its declaration
+    model: DependenceModel  # what the answer is calibrated under: k and the columns' eta
 
 
 class Preparer:
@@ -53,12 +58,12 @@ class Preparer:
 
     def __init__(self, policy: Policy, backend: Backend, post: duckdb.DuckDBPyConnection) -> None:
         self.policy = policy
-        self.model = DependenceModel(policy.k, policy.eta)
         self._backend = backend
         self._post = post
-        self._plans: dict[str, tuple[QueryPlan, str, str]] = {}
+        self._plans: dict[str, tuple[QueryPlan, str, str, frozenset[str]]] = {}
         self._post_gates: dict[tuple[tuple[str, str], ...], SchemaGate] = {}
         self._post_checked: set[str] = set()
+        self._mechanisms: dict[tuple[int, float], tuple[QueryPlan, dict[str, Mechanism]]] = {}
 
     def prepare(self, sql: str, epsilon: float | None, mode: str | None,
                 cost: float | None = None) -> PreparedQuery:
@@ -71,20 +76,23 @@ class Preparer:
         mode = self.policy.mode if mode is None else mode
         if mode not in MODE_CHOICES:
             raise InputError(f"mode must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
-        plan, rewritten, post_sql = self._plan(sql)
-        cal = self.calibrate(target, mode)
+        plan, rewritten, post_sql, columns = self._plan(sql)
+        scope = self.policy.eta_for(columns)
+        model = DependenceModel(self.policy.k, scope.eta)
+        cal = self.calibrate(target, mode, model)
         mechanisms = self.mechanisms(plan, cal.epsilon_dp)
         self._check_post_processing(plan, post_sql, mechanisms)
         return PreparedQuery(plan, cal, mechanisms, rewritten, post_sql, mode,
-                             None if cost is None else target)
+                             None if cost is None else target, columns, scope, model)
 
-    def calibrate(self, epsilon: float, mode: str) -> Calibration:
-        """Calibrate under `mode`, which may be more conservative than the policy's, never
-        looser: its eps_dp for this epsilon must not exceed the policy mode's."""
+    def calibrate(self, epsilon: float, mode: str, model: DependenceModel) -> Calibration:
+        """Calibrate under `mode` and `model` (k and the eta of the columns read); the mode may
+        be more conservative than the policy's, never looser: its eps_dp for this epsilon must
+        not exceed the policy mode's."""
         try:
-            cal = calibrate(epsilon, self.model, mode)
+            cal = calibrate(epsilon, model, mode)
             if mode != self.policy.mode:
-                owner = calibrate(epsilon, self.model, self.policy.mode)
+                owner = calibrate(epsilon, model, self.policy.mode)
                 if cal.epsilon_dp > owner.epsilon_dp:
                     raise InputError(
                         f"mode {mode} is looser than the policy's mode {self.policy.mode} at "
@@ -96,15 +104,25 @@ class Preparer:
         return cal
 
     def mechanisms(self, plan: QueryPlan, epsilon_dp: float) -> dict[str, Mechanism]:
-        """The noise of each measurement, splitting epsilon_dp equally between them."""
+        """The noise of each measurement, splitting epsilon_dp equally between them. Built
+        once per (plan, epsilon_dp): OpenDP measurements are reusable, each call draws fresh
+        noise, and building them (with the check of OpenDP's privacy map) dominates a small
+        query's cost."""
+        key = (id(plan), epsilon_dp)
+        cached = self._mechanisms.get(key)
+        if cached is not None and cached[0] is plan:
+            return cached[1]
         share = epsilon_dp / len(plan.measurements)
-        return {m.name: build_mechanism(m, sensitivity(m, plan), share)
-                for m in plan.measurements}
+        built = {m.name: build_mechanism(m, sensitivity(m, plan), share) for m in plan.measurements}
+        if len(self._mechanisms) >= MECHANISM_CACHE_SIZE:
+            self._mechanisms.pop(next(iter(self._mechanisms)))
+        self._mechanisms[key] = (plan, built)  # the plan is kept, so its id is not reused
+        return built
 
-    def _plan(self, sql: str) -> tuple[QueryPlan, str, str]:
-        """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate.
-        They depend only on the text and the policy, so repeated texts reuse them, like a
-        prepared statement."""
+    def _plan(self, sql: str) -> tuple[QueryPlan, str, str, frozenset[str]]:
+        """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate,
+        and the columns it reads. They depend only on the text and the policy, so repeated
+        texts reuse them, like a prepared statement."""
         cached = self._plans.get(sql)
         if cached is None:
             plan = build_plan(parse_select(sql), self.policy, sql, self._backend.data_columns())
@@ -112,7 +130,7 @@ class Preparer:
             rewritten, post_sql = self._backend.render(rewrite(plan)), postprocess.query_sql(plan)
             self._backend.check(rewritten)
             self._post_gate(plan).check(post_sql)
-            cached = (plan, rewritten, post_sql)
+            cached = (plan, rewritten, post_sql, columns_read(plan))
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[sql] = cached

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..calibration import mutual_information_bound, within_budget
-from .accounting import Accountant
+from .accounting import ScopedAccountant, union
 from .errors import InputError, LedgerError
-from .policy import Policy
+from .policy import Policy, declarations_json
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger
 
 AGREEMENT = 1e-9
@@ -37,7 +37,7 @@ class ReportTotals:
     answers: int
     budget: float  # the policy's information-privacy (IP) budget B
     k: int
-    eta: float
+    eta: float  # the transcript's eta: that of the union of the columns its answers read
     mode: str  # the policy's mode: its map L accounts for the transcript
     epsilon_asked: float  # sum of the per-answer IP levels analysts asked for
     spent_dp: float  # sum of epsilon_dp: the transcript is one spent_dp-DP mechanism
@@ -47,8 +47,10 @@ class ReportTotals:
     remaining: float  # B - transcript_level
     dp_budget: float  # L^-1(B): the most DP level the whole transcript may spend
     remaining_dp: float  # dp_budget - spent_dp
-    largest_epsilon: float  # the largest epsilon a query can still ask: L(dp_budget - spent_dp)
+    # The largest epsilon any query reading only columns already read can still ask.
+    largest_epsilon: float
     difference: str | None  # why epsilon_asked and transcript_level differ, when they do
+    eta_from: str = ""  # the policy declaration the transcript's eta comes from
 
 
 @dataclass(frozen=True)
@@ -148,13 +150,20 @@ class Report:
         return {
             "id": answer.id, "time": answer.time, "analyst": answer.analyst, "sql": answer.sql,
             "epsilon": answer.cost.epsilon, "epsilon_dp": answer.cost.epsilon_dp,
-            "mode": answer.cost.mode, "k": answer.cost.k, "eta": answer.cost.eta, "aggregates": aggregates,
+            "mode": answer.cost.mode, "k": answer.cost.k, "eta": answer.cost.eta,
+            "columns_read": names_read(answer.columns), "aggregates": aggregates,
             "cumulative_epsilon_dp": self.cumulative_dp[i], "transcript_level": self.levels[i],
         }
 
 
 ENTRY_COLUMNS = ["id", "time", "analyst", "sql", "epsilon", "epsilon_dp", "mode", "k", "eta",
-                 "aggregates", "cumulative_epsilon_dp", "transcript_level"]
+                 "columns_read", "aggregates", "cumulative_epsilon_dp", "transcript_level"]
+EVERY_COLUMN = "(every column: recorded before ledgers kept the columns read)"
+
+
+def names_read(columns: frozenset[str] | None) -> str:
+    """The columns an answer read, as a report shows them."""
+    return EVERY_COLUMN if columns is None else ", ".join(sorted(columns)) or "(none)"
 ANALYST_COLUMNS = ["analyst", "answers", "epsilon_asked", "spent_dp", "own_level", "share_dp"]
 
 
@@ -170,8 +179,7 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
         _check_policy(snapshot, policy)
     if analyst is not None:
         analyst = _check_analyst(analyst)
-    bound = snapshot.binding
-    accountant = Accountant(bound.budget, bound.model, bound.mode)
+    scoped = snapshot.binding.accountant()
     answers = snapshot.answers
     cumulative = tuple(accumulate(a.cost.epsilon_dp for a in answers))
     return Report(
@@ -180,26 +188,39 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
         analyst=analyst,
         answers=answers,
         cumulative_dp=cumulative,
-        levels=tuple(accountant.level(s) for s in cumulative),
-        totals=_totals(snapshot, accountant),
-        subtotals=_subtotals(answers, accountant),
+        levels=tuple(scoped.at(read).level(s)
+                     for s, read in zip(cumulative, _reads(answers), strict=True)),
+        totals=_totals(snapshot, scoped),
+        subtotals=_subtotals(answers, scoped),
     )
 
 
-def _totals(snapshot: LedgerSnapshot, accountant: Accountant) -> ReportTotals:
-    answers, budget = snapshot.answers, accountant.budget
+def _reads(answers: tuple[LedgerAnswer, ...]) -> tuple[frozenset[str] | None, ...]:
+    """The union of the columns read by the answers up to each one (None: every column)."""
+    reads: list[frozenset[str] | None] = []
+    read: frozenset[str] | None = frozenset()
+    for answer in answers:
+        read = union(read, answer.columns)
+        reads.append(read)
+    return tuple(reads)
+
+
+def _totals(snapshot: LedgerSnapshot, scoped: ScopedAccountant) -> ReportTotals:
+    answers, budget = snapshot.answers, scoped.budget
+    read = _reads(answers)[-1] if answers else frozenset[str]()
+    accountant, scope = scoped.at(read), scoped.scope(read)
     spent = math.fsum(a.cost.epsilon_dp for a in answers)
     asked = math.fsum(a.cost.epsilon for a in answers)
     level = accountant.level(spent)
     nats, bits = mutual_information_bound(level)
     space = accountant.dp_budget()
     return ReportTotals(
-        answers=len(answers), budget=budget, k=accountant.model.k, eta=accountant.model.eta,
+        answers=len(answers), budget=budget, k=scoped.k, eta=scope.eta,
         mode=accountant.mode, epsilon_asked=asked, spent_dp=spent, transcript_level=level,
         information_nats=nats, information_bits=bits, remaining=max(0.0, budget - level),
         dp_budget=space, remaining_dp=max(0.0, space - spent),
-        largest_epsilon=accountant.largest_epsilon(spent),
-        difference=_difference(asked, level, spent),
+        largest_epsilon=accountant.largest_epsilon(spent, query=scoped.model(frozenset())),
+        difference=_difference(asked, level, spent), eta_from=scope.source,
     )
 
 
@@ -223,13 +244,14 @@ def _difference(asked: float, level: float, spent: float) -> str | None:
 
 
 def _subtotals(answers: tuple[LedgerAnswer, ...],
-               accountant: Accountant) -> tuple[AnalystTotals, ...]:
+               scoped: ScopedAccountant) -> tuple[AnalystTotals, ...]:
     total = math.fsum(a.cost.epsilon_dp for a in answers)
     names = sorted({a.analyst for a in answers})
     subtotals = []
     for name in names:
-        own = [a for a in answers if a.analyst == name]
+        own = tuple(a for a in answers if a.analyst == name)
         spent = math.fsum(a.cost.epsilon_dp for a in own)
+        accountant = scoped.at(_reads(own)[-1])
         subtotals.append(AnalystTotals(
             analyst=name, answers=len(own), epsilon_asked=math.fsum(a.cost.epsilon for a in own),
             spent_dp=spent, own_level=accountant.level(spent),
@@ -242,7 +264,9 @@ def _check_policy(snapshot: LedgerSnapshot, policy: Policy) -> None:
     bound = snapshot.binding
     for key, theirs, ours in (("budget", bound.budget, policy.budget_epsilon),
                               ("k", bound.k, policy.k), ("eta", bound.eta, policy.eta),
-                              ("mode", bound.mode, policy.mode)):
+                              ("mode", bound.mode, policy.mode),
+                              ("eta_by_columns", bound.eta_by_columns,
+                               declarations_json(policy.eta_by_columns))):
         if theirs != ours:
             raise LedgerError(
                 f"ledger {snapshot.path} is bound to a policy with {key} = {theirs!r}, but the "

@@ -17,10 +17,12 @@ from pathlib import Path
 from ..calibration import MODE_CHOICES
 from .errors import LedgerError
 from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
+from .policy import declarations_from_json
 from .result import AggregateRecord, AnswerCost
 
-READABLE_VERSIONS = ("2", SCHEMA_VERSION)
-"""Reports read version 2 ledgers as they are (a report never migrates; auto accounting)."""
+READABLE_VERSIONS = ("2", "3", SCHEMA_VERSION)
+"""Reports read older ledgers as they are (a report never migrates): version 2 accounted with
+auto, and answers before version 4 are read as having read every column."""
 
 @dataclass(frozen=True)
 class LedgerAnswer:
@@ -32,6 +34,7 @@ class LedgerAnswer:
     sql: str
     cost: AnswerCost
     aggregates: tuple[AggregateRecord, ...]
+    columns: frozenset[str] | None = None  # the columns the answer read (None: every column)
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,10 @@ def read_ledger(path: str | Path) -> LedgerSnapshot:
         if not {"meta", "charges"} <= tables:
             raise LedgerError(f"{path} is not a dpsql ledger: it has no meta and charges tables")
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        columns = "columns" if meta.get("schema_version") == SCHEMA_VERSION else "NULL"
         rows = conn.execute(
-            "SELECT id, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates "
-            "FROM charges ORDER BY id"
+            "SELECT id, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates, "
+            f"{columns} FROM charges ORDER BY id"
         ).fetchall()
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
@@ -78,12 +82,19 @@ def _binding(path: Path, meta: dict) -> LedgerBinding:
     if not (math.isfinite(budget) and budget > 0 and k >= 1 and 0 <= eta <= 1 and mode in MODE_CHOICES):
         raise LedgerError(f"ledger {path} is bound to an impossible policy: budget={budget}, "
                           f"k={k}, eta={eta}, mode={mode!r}")
-    return LedgerBinding(budget=budget, k=k, eta=eta, mode=mode)
+    declared = meta.get("eta_by_columns", "")
+    try:
+        declarations = declarations_from_json(declared)
+    except (TypeError, ValueError):
+        raise LedgerError(f"ledger {path} has an unreadable eta_by_columns binding") from None
+    if any(not 0 <= d.eta <= eta for d in declarations):
+        raise LedgerError(f"ledger {path} is bound to an impossible eta_by_columns: {declared}")
+    return LedgerBinding(budget=budget, k=k, eta=eta, mode=mode, eta_by_columns=declared)
 
 
 def _answer(path: Path, row: tuple) -> LedgerAnswer:
     """One charges row, checked, so a damaged row is named rather than misreported."""
-    ident, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates = row
+    ident, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates, columns = row
     where = f"ledger {path}, answer {ident}"
     for name, value in (("epsilon", epsilon), ("epsilon_dp", epsilon_dp)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -96,7 +107,20 @@ def _answer(path: Path, row: tuple) -> LedgerAnswer:
         when = when.replace(tzinfo=UTC)
     return LedgerAnswer(id=ident, time=when, analyst=str(analyst), sql=str(sql),
                         cost=AnswerCost(float(epsilon), float(epsilon_dp), str(mode), int(k), float(eta)),
-                        aggregates=_aggregates(where, aggregates))
+                        aggregates=_aggregates(where, aggregates), columns=_columns(where, columns))
+
+
+def _columns(where: str, text: str | None) -> frozenset[str] | None:
+    """The JSON list of columns a charge recorded (None before ledgers recorded them)."""
+    if text is None:
+        return None
+    try:
+        names = json.loads(text)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise LedgerError(f"{where}: columns must be a JSON list of column names, got {text!r}")
+    return frozenset(names)
 
 
 def _aggregates(where: str, text: str) -> tuple[AggregateRecord, ...]:

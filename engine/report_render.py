@@ -17,11 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from .display import number, visible
-from .report import Report, ReportTotals
+from .report import Report, ReportTotals, names_read
 from .report_plot import plot_png
+from .result import from_clause
 
 ENTRY_HEADERS = ("#", "time (UTC)", "analyst", "SQL", "ε asked", "ε_dp", "mode", "k", "η",
-                 "level after", "aggregates: mechanism, sensitivity, noise scale")
+                 "columns read", "level after", "aggregates: mechanism, sensitivity, noise scale")
 AGGREGATE_HEADERS = ("#", "column = aggregate", "mechanism", "sensitivity", "ε_dp share", "noise scale")
 ANALYST_HEADERS = ("analyst", "answers", "Σε asked", "Σε_dp", "own level L(Σε_dp)", "share of Σε_dp")
 
@@ -32,13 +33,13 @@ def totals_rows(t: ReportTotals) -> list[tuple[str, str, str]]:
         ("answers", "answers released", str(t.answers)),
         ("epsilon_asked", "Σε asked (sum of per-answer levels)", number(t.epsilon_asked)),
         ("spent_dp", "DP spent: Σε_dp", number(t.spent_dp)),
-        ("transcript_level", f"transcript IP level L(Σε_dp) under k={t.k}, η={number(t.eta)}",
-         number(t.transcript_level)),
+        ("transcript_level", f"transcript IP level L(Σε_dp) under k={t.k}, η={number(t.eta)}"
+         f"{from_clause(t.eta_from)}", number(t.transcript_level)),
         ("information_nats", "bound on I(X_i; Y), nats", number(t.information_nats)),
         ("information_bits", "bound on I(X_i; Y), bits", number(t.information_bits)),
         ("budget", "budget (IP)", number(t.budget)),
-        ("largest_epsilon", "largest ε a query can still ask: L(L⁻¹(budget) − Σε_dp)",
-         number(t.largest_epsilon)),
+        ("largest_epsilon", "largest ε a query reading no new column can still ask: "
+         "L(L⁻¹(budget) − Σε_dp)", number(t.largest_epsilon)),
         ("remaining", "level headroom (IP): budget − L(Σε_dp)",
          number(t.remaining)),
         ("dp_budget", "budget in DP terms: L⁻¹(budget)", number(t.dp_budget)),
@@ -51,7 +52,7 @@ def entry_rows(report: Report, separator: str = "; ") -> list[tuple[str, ...]]:
     return [
         (str(a.id), a.time.strftime("%Y-%m-%d %H:%M:%S"), visible(a.analyst), visible(a.sql),
          number(a.cost.epsilon), number(a.cost.epsilon_dp), visible(a.cost.mode), str(a.cost.k),
-         number(a.cost.eta),
+         number(a.cost.eta), visible(names_read(a.columns)),
          number(report.levels[i]), separator.join(visible(g.describe()) for g in a.aggregates))
         for i, a in ((i, report.answers[i]) for i in report.shown)
     ]
@@ -100,14 +101,16 @@ def render_table(report: Report, width: int = 120) -> str:
     sql_at, aggregates_at = ENTRY_HEADERS.index("SQL"), len(ENTRY_HEADERS) - 1
     # The terminal shows the SQL and the aggregates in tables of their own, so each fits 80 columns.
     k_at, eta_at = ENTRY_HEADERS.index("k"), ENTRY_HEADERS.index("η")
+    read_at = ENTRY_HEADERS.index("columns read")
+    hidden = (sql_at, eta_at, read_at, aggregates_at)
     answers = [tuple(f"{c}, {row[eta_at]}" if i == k_at else c for i, c in enumerate(row)
-                     if i not in (sql_at, eta_at, aggregates_at)) for row in entries]
+                     if i not in hidden) for row in entries]
     answer_headers = tuple("k, η" if i == k_at else h for i, h in enumerate(ENTRY_HEADERS)
-                           if i not in (sql_at, eta_at, aggregates_at))
+                           if i not in hidden)
     for title, headers, rows in (("Per analyst", ANALYST_HEADERS, analyst_rows(report)),
                                  ("Answers", answer_headers, answers),
-                                 ("SQL of each answer", ("#", "SQL"),
-                                  [(row[0], row[sql_at]) for row in entries]),
+                                 ("SQL of each answer", ("#", "SQL", "columns read"),
+                                  [(row[0], row[sql_at], row[read_at]) for row in entries]),
                                  ("Noisy aggregates of each answer", AGGREGATE_HEADERS,
                                   aggregate_rows(report))):
         if rows:

@@ -19,8 +19,14 @@ class BudgetStatus:
     spent_dp: float  # sum of epsilon_dp of every released answer
     remaining: float  # total - spent_ip: headroom of the level, NOT an epsilon one can ask
     remaining_dp: float  # the DP epsilon still admissible: L^-1(total) - spent_dp
-    largest_epsilon: float  # the largest epsilon a query can still ask: L(L^-1(total) - spent_dp)
+    # The largest epsilon any query reading only columns already read can still ask (exactly
+    # that for a query reading no column): L_q(L^-1(total) - spent_dp), L_q the query's map.
+    largest_epsilon: float
     mode: str  # the policy's mode, whose map L accounts for the transcript
+    # The eta of the transcript: that of the union of the columns every charged answer read,
+    # and the policy declaration it comes from (docs/theory.md §11).
+    eta: float | None = None
+    eta_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,13 +95,15 @@ class QueryResult:
     epsilon_dp: float
     mode: str
     k: int
-    eta: float
+    eta: float  # the eta of the columns this answer read (column-scoped, docs/theory.md §11)
     aggregates: tuple[AggregateInfo, ...]
     budget: BudgetStatus
     level_before: float
     level_after: float
     cost: float  # how much this answer raised the transcript level: level_after - level_before
     id: int | None = None  # the ledger entry holding this answer (`history(id)` fetches it again)
+    eta_from: str = ""  # the policy declaration the eta comes from
+    columns_read: tuple[str, ...] = ()  # the policy columns the exact query read (table.column)
 
     @property
     def answer_cost(self) -> AnswerCost:
@@ -108,15 +116,17 @@ class QueryResult:
         return _json_ready({
             "sql": self.sql,
             "columns": [str(c) for c in self.df.columns],
-            "rows": [list(row) for row in self.df.itertuples(index=False)],
-            "ci95": [list(row) for row in self.ci95.itertuples(index=False)],
-            "ci95_simultaneous": [list(row) for row in self.ci95_simultaneous.itertuples(index=False)],
+            "rows": self.df.to_numpy(dtype=object).tolist(),
+            "ci95": self.ci95.to_numpy(dtype=object).tolist(),
+            "ci95_simultaneous": self.ci95_simultaneous.to_numpy(dtype=object).tolist(),
             "selection_adjusted": self.selection_adjusted,
             "epsilon": self.epsilon,
             "epsilon_dp": self.epsilon_dp,
             "mode": self.mode,
             "k": self.k,
             "eta": self.eta,
+            "eta_from": self.eta_from,
+            "columns_read": list(self.columns_read),
             "cost": self.cost,
             "transcript_level_before": self.level_before,
             "transcript_level_after": self.level_after,
@@ -140,6 +150,7 @@ class QueryResult:
             aggregates=tuple(AggregateInfo(**a) for a in answer["aggregates"]),
             budget=BudgetStatus(**answer["budget"]), level_before=answer["transcript_level_before"],
             level_after=answer["transcript_level_after"], cost=answer["cost"], id=id,
+            eta_from=answer.get("eta_from", ""), columns_read=tuple(answer.get("columns_read", ())),
         )
 
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:
@@ -163,7 +174,8 @@ class QueryResult:
         return html_table([str(c) for c in self.df.columns], rows, caption=self.sql) + html_paragraphs(
             note,
             f"epsilon {number(self.epsilon)} (information privacy under k={self.k}, "
-            f"eta={number(self.eta)}) -> epsilon_dp {number(self.epsilon_dp)} via the {self.mode} bound",
+            f"eta={number(self.eta)}{from_clause(self.eta_from)}) -> epsilon_dp "
+            f"{number(self.epsilon_dp)} via the {self.mode} bound",
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
             f"{number(self.level_before)}); remaining {number(b.remaining)}",
         )
@@ -203,13 +215,17 @@ class Explanation:
     mode: str
     justification: str
     k: int
-    eta: float
+    eta: float  # the eta of the columns the query reads
     aggregates: tuple[AggregateInfo, ...]
     budget: BudgetStatus
     level_before: float
     level_after: float
     cost: float  # how much the answer would raise the transcript level, at today's spending
     admissible: bool
+    eta_from: str = ""  # the policy declaration the eta comes from
+    columns_read: tuple[str, ...] = ()  # the policy columns the exact query reads
+    transcript_eta: float | None = None  # the transcript's eta once this answer is charged
+    largest_epsilon: float | None = None  # the largest epsilon this query can still ask
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -225,12 +241,19 @@ class Explanation:
         verdict = "admissible" if self.admissible else "would be REFUSED"
         return html_paragraphs(
             f"epsilon {number(self.epsilon)} -> epsilon_dp {number(self.epsilon_dp)} via {self.mode} "
-            f"({self.justification}); k={self.k}, eta={number(self.eta)}",
+            f"({self.justification}); k={self.k}, eta={number(self.eta)}"
+            f"{from_clause(self.eta_from)}",
+            f"columns read: {', '.join(self.columns_read) or 'none'}",
         ) + html_table(headers, rows, caption=self.sql) + html_paragraphs(
             f"transcript level {number(self.level_before)} -> {number(self.level_after)} of budget "
             f"{number(self.budget.total)}: {verdict}",
             f"rewritten SQL: {self.rewritten_sql}",
         )
+
+
+def from_clause(eta_from: str) -> str:
+    """' from <declaration>' when the source of an eta is known (older answers do not say)."""
+    return f" from {eta_from}" if eta_from else ""
 
 
 def _json_ready(value):

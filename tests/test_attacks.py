@@ -183,7 +183,7 @@ SENSITIVITY_QUERIES = [
 
 def _exact(db: PrivateDatabase, sql: str):
     """The exact measurements the engine would add noise to (owner-side, for the check only)."""
-    plan, rewritten, _ = db._preparer._plan(sql)
+    plan, rewritten, *_ = db._preparer._plan(sql)
     db._backend.bound(plan.table, db.ledger.hash_key)
     return plan, db._backend.run(rewritten, len(plan.group_by)).values
 

@@ -10,15 +10,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"display", "errors"})),
+    ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
     ("values", frozenset({"policy", "result", "accounting"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
-    ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess"})),
+    ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess",
+                        "columns"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
-    ("interface", frozenset({"cli", "__main__", "__init__"})),
+    ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar"})),
 )
 
 

@@ -52,3 +52,28 @@ def test_opendp_privacy_map_never_exceeds_the_share():
     for epsilon in (0.013, 0.37, 1.1, 3.3):
         mech = build_mechanism(Measurement(aggregates.SUM, income, "__m0"), 2 * 777.7, epsilon)
         assert mech.opendp_measurement.map(2 * 777.7) <= epsilon
+
+
+def test_opendp_measurements_are_built_once_per_query_and_epsilon_and_draw_fresh_noise(tmp_path,
+                                                                                       monkeypatch):
+    """A repeated query reuses its OpenDP measurements (their construction dominates a small
+    query's fixed cost), and each answer still draws its own noise."""
+    from engine import prepare
+    from engine.database import PrivateDatabase
+    from tests.support import create_ledger, make_people, write_policy
+
+    built = []
+    original = prepare.build_mechanism
+    monkeypatch.setattr(prepare, "build_mechanism",
+                        lambda *args: built.append(args) or original(*args))
+    db = make_people(tmp_path / "p.duckdb")
+    policy = write_policy(tmp_path / "p.yaml")
+    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
+        values = [conn.query("SELECT COUNT(*) AS n FROM people", epsilon=0.1).df["n"][0]
+                  for _ in range(40)]
+        assert len(built) == 1
+        conn.query("SELECT COUNT(*) AS n FROM people", epsilon=0.5)
+        assert len(built) == 2
+    # Discrete Laplace at scale 10 puts at most 5% on any value: 40 draws with fewer than 15
+    # distinct values would be a miracle (or the same noise reused).
+    assert len(set(values)) >= 15

@@ -9,6 +9,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from engine.display import number
 from engine.report import build_report
 from engine.report_render import render_html
 from tests.test_report import write_ledger
@@ -33,7 +34,7 @@ def test_browser_shows_the_totals_and_draws_the_embedded_plot(tmp_path):
     page = tmp_path / "report.html"
     page.write_text(render_html(report), encoding="utf-8")
     dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
-    level = f"{report.totals.transcript_level:.6g}"
+    level = number(report.totals.transcript_level)
     assert 'data-key="transcript_level"' in dom and f"<td>{level}</td>" in dom
     shot = tmp_path / "shot.png"
     _chromium(tmp_path, f"--screenshot={shot}", page.as_uri())

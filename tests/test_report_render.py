@@ -25,8 +25,8 @@ from tests.test_report import AGGREGATE, DEPENDENT, RECORD, write_ledger
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HOSTILE_SQL = "SELECT COUNT(*) FROM people WHERE note = '</code><script>alert(1)</script> | `x` [b]y[/b]'"
 TOP_KEYS = ["ledger", "generated", "analyst", "totals", "analysts", "entries", "notes"]
-ENTRY_KEYS = ["id", "time", "analyst", "sql", "epsilon", "epsilon_dp", "mode", "k", "eta", "aggregates",
-              "cumulative_epsilon_dp", "transcript_level"]
+ENTRY_KEYS = ["id", "time", "analyst", "sql", "epsilon", "epsilon_dp", "mode", "k", "eta", "columns_read",
+              "aggregates", "cumulative_epsilon_dp", "transcript_level"]
 
 
 @pytest.fixture
@@ -165,7 +165,8 @@ def test_markdown_tables_survive_pipes_and_backticks_in_sql(ledger):
     cells = [len(re.findall(r"(?<!\\)\|", line)) for line in answers]
     assert len(set(cells)) == 1 and len(answers) == 5
     assert "`` SELECT COUNT(*) FROM people WHERE note = '</code><script>alert(1)</script> \\| `x`" in text
-    assert "| transcript IP level L(Σε\\_dp) under k=10, η=0.001 |" in text
+    assert "| transcript IP level L(Σε\\_dp) under k=10, η=0.001 from dependence.eta (the default " \
+        "for every column set) |" in text
 
 
 def test_table_shows_totals_and_sql_literally(ledger):

@@ -1,0 +1,29 @@
+"""The columns a query reads: what its answer can depend on in the other individuals' records.
+
+Column-scoped eta (docs/theory.md §11) calibrates a query by the eta of the columns it reads,
+and the accountant composes with the eta of every column read so far. The set is a function of
+the plan alone (the query text and the policy), never of the data.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from .plan import QueryPlan
+from .rewrite import rewrite
+
+
+def columns_read(plan: QueryPlan) -> frozenset[str]:
+    """Qualified names (`table.column`) of every policy column the exact query reads.
+
+    That is the WHERE filter, the GROUP BY keys and each aggregate's argument: every policy
+    column named anywhere in the query that runs (`rewrite(plan)`), so a new query form cannot
+    read a column this misses. A table with a privacy unit is read through its bounded copy,
+    whose choice of rows hashes every policy column of a unit's rows (engine/rewrite.py), so
+    such a query reads them all. Each unit's presence and row count are read by every query;
+    the declared etas account for them."""
+    table = plan.table
+    if table.privacy_unit is not None:
+        return frozenset(f"{table.name}.{name}" for name in table.columns)
+    named = {col.name.lower() for col in rewrite(plan).find_all(exp.Column)}
+    return frozenset(f"{table.name}.{name}" for name in table.columns if name in named)

@@ -1,0 +1,69 @@
+"""Answers made of group keys and noisy measurements skip the post-processing query; what they
+get must be exactly what the query would have produced, values, types and intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine import postprocess
+from engine.database import PrivateDatabase
+from engine.prepare import _all_keys
+from tests.support import create_ledger, make_people, write_policy
+
+DIRECT = [
+    "SELECT COUNT(*) AS n FROM people",
+    "SELECT COUNT(*) FROM people WHERE sick",
+    "SELECT state, COUNT(*) AS n FROM people GROUP BY state",
+    "SELECT COUNT(*) AS n, state FROM people GROUP BY state",
+    "SELECT sick, state, COUNT(*), SUM(income), SUM(age) FROM people GROUP BY sick, state",
+    "SELECT SUM(income) AS total, COUNT(note) FROM people",
+    "SELECT state, COUNT(DISTINCT person_id) FROM people GROUP BY state",
+]
+NEEDS_QUERY = [
+    "SELECT AVG(income) FROM people",
+    "SELECT state, COUNT(*) AS n FROM people GROUP BY state ORDER BY n DESC",
+    "SELECT state, COUNT(*) AS n FROM people GROUP BY state HAVING COUNT(*) > 3",
+    "SELECT COUNT(*) * 2 AS twice FROM people",
+    "SELECT state, COUNT(*) FROM people GROUP BY state LIMIT 2",
+]
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory):
+    root = tmp_path_factory.mktemp("direct")
+    policy = write_policy(root / "policy.yaml")
+    db = PrivateDatabase.connect(make_people(root / "p.duckdb"), policy,
+                                 create_ledger(root / "l.sqlite", policy))
+    yield db
+    db.close()
+
+
+def _noisy(plan, rng: np.random.Generator) -> dict[str, list]:
+    rows = plan.group_count if plan.group_by else 1
+    return {m.name: (rng.integers(-50, 500, rows).tolist() if m.integer
+                     else rng.normal(100.0, 300.0, rows).tolist()) for m in plan.measurements}
+
+
+@pytest.mark.parametrize("sql", DIRECT)
+def test_the_direct_answer_is_the_post_processing_querys(conn, sql):
+    rng = np.random.default_rng(5)
+    prepared = conn._preparer.prepare(sql, 1.0, None)
+    plan, mechanisms = prepared.plan, prepared.mechanisms
+    for _ in range(5):
+        noisy, keys = _noisy(plan, rng), _all_keys(plan)
+        fast = postprocess.direct(plan, keys, noisy, mechanisms)
+        assert fast is not None
+        frame = postprocess.noisy_frame(plan, keys, noisy, mechanisms)
+        slow = postprocess.finish(conn._post, plan, prepared.post_sql, frame)
+        for got, want in zip(fast, slow, strict=True):
+            pd.testing.assert_frame_equal(got, want, check_dtype=True, check_exact=True)
+
+
+@pytest.mark.parametrize("sql", NEEDS_QUERY)
+def test_answers_with_expressions_or_selection_still_run_the_query(conn, sql):
+    prepared = conn._preparer.prepare(sql, 1.0, None)
+    plan = prepared.plan
+    noisy = _noisy(plan, np.random.default_rng(1))
+    assert postprocess.direct(plan, _all_keys(plan), noisy, prepared.mechanisms) is None
