@@ -188,9 +188,11 @@ class SparkBackend:
         def fire() -> None:
             fired.set()
             context.cancelJobGroup(self._tag)
+            self._spark.interruptTag(self._tag)
 
-        # Job groups are per thread (PySpark pins each Python thread to a JVM thread).
+        # Job groups and tags are per thread (PySpark pins each Python thread to a JVM thread).
         context.setJobGroup(self._tag, "dpsql exact aggregates", interruptOnCancel=True)
+        self._spark.addTag(self._tag)
         timer = threading.Timer(self._limits.time_seconds, fire)
         timer.daemon = True
         timer.start()
@@ -205,6 +207,7 @@ class SparkBackend:
             raise DataFailure(failure) from None
         finally:
             timer.cancel()
+            self._spark.removeTag(self._tag)
             context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def _judge(self, sql: str) -> str | None:
