@@ -286,4 +286,18 @@ def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
         lines += _smartnoise_section(out)
         lines += spark_section(out)
     lines += _accuracy_section(out, quick, plot_path)
-    target.write_text("\n".join(lines) + "\n")
+    target.write_text("\n".join(lines) + "\n" + kept_sections(target))
+
+
+KEEP_MARKER = "<!-- Sections below are written by their own commands; report keeps them. -->"
+"""Line after which RESULTS.md holds sections that `report` does not render (calibration
+benchmarks that store no JSON): rewriting the page keeps them verbatim."""
+
+
+def kept_sections(target: Path) -> str:
+    """The existing page's text from KEEP_MARKER on (empty when there is none)."""
+    if not target.exists():
+        return ""
+    text = target.read_text()
+    where = text.find(KEEP_MARKER)
+    return "" if where < 0 else "\n" + text[where:]

@@ -24,6 +24,9 @@ from .information import mutual_information_bound
 from .inversion import Calibration, ModeOption, calibrate, compare_modes
 from .maps import MODE_CHOICES, MODES, applies, guarantee
 from .model import DependenceModel
+from .model_exact import ModelCalibration, calibrate_chain, calibrate_household
+from .model_household import HouseholdModel
+from .model_markov import MarkovModel, markov_levels
 from .validation import (
     BUDGET_RANGE,
     EPSILON_RANGE,
@@ -44,16 +47,22 @@ __all__ = [
     "CalibrationError",
     "DependenceModel",
     "EpsilonOutOfRange",
+    "HouseholdModel",
+    "MarkovModel",
     "ModeOption",
+    "ModelCalibration",
     "admits",
     "applies",
     "calibrate",
+    "calibrate_chain",
+    "calibrate_household",
     "compare_modes",
     "dp_budget",
     "exact_audit",
     "exact_audit_vector",
     "guarantee",
     "household_pmf",
+    "markov_levels",
     "mode_dominates",
     "mutual_information_bound",
     "only_residue",

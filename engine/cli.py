@@ -1,4 +1,4 @@
-"""The `dpsql` command line: query, explain, history, calibrate, report and ledger init."""
+"""The `dpsql` command line: query, explain, history, calibrate, report, prepare and ledger init."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from rich.text import Text
 
 from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
+from .bounded_store import store_dir
 from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import DpsqlError, InputError
+from .execute import prepare_copies
 from .ledger import Ledger, read_history
 from .policy import load_policy
 from .progress_bar import progress_bar
@@ -156,6 +158,30 @@ def ledger_init(path, policy_path) -> None:
     Ledger(path, binding_of(policy), create=True).close()
     click.echo(f"created ledger {path}: budget {policy.budget_epsilon:g}, k={policy.k}, "
                f"eta={policy.eta:g}, mode {policy.mode}")
+
+
+@cli.command(help="Owner: bound every table with a privacy unit once and keep the kept rows beside "
+             "the ledger, so later queries skip that step; redo it after the data, the policy's "
+             "bounds or the ledger change (a stale copy is never used). The files are as private "
+             "as the data.")
+@click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data.")
+@click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
+@click.option("--ledger", "path", required=True, help="The ledger whose queries will use the copies.")
+def prepare(db, policy_path, path) -> None:
+    policy = load_policy(policy_path)
+    book = Ledger(path, binding_of(policy))
+    try:
+        with progress_bar(True):
+            copies = prepare_copies(db, policy, book.hash_key, store_dir(path))
+    finally:
+        book.close()
+    table = Table(title=f"Bounded copies for {path}")
+    for name in ("table", "rows kept", "on disk", "seconds", "file"):
+        table.add_column(name)
+    for c in copies:
+        table.add_row(Text(visible(c.table)), f"{c.rows:,}", f"{c.bytes / 2**20:,.1f} MB",
+                      f"{c.seconds:.2f}", Text(visible(str(c.path))))
+    _console().print(table if copies else "no table has a privacy unit: nothing to prepare")
 
 
 @ledger_group.command(name="resume", help="After inspecting a halt (a query that passed every "

@@ -21,8 +21,9 @@ from . import postprocess
 from .accounting import ScopedAccountant, inverse, union
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
+from .bounded_store import store_dir
 from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
-from .ledger import Charge, Ledger, LedgerBinding
+from .ledger import Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release
 from .plan import QueryPlan
 from .policy import Policy, declarations_json, load_policy
@@ -79,7 +80,7 @@ class PrivateDatabase:
         this policy (and refuses a path that exists): a mistyped path never starts a fresh
         budget."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
-        backend = _open_backend(db, policy, engine, spark)
+        backend = _open_backend(db, policy, engine, spark, ledger, create)
         try:
             book = Ledger(ledger, binding_of(policy), create=create)
         except BaseException:
@@ -326,8 +327,10 @@ class _PostProcessingFailed(Exception):
 ENGINES = ("duckdb", "spark")
 
 
-def _open_backend(db: Any, policy: Policy, engine: str, spark: Any) -> Backend:
-    """The backend `engine` names, over `db` (Spark is imported only when asked for)."""
+def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str | Path,
+                  create: bool) -> Backend:
+    """The backend `engine` names, over `db` (Spark is imported only when asked for). DuckDB
+    uses the owner's prepared bounded copies kept beside the ledger, when current."""
     if engine == "duckdb":
         if spark is not None:
             raise InputError("spark= is given but engine is 'duckdb'; pass engine='spark' to "
@@ -335,7 +338,8 @@ def _open_backend(db: Any, policy: Policy, engine: str, spark: Any) -> Backend:
         if not isinstance(db, (str, Path)):
             raise InputError(f"the DuckDB engine reads a DuckDB, CSV or Parquet file path, got "
                              f"{type(db).__name__}; pass engine='spark' for a Spark DataFrame")
-        return DuckDBBackend.open(db, policy)
+        key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
+        return DuckDBBackend.open(db, policy, store_dir(ledger), key)
     if engine == "spark":
         from .backends.spark import SparkBackend
 

@@ -12,13 +12,13 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 
-from . import progress
+from . import bounded_store, progress
 from .backends.bounding import kept_rows
 from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
@@ -50,17 +50,21 @@ class _Guard:
 
     limits: Limits
     timed_out: bool = False
+    copies: dict[str, str] = field(default_factory=dict)  # table -> catalog of its prepared copy
 
 
 _GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
+def open_data(path: str | Path, policy: Policy, store: Path | None = None,
+              hash_key: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB, CSV or Parquet file locked down, and check it against the policy.
 
     The memory limit is set first, so that data loaded into memory counts against it, and
     nothing spills to disk (no temporary directory): a statement that needs more memory fails.
-    The time limit is enforced by `time_limit` around each run."""
+    The time limit is enforced by `time_limit` around each run. Bounded copies the owner
+    prepared in `store` for this data, policy and `hash_key` are attached read-only before the
+    connection is locked (engine/bounded_store.py); nothing of the data is read for that."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"data file not found: {path} (expected a DuckDB, CSV or Parquet file)")
@@ -72,7 +76,7 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
         "memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
         **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
     try:
-        if suffix in (".csv", ".tsv", ".parquet", ".pq"):
+        if suffix in _LOADED:
             conn = duckdb.connect(":memory:", config=config)
             table = duckdb_identifier(path.stem.lower())
             conn.execute("SET enable_progress_bar = true")  # tracked for the bar, never printed
@@ -82,6 +86,8 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
                              [str(path)])
         else:
             conn = duckdb.connect(str(path), read_only=True, config=config)
+        copies = {} if store is None or hash_key is None else \
+            _attach_copies(conn, path, policy, store, hash_key)
         _lock_down(conn)
     except duckdb.OutOfMemoryException:
         raise ResourceLimitExceeded(
@@ -89,7 +95,7 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
             f"limits.memory_mb ({limits.memory_mb} MB)", "limits.memory_mb", limits.memory_mb
         ) from None
     except duckdb.Error as exc:
-        if suffix in (".csv", ".tsv", ".parquet", ".pq"):
+        if suffix in _LOADED:
             # DuckDB's message can quote a value or the line it sits on: never shown.
             raise InputError(
                 f"cannot load data file {path}: DuckDB could not read it with the policy's column "
@@ -97,11 +103,12 @@ def open_data(path: str | Path, policy: Policy) -> duckdb.DuckDBPyConnection:
                 "into a DuckDB database with declared types to see why") from None
         first = str(exc).splitlines()[0]
         raise InputError(f"cannot open data file {path}: {first}") from None
-    _GUARDS[conn] = _Guard(limits)
+    _GUARDS[conn] = _Guard(limits, copies=copies)
     _check_schema(conn, policy)
     return conn
 
 
+_LOADED = (".csv", ".tsv", ".parquet", ".pq")  # files loaded into memory, not opened
 _CSV_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN"}
 
 
@@ -273,6 +280,12 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
                                 [BOUNDED_CATALOG]).fetchall()[0][0]
         if not attached:
             conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
+        guard = _GUARDS.get(conn)
+        copy = None if guard is None else guard.copies.get(table.name)
+        if copy is not None:  # prepared by the owner for exactly this data, policy and ledger
+            conn.execute(f"CREATE OR REPLACE VIEW {bounded_table(table).sql('duckdb')} AS "
+                         f"SELECT * FROM {exp.table_(table.name, 'main', copy, quoted=True).sql('duckdb')}")
+            return
         unit_type = _columns(conn, table.name)[table.unit].split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
             conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES))
@@ -282,6 +295,41 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
         if cancelled is not None:
             raise cancelled from None
         raise DataFailure("bounding rows per privacy unit failed on the data") from None
+
+
+def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, store: Path,
+                   hash_key: str) -> dict[str, str]:
+    """Attach the prepared copy of each table with a privacy unit whose fingerprint matches
+    (only file facts and the schema are read); table -> catalog."""
+    copies = {}
+    for name, table in policy.tables.items():
+        if table.privacy_unit is None:
+            continue
+        copy = bounded_store.copy_path(store, path, table, hash_key, _columns(conn, name))
+        catalog = bounded_store.attach_copy(conn, copy, table) if copy.is_file() else None
+        if catalog is not None:
+            copies[name] = catalog
+    return copies
+
+
+def prepare_copies(path: str | Path, policy: Policy, hash_key: str,
+                   store: Path) -> tuple[bounded_store.PreparedCopy, ...]:
+    """The owner's act: write the bounded copy of every table with a privacy unit, for later
+    connections to this data under this policy and ledger (engine/bounded_store.py)."""
+    path = Path(path)
+    open_data(path, policy).close()  # the data is readable and matches the policy
+    bounded_store.check_store(store)
+    loader = _reader(path, policy) if path.suffix.lower() in _LOADED else None
+    copies = []
+    for table in policy.tables.values():
+        if table.privacy_unit is None or (loader is not None and table.name != path.stem.lower()):
+            continue
+        with progress.step(f"preparing the bounded copy of {table.name}"):
+            try:
+                copies.append(bounded_store.prepare_table(path, table, hash_key, store, loader))
+            except duckdb.Error:
+                raise DataFailure(f"preparing the bounded copy of {table.name} failed") from None
+    return tuple(copies)
 
 
 def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool) -> str:

@@ -489,6 +489,22 @@ def open_read_only(path: Path, reader: str) -> sqlite3.Connection:
         raise LedgerError(f"cannot open ledger {path}: {exc}") from None
 
 
+def peek_hash_key(path: str | Path) -> str | None:
+    """The ledger's secret hash key read without opening it for writing, or None when it
+    cannot be read (opening the ledger properly then says why)."""
+    try:
+        conn = open_read_only(Path(path), "peek")
+    except LedgerError:
+        return None
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'hash_key'").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return None if row is None else str(row[0])
+
+
 def read_history(path: str | Path, analyst: str,
                  ident: int | None = None) -> tuple[HistoryEntry, ...]:
     """The analyst's stored answers, read through a read-only connection that never creates,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 from dataclasses import dataclass
 from functools import cache
 from itertools import product
@@ -200,8 +201,11 @@ def main() -> None:
     generate(db)
     declared = policy()
     policy_path.write_text(yaml.safe_dump(declared, sort_keys=False))
-    for stale in args.out.glob("ledger.sqlite*"):
-        stale.unlink()
+    for stale in args.out.glob("ledger.sqlite*"):  # the ledger, its journal, prepared copies
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink()
     implied = implied_model()
     print(f"The generator implies k = {implied.k}, eta = {implied.eta:.4g} (computed exactly);\n"
           f"the policy declares k = {declared['dependence']['k']}, "

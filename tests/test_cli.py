@@ -135,3 +135,14 @@ def test_a_bug_is_one_fixed_line_with_exit_1_never_a_traceback(capsys, setup, mo
                              "SELECT COUNT(*) FROM people")
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "internal error" in err and "37" not in err and "Traceback" not in err
+
+
+def test_the_command_line_starts_without_matplotlib():
+    """Importing matplotlib took most of a second that every command paid; only a plotted
+    report needs it."""
+    import subprocess
+    import sys
+
+    probe = "import sys, dpsql.engine.cli; print('matplotlib' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

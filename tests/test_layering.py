@@ -16,7 +16,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess",
                         "columns"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
-    ("run", frozenset({"execute", "backends", "prepare"})),
+    ("run", frozenset({"execute", "backends", "prepare", "bounded_store"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
     ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar"})),

@@ -30,9 +30,11 @@ class DuckDBBackend:
         self._bounded: set[str] = set()
 
     @classmethod
-    def open(cls, path: str | Path, policy: Policy) -> DuckDBBackend:
-        """Open a DuckDB, CSV or Parquet file locked down and check it against the policy."""
-        conn = execute.open_data(path, policy)
+    def open(cls, path: str | Path, policy: Policy, store: Path | None = None,
+             hash_key: str | None = None) -> DuckDBBackend:
+        """Open a DuckDB, CSV or Parquet file locked down and check it against the policy; the
+        owner's bounded copies in `store` for this ledger's `hash_key` are used when current."""
+        conn = execute.open_data(path, policy, store, hash_key)
         try:
             return cls(conn, policy)
         except BaseException:

@@ -1,0 +1,87 @@
+"""A CLI call on a large per-unit table: dpsql with the owner's prepared bounded copy against the
+plain DuckDB query run the same way (a new Python process each time), and the one-time cost.
+
+Run: `python -m benchmarks.cli_prepared --rows 20000000 [--repeats 5]`. Prints a Markdown
+section for benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks.generate import dataset
+from benchmarks.workload import policy_dict
+
+QUERIES = {
+    "grouped_count": "SELECT region, COUNT(*) AS n FROM people GROUP BY region",
+    "filtered_sum": "SELECT SUM(income) AS s FROM people WHERE age > 40",
+}
+PLAIN = ("import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); "
+         "c.execute(sys.argv[2]).fetchall()")
+
+
+def _timed(command: list[str]) -> tuple[float, float]:
+    """Wall seconds of one process, and its peak resident memory in MB (from wait4)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(command)}\n{proc.stderr.read().decode() if proc.stderr else ''}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=20_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    data = dataset(args.rows)
+    dpsql = str(Path(sys.executable).with_name("dpsql"))
+    with tempfile.TemporaryDirectory() as work:
+        policy, ledger = Path(work) / "policy.yaml", Path(work) / "ledger.sqlite"
+        policy.write_text(yaml.safe_dump(policy_dict("per_unit")))
+        subprocess.run([dpsql, "ledger", "init", "--ledger", str(ledger), "--policy", str(policy)],
+                       check=True, capture_output=True)
+        paths = ["--db", str(data.path), "--policy", str(policy), "--ledger", str(ledger)]
+        first_sql = QUERIES["grouped_count"]
+        unprepared, unprepared_mb = _timed([dpsql, "query", first_sql, "--epsilon", "1", "--format",
+                                            "json", *paths])
+        prepared_s, prepare_mb = _timed([dpsql, "prepare", *paths])
+        store = ledger.with_name(ledger.name + ".bounded")
+        disk = sum(f.stat().st_size for f in store.glob("*.duckdb")) / 2**20
+        rows = []
+        for name, sql in QUERIES.items():
+            plain, engine, peak = [], [], 0.0
+            for _ in range(args.repeats):  # alternate, so both see the same machine
+                plain.append(_timed([sys.executable, "-c", PLAIN, str(data.path), sql])[0])
+                seconds, mb = _timed([dpsql, "query", sql, "--epsilon", "1", "--format", "json", *paths])
+                engine.append(seconds)
+                peak = max(peak, mb)
+            p, e = statistics.median(plain), statistics.median(engine)
+            rows.append(f"| {name} | {p:.2f} | {e:.2f} | {e / p:.2f} | {peak:,.0f} |")
+    table_mb = data.path.stat().st_size / 2**20
+    print(f"### A CLI call on {args.rows:,} rows under the per-unit policy\n")
+    print(f"Command: `python -m benchmarks.cli_prepared --rows {args.rows} --repeats {args.repeats}`\n")
+    print(f"* Without a prepared copy, one `dpsql query` (bounding in the process) took "
+          f"{unprepared:.1f} s, peak {unprepared_mb:,.0f} MB.")
+    print(f"* `dpsql prepare` (once, by the owner) took {prepared_s:.1f} s, peak {prepare_mb:,.0f} MB; "
+          f"the copy takes {disk:,.0f} MB on disk against {table_mb:,.0f} MB for the whole data file.\n")
+    print("| template | plain DuckDB process, s | dpsql query process, s | ratio | dpsql peak MB |")
+    print("|---|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print(f"\nMedians of {args.repeats} runs, alternating; each is a new Python process "
+          "(interpreter start and imports included on both sides).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Bounded copies prepared once by the data owner and kept beside the ledger.
+
+Bounding a large table (each privacy unit keeps at most `max_rows_per_unit` rows, chosen by the
+keyed hash of engine/backends/bounding.py) is the slowest step of a first query, and every new
+process repeated it. `prepare` writes the kept rows of each table with a privacy unit to a
+DuckDB file in `<ledger>.bounded/`, named by a fingerprint of everything they depend on: the
+data file as it is (resolved path, size, modification time in nanoseconds, inode, device), the
+table's bounding fields in the policy, the data's column types, the ledger's secret hash key,
+the bounding rule and the DuckDB version. A connection attaches a file only when its name
+matches, so after a change to any of them the engine bounds in memory again, as before, until
+the owner prepares anew: a stale copy is never used. The files hold private rows and are as
+private as the data (mode 0600 in a 0700 directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+from .backends.bounding import RULE_VERSION, kept_rows
+from .errors import InputError
+from .policy import TableSpec
+
+FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
+COPY_CATALOG = "dpsql_copy_"  # prefix of the catalog a prepared copy is attached as
+
+
+@dataclass(frozen=True)
+class PreparedCopy:
+    """One table's bounded copy as `prepare` wrote it."""
+
+    table: str
+    path: Path
+    rows: int  # rows kept
+    bytes: int  # size of the file on disk
+    seconds: float
+
+
+def store_dir(ledger: str | Path) -> Path:
+    """Where the bounded copies of a ledger live: a directory beside it."""
+    ledger = Path(ledger)
+    return ledger.with_name(ledger.name + ".bounded")
+
+
+def unit_is_float(table: TableSpec, types: dict[str, str]) -> bool:
+    """Whether the data stores `table`'s privacy unit as a floating or decimal number."""
+    return types.get(table.unit, "").split("(")[0].upper() in FLOAT_TYPES
+
+
+def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
+              types: dict[str, str]) -> Path:
+    """The file a bounded copy of `table` has under these inputs (it may not exist)."""
+    stat = data.stat()
+    facts = {
+        "data": str(data.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+        "inode": stat.st_ino, "device": stat.st_dev, "table": table.name, "unit": table.unit,
+        "max_rows_per_unit": table.max_rows_per_unit,
+        "columns": sorted([name, col.type, types.get(name, "")] for name, col in table.columns.items()),
+        "unit_type": types.get(table.unit, ""), "hash_key": hash_key, "rule": RULE_VERSION,
+        "duckdb": duckdb.__version__,
+    }
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+    return store / f"{table.name}-{digest}.duckdb"
+
+
+def prepare_table(data: Path, table: TableSpec, hash_key: str, store: Path,
+                  loader: str | None) -> PreparedCopy:
+    """Write `table`'s bounded copy to its fingerprinted file. `loader` is the table function
+    that loads a CSV or Parquet file as the engine does (None for a DuckDB file, attached
+    read-only); the data's types are read the way a connection reads them.
+
+    The copy is written under a temporary name and renamed into place, so a reader sees a
+    whole file or none; copies of the same table under older fingerprints are removed."""
+    started = time.perf_counter()
+    store.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(store, 0o700)
+    temporary = store / f".{table.name}.{secrets.token_hex(6)}.writing"
+    try:
+        with duckdb.connect(str(temporary)) as writer:
+            os.chmod(temporary, 0o600)
+            if loader is None:
+                writer.execute(f"ATTACH {_literal(str(data))} AS src (READ_ONLY)")
+            else:
+                writer.execute("ATTACH ':memory:' AS src")
+                writer.execute(f"CREATE TABLE src.main.{_quoted(table.name)} AS SELECT * FROM {loader}",
+                               [str(data)])
+            types = dict(writer.execute(
+                "SELECT lower(column_name), data_type FROM information_schema.columns "
+                "WHERE table_catalog = 'src' AND table_schema = 'main' AND lower(table_name) = ?",
+                [table.name]).fetchall())
+            final = copy_path(store, data, table, hash_key, types)
+            source = exp.to_table(f"src.main.{_quoted(table.name)}", dialect="duckdb")
+            rows = kept_rows(table, hash_key, source, unit_is_float(table, types))
+            writer.execute(f"CREATE TABLE main.{_quoted(table.name)} AS {rows.sql('duckdb')}")
+            count = writer.execute(f"SELECT count(*) FROM main.{_quoted(table.name)}").fetchall()[0][0]
+            writer.execute("DETACH src")
+            writer.execute("CHECKPOINT")
+        os.replace(temporary, final)
+    finally:
+        temporary.unlink(missing_ok=True)
+        Path(f"{temporary}.wal").unlink(missing_ok=True)
+    for stale in store.glob(f"{table.name}-*.duckdb"):
+        if stale != final:
+            stale.unlink(missing_ok=True)
+    return PreparedCopy(table.name, final, int(count), final.stat().st_size,
+                        time.perf_counter() - started)
+
+
+def attach_copy(conn: duckdb.DuckDBPyConnection, path: Path, table: TableSpec) -> str | None:
+    """Attach a prepared copy read-only (before the connection is locked down); the catalog it
+    is attached as, or None if the file cannot be attached (the engine then bounds in memory)."""
+    catalog = COPY_CATALOG + table.name
+    try:
+        conn.execute(f"ATTACH {_literal(str(path))} AS {_quoted(catalog)} (READ_ONLY)")
+    except duckdb.Error:
+        return None
+    return catalog
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def check_store(store: Path) -> None:
+    """Refuse a store path that exists but is not a directory."""
+    if store.exists() and not store.is_dir():
+        raise InputError(f"{store} exists and is not a directory; the bounded copies of a ledger "
+                         "live in a directory beside it")

@@ -1,0 +1,119 @@
+"""Bounded copies prepared once by the owner: used by every later connection while nothing they
+depend on has changed, never once something has, and identical to bounding in memory."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import duckdb
+import pytest
+
+from engine import execute
+from engine.bounded_store import store_dir
+from engine.database import PrivateDatabase
+from engine.rewrite import bounded_table
+from tests.support import BASE_POLICY, create_ledger, make_people, run_cli, write_policy
+
+COUNT = "SELECT COUNT(*) AS n FROM people"
+
+
+@pytest.fixture
+def owner(tmp_path):
+    db = make_people(tmp_path / "people.duckdb", units=400)
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    return db, policy, ledger
+
+
+def _prepare(capsys, db, policy, ledger) -> str:
+    code, out, err = run_cli(capsys, "prepare", "--db", str(db), "--policy", str(policy),
+                             "--ledger", str(ledger))
+    assert code == 0, err
+    return out
+
+
+def _bounded_rows(conn: PrivateDatabase) -> list[tuple]:
+    table = conn.policy.tables["people"]
+    conn._backend.bound(table, conn.ledger.hash_key)
+    return sorted(conn._backend.conn.execute(f"SELECT * FROM {bounded_table(table).sql('duckdb')}")
+                  .fetchall(), key=repr)
+
+
+def _builds(monkeypatch) -> list[str]:
+    """Spy on the in-memory bounding statement."""
+    built: list[str] = []
+    original = execute.bounded_copy_sql
+    monkeypatch.setattr(execute, "bounded_copy_sql",
+                        lambda *args: built.append(args[0].name) or original(*args))
+    return built
+
+
+def test_a_prepared_copy_is_used_and_holds_exactly_the_rows_bounding_keeps(owner, capsys, monkeypatch):
+    db, policy, ledger = owner
+    with PrivateDatabase.connect(db, policy, ledger) as conn:
+        in_memory = _bounded_rows(conn)
+    out = _prepare(capsys, db, policy, ledger)
+    assert "people" in out and "rows kept" in out
+    built = _builds(monkeypatch)
+    with PrivateDatabase.connect(db, policy, ledger) as conn:
+        assert _bounded_rows(conn) == in_memory
+        assert conn.query(COUNT, epsilon=1.0).df["n"][0] is not None
+    assert built == [], "the prepared copy was used, nothing was bounded in memory"
+    files = list(store_dir(ledger).glob("people-*.duckdb"))
+    assert len(files) == 1
+    assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
+    assert stat.S_IMODE(store_dir(ledger).stat().st_mode) == 0o700
+
+
+def test_a_copy_is_never_used_once_the_data_or_the_bounding_inputs_change(owner, tmp_path, capsys,
+                                                                          monkeypatch):
+    db, policy, ledger = owner
+    _prepare(capsys, db, policy, ledger)
+    built = _builds(monkeypatch)
+    # The data changes: one unit gets another row.
+    with duckdb.connect(str(db)) as conn:
+        conn.execute("INSERT INTO people SELECT * FROM people LIMIT 1")
+    with PrivateDatabase.connect(db, policy, ledger) as conn:
+        conn.query(COUNT, epsilon=1.0)
+    assert built == ["people"]
+    # A new ledger has a new secret hash key; a policy with another bound keeps other rows.
+    _prepare(capsys, db, policy, ledger)
+    other = create_ledger(tmp_path / "other.sqlite", policy)
+    os.rename(store_dir(ledger), store_dir(other))
+    with PrivateDatabase.connect(db, policy, other) as conn:
+        conn.query(COUNT, epsilon=1.0)
+    assert built == ["people", "people"]
+    looser = write_policy(tmp_path / "three.yaml", {"tables": {"people": {
+        **BASE_POLICY["tables"]["people"], "max_rows_per_unit": 3}}})
+    _prepare(capsys, db, looser, create_ledger(tmp_path / "three.sqlite", looser))
+    with PrivateDatabase.connect(db, looser, tmp_path / "three.sqlite") as conn:
+        conn.query(COUNT, epsilon=1.0)
+    assert built == ["people", "people"], "prepared for this policy: used"
+
+
+def test_a_csv_copy_matches_and_explain_bounds_nothing(tmp_path, capsys, monkeypatch):
+    source = make_people(tmp_path / "source.duckdb", units=300)
+    csv = tmp_path / "people.csv"
+    with duckdb.connect(str(source), read_only=True) as conn:
+        conn.execute(f"COPY people TO '{csv}' (HEADER)")
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(csv, policy, ledger) as conn:
+        in_memory = _bounded_rows(conn)
+    _prepare(capsys, csv, policy, ledger)
+    built = _builds(monkeypatch)
+    with PrivateDatabase.connect(csv, policy, ledger) as conn:
+        conn.explain(COUNT, epsilon=1.0)
+        assert _bounded_rows(conn) == in_memory
+    assert built == []
+
+
+def test_prepare_refuses_bad_input_in_one_line(owner, tmp_path, capsys):
+    db, policy, ledger = owner
+    code, _, err = run_cli(capsys, "prepare", "--db", str(tmp_path / "missing.duckdb"),
+                           "--policy", str(policy), "--ledger", str(ledger))
+    assert code == 2 and err.count("\n") == 1 and "not found" in err
+    code, _, err = run_cli(capsys, "prepare", "--db", str(db), "--policy", str(policy),
+                           "--ledger", str(tmp_path / "none.sqlite"))
+    assert code != 0 and err.count("\n") == 1 and "ledger" in err
