@@ -55,6 +55,7 @@ _TYPES: dict[str, tuple[frozenset[str], str]] = {
     "binary": (frozenset(), "BLOB"),
 }
 _FLOATS = {"float", "double", "decimal"}
+_REMEMBERED = 1024  # rendered queries kept for `check` (the preparer keeps 256 plans)
 
 
 def local_session(memory: str = "1g") -> SparkSession:
@@ -129,6 +130,10 @@ class SparkBackend:
             if view is not None:
                 table.replace(exp.Table(this=exp.to_identifier(view), alias=table.args.get("alias")))
         sql = tree.sql(self.dialect)
+        if len(self._duckdb) >= _REMEMBERED:  # oldest first, like the preparer's plan cache
+            oldest = next(iter(self._duckdb))
+            del self._duckdb[oldest]
+            self._checked.pop(oldest, None)
         self._duckdb[sql] = duckdb_sql
         return sql
 
