@@ -10,6 +10,7 @@ if __name__ == "calibration":  # imported from a checkout by the folder's own na
     alias(__name__)  # the very modules of dpsql.calibration, never second copies
 
 from .audit import Audit, exact_audit, exact_audit_vector
+from .columns import Column, Factor, HouseholdColumns, column_set_eta
 from .composition import (
     admits,
     dp_budget,
@@ -45,8 +46,11 @@ __all__ = [
     "Audit",
     "Calibration",
     "CalibrationError",
+    "Column",
     "DependenceModel",
     "EpsilonOutOfRange",
+    "Factor",
+    "HouseholdColumns",
     "HouseholdModel",
     "MarkovModel",
     "ModeOption",
@@ -56,6 +60,7 @@ __all__ = [
     "calibrate",
     "calibrate_chain",
     "calibrate_household",
+    "column_set_eta",
     "compare_modes",
     "dp_budget",
     "exact_audit",

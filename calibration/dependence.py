@@ -66,3 +66,19 @@ def _pair_is_independent(pmf: np.ndarray, i: int, j: int) -> bool:
 def k_of_pmf(pmf: np.ndarray) -> int:
     """Smallest k such that every individual has a D_i of at most k - 1 others (joint reading)."""
     return 1 + max(len(smallest_dependent_set(pmf, i)) for i in range(pmf.ndim))
+
+
+def eta_of_pmf_columns(pmf: np.ndarray, record: tuple[int, ...], read: tuple[int, ...]) -> float:
+    """Brute-force eta_S of a joint pmf whose axes are individuals' FULL records (flattened from
+    shape `record`): condition on one individual's whole record, project every other record
+    onto the columns `read` (axes of `record`), and take the largest TV over value pairs."""
+    others = pmf.ndim - 1
+    unread = tuple(axis for axis in range(len(record)) if axis not in read)
+    eta = 0.0
+    for i in range(pmf.ndim):
+        rows = conditional_rows(pmf, i).reshape((-1,) + record * others)
+        drop = tuple(1 + j * len(record) + axis for j in range(others) for axis in unread)
+        projected = rows.sum(axis=drop).reshape(len(rows), -1)
+        for a, b in combinations(range(len(projected)), 2):
+            eta = max(eta, 0.5 * float(np.abs(projected[a] - projected[b]).sum()))
+    return min(eta, 1.0)

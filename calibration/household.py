@@ -48,18 +48,18 @@ def household_pmf(k: int, rho: float, marginal: np.ndarray) -> np.ndarray:
     return joint
 
 
-def _count_vectors(total: int, parts: int) -> np.ndarray:
+def count_vectors(total: int, parts: int) -> np.ndarray:
     """Every vector of `parts` non-negative integers summing to `total`, one per row."""
     if parts == 1:
         return np.array([[total]])
     blocks = []
     for first in range(total + 1):
-        rest = _count_vectors(total - first, parts - 1)
+        rest = count_vectors(total - first, parts - 1)
         blocks.append(np.column_stack([np.full(len(rest), first), rest]))
     return np.vstack(blocks)
 
 
-def _multinomial_log_pmf(counts: np.ndarray, probs: np.ndarray) -> np.ndarray:
+def multinomial_log_pmf(counts: np.ndarray, probs: np.ndarray) -> np.ndarray:
     """Log multinomial probability of each row of counts (0 * log 0 read as 0)."""
     total = int(counts[0].sum())
     log_factorial = np.array([lgamma(j + 1.0) for j in range(total + 1)])
@@ -91,7 +91,7 @@ def household_eta(k: int, rho: float, marginal: np.ndarray) -> float:
             f"household with k={k} and {len(support)} values needs {n_vectors} count vectors; "
             f"at most {MAX_COUNT_VECTORS} are enumerated"
         )
-    counts = _count_vectors(k - 1, len(support))
-    laws = [np.exp(_multinomial_log_pmf(counts, given[t])) for t in range(len(support))]
+    counts = count_vectors(k - 1, len(support))
+    laws = [np.exp(multinomial_log_pmf(counts, given[t])) for t in range(len(support))]
     tv = max(0.5 * float(np.abs(a - b).sum()) for a, b in combinations(laws, 2))
     return min(1.0, rho * tv)

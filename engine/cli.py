@@ -1,4 +1,4 @@
-"""The `dpsql` command line: query, explain, history, calibrate, report, prepare and ledger init."""
+"""The `dpsql` command line: query, explain, history, calibrate, report, prepare, ledger and dependence."""
 
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
 from .bounded_store import store_dir
 from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
+from .dependence_data import check_groups, fit_sets, open_owner_data
+from .dependence_model import load_model
+from .dependence_report import column_sets, eta_report, fittable, print_checks, print_report
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
-from .errors import DpsqlError, InputError
+from .errors import DpsqlError, InputError, PolicyError
 from .execute import prepare_copies
 from .ledger import Ledger, read_history
 from .policy import load_policy
@@ -223,6 +226,92 @@ def calibrate(epsilon, k, eta, fmt) -> None:
                       "-" if o.noise_vs_group is None else f"{o.noise_vs_group:.3f}",
                       o.justification)
     _console().print(table)
+
+
+OWNER_SIDE = ("OWNER-SIDE: its output is computed from the private data and is for the data "
+              "owner only; never show it to analysts.")
+
+
+@cli.group(name="dependence", help="Data owner's tools for the dependence model: check k against "
+           "the data, compute eta per column set. " + OWNER_SIDE)
+def dependence_group() -> None:
+    """Command group."""
+
+
+@dependence_group.command(name="check", help="Report each table's largest dependence group and "
+                          "how many groups exceed the policy's k; exit 2 if any does (the policy "
+                          "is then not valid for this data). " + OWNER_SIDE)
+@click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data.")
+@click.option("--policy", "policy_path", required=True,
+              help="The policy (YAML); tables name their dependence_group column.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def dependence_check(db, policy_path, fmt) -> None:
+    policy = load_policy(policy_path)
+    tables = [t for t in policy.tables.values() if t.dependence_group is not None]
+    if not tables:
+        raise PolicyError("no table names a dependence_group column: add e.g. "
+                          "`dependence_group: household_id` to a table in the policy")
+    checks = []
+    for table in tables:
+        conn = open_owner_data(db, policy, table)
+        try:
+            checks.append(check_groups(conn, table, policy.k))
+        finally:
+            conn.close()
+    if fmt == "json":
+        click.echo(json.dumps([asdict(c) | {"valid": c.valid} for c in checks], allow_nan=False))
+    else:
+        print_checks(_console(), checks)
+    bad = [c for c in checks if not c.valid]
+    if bad:
+        raise PolicyError(f"policy not valid for this data: {bad[0].over_k} group(s) of table "
+                          f"{bad[0].table} have more than k = {bad[0].k} units (largest "
+                          f"{bad[0].largest}); raise dependence.k or fix the groups",
+                          largest=bad[0].largest, over_k=bad[0].over_k)
+
+
+@dependence_group.command(name="eta", help="eta per column set (every policy column, and each "
+                          "--columns set) from a declared model (--model) and/or fitted to the data "
+                          "(--db) with an upper confidence bound, the eps_dp each gives, and a ready "
+                          "policy dependence block. With --db: " + OWNER_SIDE)
+@click.option("--policy", "policy_path", required=True, help="The policy (YAML).")
+@click.option("--table", "table_name", default=None, help="Policy table (default: the only one).")
+@click.option("--model", "model_path", default=None, help="Household model file (YAML, README).")
+@click.option("--db", default=None, help="Private data to fit the model to (needs the table's "
+                                         "dependence_group).")
+@click.option("--columns", "asked", multiple=True,
+              help="A column set a query may read, comma-separated (e.g. sick,age); repeatable.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True,
+              help="Information-privacy level at which eps_dp is shown.")
+@click.option("--confidence", type=click.FloatRange(0.5, 1.0, max_open=True), default=0.95,
+              show_default=True, help="Confidence of the fit's upper bound.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def dependence_eta(policy_path, table_name, model_path, db, asked, epsilon, confidence, fmt) -> None:
+    policy = load_policy(policy_path)
+    if model_path is None and db is None:
+        raise InputError("give --model (a household model file), --db (data to fit), or both")
+    if table_name is None and len(policy.tables) != 1:
+        raise InputError(f"--table: the policy has several tables ({', '.join(policy.tables)}); name one")
+    name = (table_name or next(iter(policy.tables))).lower()
+    if name not in policy.tables:
+        raise InputError(f"--table {table_name!r}: expected one of {', '.join(policy.tables)}")
+    table = policy.tables[name]
+    sets = column_sets(table, asked)
+    model = load_model(model_path) if model_path is not None else None
+    fit = None
+    if db is not None:
+        conn = open_owner_data(db, policy, table)
+        try:
+            fit = fit_sets(conn, table, policy.k, [s for s in sets if not fittable(table, s)], confidence)
+        finally:
+            conn.close()
+    report = eta_report(policy, table, sets, epsilon, model, fit)
+    if fmt == "json":
+        click.echo(json.dumps(asdict(report), allow_nan=False))
+    else:
+        print_report(_console(), report)
 
 
 @cli.command(name="report", help="Report the budget spent: per answer, per analyst, totals and "

@@ -68,6 +68,7 @@ class TableSpec:
     privacy_unit: str | None
     max_rows_per_unit: int
     columns: Mapping[str, ColumnSpec]
+    dependence_group: str | None = None  # column naming each unit's dependence group (owner tools)
 
     @property
     def unit(self) -> str:
@@ -307,7 +308,8 @@ def _whole(value: Any, path: str, least: int) -> int:
 
 def _table(name: str, raw: Any) -> TableSpec:
     path = f"tables.{name}"
-    spec = _mapping(raw, path, required={"columns"}, optional={"privacy_unit", "max_rows_per_unit"})
+    spec = _mapping(raw, path, required={"columns"},
+                    optional={"privacy_unit", "max_rows_per_unit", "dependence_group"})
     unit = spec.get("privacy_unit")
     if unit is not None and (not isinstance(unit, str) or not unit.strip()):
         raise PolicyError(f"{path}.privacy_unit: expected a column name, got {unit!r}")
@@ -334,7 +336,19 @@ def _table(name: str, raw: Any) -> TableSpec:
             f"{path}.columns.{unit}: the privacy unit may not be listed as a column "
             "(it is only usable as COUNT(DISTINCT unit))"
         )
-    return TableSpec(name.lower(), unit_name, m, columns)
+    group = _dependence_group(spec.get("dependence_group"), f"{path}.dependence_group")
+    return TableSpec(name.lower(), unit_name, m, columns, group)
+
+
+def _dependence_group(raw: Any, path: str) -> str | None:
+    """The column whose equal values form a dependence group (e.g. household_id), lower-cased.
+
+    Only `dpsql dependence` reads it, to check k against the data and fit eta; queries never do."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw.strip():
+        raise PolicyError(f"{path}: expected a column name (e.g. household_id), got {raw!r}")
+    return raw.lower()
 
 
 def _column(name: str, raw: Any, path: str) -> ColumnSpec:

@@ -1,12 +1,14 @@
 """The bundled example: a synthetic people/households table, its policy, and three private queries.
 
-Run `python examples/households.py`. It writes examples/out/people.duckdb, policy.yaml and a
-fresh ledger, then answers a count, a grouped count and a clamped SUM with an AVG.
+Run `python examples/households.py`. It writes examples/out/people.duckdb, policy.yaml,
+model.yaml (the generator as a household model file) and a fresh ledger, then answers two
+counts of sick people, a grouped count by state and a clamped SUM with an AVG.
 
 The policy's dependence model is not guessed: each household's records are generated from a
-small exact joint distribution (HOUSEHOLD below), and (k, eta) are computed from it. Beside
-each answer the script prints what the policy declares and the level the answer reaches on
-this generator in an exact audit.
+small exact joint distribution (HOUSEHOLD below), and k, the record-level eta and the eta of
+each column set the queries read are computed from it. Beside each answer the script prints
+eps_dp under record-level eta (1: group privacy), under the column-scoped eta the policy
+declares, and the level the answer reaches on this generator in an exact audit.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import yaml
+from dpsql.calibration.dependence import eta_of_pmf_columns
 
-from dpsql import DependenceModel, PrivateDatabase, exact_audit_vector
+from dpsql import DependenceModel, PrivateDatabase, calibrate, exact_audit_vector
 
 STATES = ["CA", "NY", "TX", "WA"]
 
@@ -80,6 +83,41 @@ def implied_model() -> DependenceModel:
     return DependenceModel(max(m.k for m in models), max(m.eta for m in models))
 
 
+COLUMN_FIELDS = {"state": 0, "sick": 1, "age": 2, "income": 2}
+"""The record field each policy column is drawn from. Age and income are drawn per person from
+the adult flag alone, so a set reading them is at most as dependent as one reading the flag
+(a per-person random function of a field can only shrink total variation)."""
+
+DECLARED_SETS = (("sick",), ("sick", "age"), ("age", "income"))
+"""The column sets the policy declares an eta for (state, shared, keeps the default eta = 1)."""
+
+
+@cache
+def true_eta(columns: tuple[str, ...]) -> float:
+    """eta of a column set, computed exactly from the pmf: the largest over household sizes of
+    the housemates' records' TV, projected onto the fields the columns are drawn from."""
+    fields = tuple(sorted({COLUMN_FIELDS[c] for c in columns}))
+    return max(eta_of_pmf_columns(household_pmf(size), RECORD_AXES, fields)
+               for size, share in enumerate(HOUSEHOLD.sizes, start=1) if share > 0 and size > 1)
+
+
+def model_file() -> dict:
+    """The generator as a `dpsql dependence eta --model` file: its eta_S are the exact ones."""
+    age = {"per_person": True}  # drawn per person from the adult flag, which is independent
+    return {
+        "sizes": {size: share for size, share in enumerate(HOUSEHOLD.sizes, start=1)},
+        "factors": {"outbreak": [1 - HOUSEHOLD.outbreak, HOUSEHOLD.outbreak]},
+        "columns": {
+            "state": {"values": STATES, "marginal": list(HOUSEHOLD.state), "rho": 1},
+            "sick": {"values": [False, True], "factor": "outbreak",
+                     "given": [[1 - HOUSEHOLD.sick_otherwise, HOUSEHOLD.sick_otherwise],
+                               [1 - HOUSEHOLD.sick_in_outbreak, HOUSEHOLD.sick_in_outbreak]]},
+            "age": age,
+            "income": age,
+        },
+    }
+
+
 def member_field(size: int, field: int) -> np.ndarray:
     """For every household outcome, each member's value of one record field (0 state, 1 sick,
     2 adult), stacked on a trailing member axis."""
@@ -93,6 +131,8 @@ def count_values(size: int, query: str) -> np.ndarray:
         return member_field(size, 1).sum(axis=-1)[..., None]
     if query == "adults":
         return member_field(size, 2).sum(axis=-1)[..., None]
+    if query == "sick adults":
+        return (member_field(size, 1) * member_field(size, 2)).sum(axis=-1)[..., None]
     states = member_field(size, 0)
     return np.stack([(states == s).sum(axis=-1) for s in range(len(STATES))], axis=-1)
 
@@ -131,24 +171,38 @@ def generate(path: Path, households: int = 20_000, seed: int = 7) -> None:
         )
 
 
+FLOAT_ZERO = 1e-12
+"""Below this a computed eta is the float rounding of an exact 0 (a set drawn per person: the
+sums behind it differ by ~1e-16; test_age_and_income_add_no_dependence checks it exactly)."""
+
+
 def declared_eta(eta: float) -> float:
     """eta rounded UP to 4 decimals (covers the float rounding of its computation), at most 1."""
+    if eta < FLOAT_ZERO:
+        return 0.0
     return min(1.0, math.ceil(eta * 1e4 + 1e-9) / 1e4)
 
 
 def policy() -> dict:
-    """The policy, declaring the (k, eta) computed from the generator (eta rounded up)."""
+    """The policy, declaring the k and etas computed from the generator (etas rounded up)."""
     model = implied_model()
     return {
-        "budget": {"epsilon": 4.0},
-        # Computed by implied_model(): households of at most 4; a member's record shifts the
-        # others' records by eta in total variation. The shared state makes eta = 1 (one
-        # member's state gives the others'), so every mode is group privacy: eps_dp = eps / k.
-        "dependence": {"k": model.k, "eta": declared_eta(model.eta), "mode": "auto"},
+        # Reading state makes the transcript's eta 1 (docs/theory.md §11): the four answers
+        # below cost 3.86 of it, and the README's tour spends more.
+        "budget": {"epsilon": 8.0},
+        # Computed by implied_model() and true_eta(): households of at most 4. The shared state
+        # makes the record-level eta 1 (one member's state gives the others'): group privacy,
+        # eps_dp = eps / k, for any query reading state. Queries that read only the listed
+        # columns get the eta of what they read.
+        "dependence": {"k": model.k, "eta": declared_eta(model.eta), "mode": "auto",
+                       "eta_by_columns": [{"columns": list(columns), "eta": declared_eta(true_eta(columns))}
+                                          for columns in DECLARED_SETS]},
         "tables": {
             "people": {
-                "privacy_unit": "person_id",
-                "max_rows_per_unit": 1,
+                # One row per person and no privacy_unit: each row is one individual, so a
+                # query reads only the columns it names (with a privacy unit, its bounded copy
+                # would read them all, docs/theory.md §11). person_id is not queryable.
+                "dependence_group": "household_id",
                 "columns": {
                     "age": {"type": "int", "lower": 0, "upper": 120},
                     "income": {"type": "float", "lower": 0, "upper": 500000},
@@ -163,6 +217,8 @@ def policy() -> dict:
 QUERIES = [
     ("How many people are sick?", "SELECT COUNT(*) AS sick_people FROM people WHERE sick", 0.5,
      "sick"),
+    ("How many adults are sick?",
+     "SELECT COUNT(*) AS sick_adults FROM people WHERE sick AND age >= 18", 0.5, "sick adults"),
     ("How many people live in each state?",
      "SELECT state, COUNT(*) AS people FROM people GROUP BY state ORDER BY state", 0.5, "states"),
     ("Total and average adult income (clamped to [0, 500000])",
@@ -190,8 +246,13 @@ def audit_line(result, count: str | None) -> str:
     return f"exact audit on the generator: level {level:.4f} <= epsilon {result.epsilon}"
 
 
+def record_level_dp(epsilon: float) -> float:
+    """eps_dp without column scoping: the record-level eta (1, group privacy) for every query."""
+    return calibrate(epsilon, implied_model()).epsilon_dp
+
+
 def main() -> None:
-    """Generate the data and policy, answer the three queries, show declared and implied."""
+    """Generate the data, policy and model file, answer the queries, show both etas side by side."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args()
@@ -201,25 +262,33 @@ def main() -> None:
     generate(db)
     declared = policy()
     policy_path.write_text(yaml.safe_dump(declared, sort_keys=False))
+    (args.out / "model.yaml").write_text(yaml.safe_dump(model_file(), sort_keys=False))
     for stale in args.out.glob("ledger.sqlite*"):  # the ledger, its journal, prepared copies
         if stale.is_dir():
             shutil.rmtree(stale)
         else:
             stale.unlink()
     implied = implied_model()
-    print(f"The generator implies k = {implied.k}, eta = {implied.eta:.4g} (computed exactly);\n"
-          f"the policy declares k = {declared['dependence']['k']}, "
-          f"eta = {declared['dependence']['eta']:g}.")
+    print(f"The generator implies k = {implied.k}, record-level eta = {implied.eta:.4g}, and per "
+          "column set (computed exactly):")
+    for columns in (("state",), *DECLARED_SETS):
+        print(f"  eta{{{', '.join(columns)}}} = {true_eta(columns):.4f}")
+    print(f"The policy declares k = {declared['dependence']['k']}, eta = "
+          f"{declared['dependence']['eta']:g} and eta_by_columns "
+          + ", ".join(f"{{{', '.join(d['columns'])}}}: {d['eta']:g}"
+                      for d in declared["dependence"]["eta_by_columns"]) + ".")
 
     with PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst="example",
                                  create=True) as private:
         for question, sql, epsilon, count in QUERIES:
             result = private.query(sql, epsilon=epsilon)
+            group = record_level_dp(epsilon)
             print(f"\n{question}\n  {sql}")
-            print(f"  epsilon {result.epsilon} (information privacy) -> epsilon_dp "
-                  f"{result.epsilon_dp:.4f} via the {result.mode} bound")
-            print(f"  declared k={result.k}, eta={result.eta:g}; "
-                  f"the generator implies k={implied.k}, eta={implied.eta:g}")
+            print(f"  reads {', '.join(c.split('.')[-1] for c in result.columns_read)}: eta "
+                  f"{result.eta:g} from {result.eta_from}")
+            print(f"  epsilon {result.epsilon} -> epsilon_dp {result.epsilon_dp:.4f} via {result.mode}; "
+                  f"with record-level eta 1 (group privacy) {group:.4f},\n"
+                  f"  so group privacy's noise scale is {result.epsilon_dp / group:.2f}x this answer's")
             print(f"  {audit_line(result, count)}")
             for row, ci in zip(result.df.itertuples(index=False), result.ci95.itertuples(index=False),
                                strict=True):
@@ -228,8 +297,9 @@ def main() -> None:
                                                                                strict=True)))
         status = private.budget()
         print(f"\nBudget: {status.spent_ip:.3f} of {status.total} spent as the whole transcript's\n"
-              f"information-privacy level (sum of epsilon_dp {status.spent_dp:.3f});\n"
-              f"the largest epsilon a next query can still ask is {status.largest_epsilon:.3f}.")
+              f"information-privacy level (sum of epsilon_dp {status.spent_dp:.3f}, composed with\n"
+              f"the eta of every column read so far); the largest epsilon a next query reading no\n"
+              f"new column can still ask is {status.largest_epsilon:.3f}.")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from calibration import DependenceModel
+from calibration import DependenceModel, column_set_eta
 from engine import PrivateDatabase
+from engine.dependence_model import parse_model
 from tests.support import create_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,21 @@ def test_declared_model_is_at_least_the_computed_one(example) -> None:
     assert declared["k"] >= implied.k and declared["eta"] >= implied.eta
     # Households of up to 4 sharing one state: one member's state gives the others' (eta = 1).
     assert (implied.k, implied.eta) == (4, 1.0)
+    assert example.true_eta(("state",)) == 1.0
+    by_columns = {tuple(d["columns"]): d["eta"] for d in declared["eta_by_columns"]}
+    assert set(by_columns) == set(example.DECLARED_SETS)
+    for columns, eta in by_columns.items():
+        assert example.true_eta(columns) - example.FLOAT_ZERO <= eta <= example.true_eta(columns) + 1e-4
+    assert by_columns[("sick",)] == 0.5851 and by_columns[("age", "income")] == 0.0
+
+
+def test_the_model_file_gives_the_generators_etas(example) -> None:
+    # Two independent computations agree: the model file's closed form (count vectors given
+    # the hidden household state) and brute force on the example's exact joint pmf.
+    model = parse_model(example.model_file())
+    assert model.k == 4
+    for columns in [("state",), ("sick",), ("sick", "age"), ("age", "income"), ("state", "sick")]:
+        assert column_set_eta(model, columns) == pytest.approx(example.true_eta(columns), abs=1e-12)
 
 
 def test_each_household_pmf_is_exact_and_matches_the_generator(example) -> None:
@@ -120,10 +136,16 @@ def test_the_example_runs_quickly_and_prints_both_models(tmp_path) -> None:
     run = subprocess.run([sys.executable, str(EXAMPLE), "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120, check=True)
     assert time.monotonic() - started < 60
-    assert "The generator implies k = 4, eta = 1" in run.stdout
-    assert run.stdout.count("exact audit on the generator: level") == 2
+    assert "The generator implies k = 4, record-level eta = 1" in run.stdout
+    assert "eta{sick} = 0.5851" in run.stdout and "eta{age, income} = 0.0000" in run.stdout
+    assert run.stdout.count("exact audit on the generator: level") == 3
     # The numbers README.md quotes from this run (they depend on the model, not on the noise).
-    assert "level 0.2406 <= epsilon 0.5" in run.stdout and "level 0.3497 <= epsilon 0.5" in run.stdout
-    assert "Budget: 1.500 of 4.0 spent" in run.stdout
+    assert "level 0.3259 <= epsilon 0.5" in run.stdout and "level 0.3497 <= epsilon 0.5" in run.stdout
+    assert run.stdout.count("epsilon_dp 0.1704 via tight; with record-level eta 1 (group privacy) "
+                            "0.1250") == 2
+    assert run.stdout.count("group privacy's noise scale is 1.36x this answer's") == 2
+    assert "reads age, income: eta 0 from dependence.eta_by_columns" in run.stdout
+    assert "Budget: 3.863 of 8.0 spent" in run.stdout
     declared = yaml.safe_load((tmp_path / "policy.yaml").read_text())["dependence"]
     assert DependenceModel(declared["k"], declared["eta"]) == DependenceModel(4, 1.0)
+    assert parse_model(yaml.safe_load((tmp_path / "model.yaml").read_text())).k == 4

@@ -17,6 +17,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                         "columns"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare", "bounded_store"})),
+    ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
     ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar"})),

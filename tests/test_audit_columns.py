@@ -1,0 +1,215 @@
+"""Column-scoped eta, proved by the exact audit: an eps_dp-DP mechanism that reads only the
+columns S of each record is L(eps_dp; k, eta_S)-IP, with eta_S conditioned on the FULL record.
+
+Households of 2 and 3 members are audited exactly (calibration.exact_audit_vector): a column
+shared by the whole household (rho = 1), one partly correlated (rho = 0.4), two driven by a
+household outbreak, one independent; mechanisms are noisy counts, sums and histograms of the
+columns read. The negative cases show what a weaker rule would get wrong: marginal etas that
+do not combine, eta of another column set, and eta conditioned only on the columns read.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from calibration import DependenceModel, exact_audit_vector
+from calibration.columns import (
+    Column,
+    Factor,
+    HouseholdColumns,
+    column_set_eta,
+    household_joint_pmf,
+    record_shape,
+)
+from calibration.dependence import eta_of_pmf_columns
+from calibration.household import household_eta
+from calibration.maps import tight_map
+
+EPSILONS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+"""The eps_dp grid of every audit, spanning [0.1, 2]."""
+
+SLACK = 1e-9
+"""Float rounding allowed between an exact level and the tight map."""
+
+
+def of_size(size: int, columns: tuple[Column, ...], factors: tuple[Factor, ...] = ()) -> HouseholdColumns:
+    """A model whose households all have `size` members."""
+    return HouseholdColumns(tuple(float(s == size) for s in range(1, size + 1)), columns, factors)
+
+
+def town(size: int) -> HouseholdColumns:
+    """state shared, sick and fever driven by an outbreak, pets partly correlated, adult independent."""
+    return of_size(size, (
+        Column("state", ("CA", "NY"), (0.9, 0.1), rho=1.0),
+        Column("sick", (False, True), factor="outbreak", given=((0.95, 0.05), (0.3, 0.7))),
+        Column("fever", (False, True), factor="outbreak", given=((0.9, 0.1), (0.5, 0.5))),
+        Column("pets", (0, 1, 2), (0.5, 0.3, 0.2), rho=0.4),
+        Column("adult", (False, True), (0.2, 0.8)),
+    ), (Factor("outbreak", (0.8, 0.2)),))
+
+
+def member_values(pmf: np.ndarray, shape: tuple[int, ...], column: int) -> np.ndarray:
+    """For every household outcome, each member's value index of one column, on a last axis."""
+    index = np.indices(pmf.shape)
+    return np.stack([np.unravel_index(index[j], shape)[column] for j in range(pmf.ndim)], axis=-1)
+
+
+def mechanisms(pmf: np.ndarray, shape: tuple[int, ...], read: tuple[int, ...]):
+    """(name, integer query values with a trailing axis, per-unit eps as a fraction of eps_dp).
+
+    Every query depends on the records only through the columns `read`. Replacing one record
+    moves a count by at most 1 and a sum of values in [0, m] by at most m, so geometric noise
+    with eps per unit eps_dp / m is eps_dp-DP; a histogram moves two cells by 1 each (L1
+    sensitivity 2), so eps_dp / 2 per cell is eps_dp-DP."""
+    values = {c: member_values(pmf, shape, c) for c in read}
+    first = values[read[0]]
+    yield "count of the first column's top value", (first == shape[read[0]] - 1).sum(-1)[..., None], 1.0
+    yield "sum of the first column's value index", first.sum(-1)[..., None], 1.0 / (shape[read[0]] - 1)
+    if len(read) > 1:
+        both = reduce(np.logical_and, [values[c] == 0 for c in read])
+        yield "count with every read column at its first value", both.sum(-1)[..., None], 1.0
+    cells = int(np.prod([shape[c] for c in read]))
+    if cells <= 4:
+        code = np.ravel_multi_index(tuple(values[c] for c in read), tuple(shape[c] for c in read))
+        histogram = np.stack([(code == cell).sum(-1) for cell in range(cells)], axis=-1)
+        yield "histogram of the read columns", histogram, 0.5
+
+
+def audit_sets(model: HouseholdColumns, sets) -> list[tuple[str, float, float, float]]:
+    """Every (case, eps_dp, exact level, L(eps_dp; k, eta_S)) for the column sets given."""
+    size = model.k
+    pmf = household_joint_pmf(model, size)
+    shape = record_shape(model)
+    names = [c.name for c in model.columns]
+    rows = []
+    for read in sets:
+        eta = column_set_eta(model, [names[c] for c in read])
+        for name, values, share in mechanisms(pmf, shape, read):
+            for eps in EPSILONS:
+                level = exact_audit_vector(pmf, eps * share, values).level
+                bound = tight_map(eps, DependenceModel(size, eta))
+                rows.append((f"{size} members, reads {[names[c] for c in read]}: {name}", eps, level, bound))
+    return rows
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_exact_level_never_exceeds_the_column_scoped_bound(size: int) -> None:
+    model = town(size)
+    sets = [s for r in (1, 2) for s in combinations(range(5), r)] + [(0, 1, 3), (1, 2, 3)]
+    rows = audit_sets(model, sets)
+    assert len(rows) == 399
+    worst = max(rows, key=lambda row: row[2] - row[3])
+    assert worst[2] <= worst[3] + SLACK, worst
+    # The bound is not vacuous: reading only the outbreak-driven column beats group privacy.
+    sick = [r for r in rows if "reads ['sick']:" in r[0]]
+    assert all(bound < 0.95 * size * eps for _, eps, _, bound in sick)
+
+
+def test_closed_form_eta_matches_brute_force_for_every_column_set() -> None:
+    for size in (2, 3):
+        model = town(size)
+        pmf = household_joint_pmf(model, size)
+        names = [c.name for c in model.columns]
+        for r in range(0, 4):
+            for read in combinations(range(5), r):
+                exact = eta_of_pmf_columns(pmf, record_shape(model), read)
+                assert column_set_eta(model, [names[c] for c in read]) == pytest.approx(exact, abs=1e-12)
+
+
+def test_single_correlated_column_matches_the_household_model() -> None:
+    for size in (2, 3, 4):
+        model = of_size(size, (Column("pets", (0, 1, 2), (0.5, 0.3, 0.2), rho=0.4),))
+        assert column_set_eta(model, ["pets"]) == pytest.approx(
+            household_eta(size, 0.4, [0.5, 0.3, 0.2]), abs=1e-12)
+
+
+def test_shared_column_has_eta_one_and_the_audit_needs_it() -> None:
+    model = town(3)
+    assert column_set_eta(model, ["state"]) == pytest.approx(1.0)
+    assert column_set_eta(model, ["adult"]) == 0.0
+    # eta of an independent column (adult, 0) would under-protect a query on the shared state.
+    rows = audit_sets(model, [(0,)])
+    wrong = tight_map(1.0, DependenceModel(3, column_set_eta(model, ["adult"])))
+    level = next(level for case, eps, level, _ in rows if eps == 1.0 and "count" in case)
+    assert level > wrong + 0.5
+
+
+def xor_household(size: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """Each member has a fair bit a and b = a XOR Z, Z a rare household bit: a alone and b alone
+    are fair bits independent of everything, but (a, b) reveals Z."""
+    member = {z: np.array([[0.5 * (b == a ^ z) for b in (0, 1)] for a in (0, 1)]).reshape(-1)
+              for z in (0, 1)}
+    joint = sum((0.99, 0.01)[z] * reduce(np.multiply.outer, [member[z]] * size) for z in (0, 1))
+    return joint, (2, 2)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_marginal_etas_do_not_combine(size: int) -> None:
+    pmf, shape = xor_household(size)
+    assert eta_of_pmf_columns(pmf, shape, (0,)) == pytest.approx(0.0, abs=1e-12)
+    assert eta_of_pmf_columns(pmf, shape, (1,)) == pytest.approx(0.0, abs=1e-12)
+    assert eta_of_pmf_columns(pmf, shape, (0, 1)) == pytest.approx(1.0)
+    differ = (member_values(pmf, shape, 0) != member_values(pmf, shape, 1)).sum(-1)[..., None]
+    for eps in EPSILONS:
+        level = exact_audit_vector(pmf, eps, differ).level
+        # The largest marginal eta (0) would claim eps_dp-IP: the audit refutes it ...
+        assert level > tight_map(eps, DependenceModel(size, 0.0)) + 0.3 * eps
+        # ... while eta of the set read, 1, covers it.
+        assert level <= tight_map(eps, DependenceModel(size, 1.0)) + SLACK
+    for read in ((0,), (1,)):
+        values = member_values(pmf, shape, read[0]).sum(-1)[..., None]
+        assert exact_audit_vector(pmf, 1.0, values).level <= 1.0 + SLACK
+
+
+def rare_outbreak(size: int) -> HouseholdColumns:
+    """sick IS the (rare) outbreak; fever follows it closely: i's unread sick reveals the outbreak."""
+    return of_size(size, (
+        Column("sick", (0, 1), factor="outbreak", given=((1.0, 0.0), (0.0, 1.0))),
+        Column("fever", (0, 1), factor="outbreak", given=((0.95, 0.05), (0.05, 0.95))),
+    ), (Factor("outbreak", (0.99, 0.01)),))
+
+
+def eta_given_read_only(pmf: np.ndarray, shape: tuple[int, int], read: int) -> float:
+    """The WRONG eta that conditions member 0 on its read column only (households are exchangeable)."""
+    mates = pmf.ndim - 1
+    table = pmf.reshape(shape + shape * mates).sum(axis=1 - read)
+    table = table.sum(axis=tuple(1 + 2 * j + (1 - read) for j in range(mates))).reshape(shape[read], -1)
+    table = table / table.sum(axis=1, keepdims=True)
+    return 0.5 * float(np.abs(table[0] - table[1]).sum())
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_latent_leaks_through_an_unread_column(size: int) -> None:
+    model = rare_outbreak(size)
+    pmf, shape = household_joint_pmf(model, size), record_shape(model)
+    eta = column_set_eta(model, ["fever"])
+    partial = eta_given_read_only(pmf, shape, 1)
+    assert partial < 0.2 < 0.85 < eta
+    fever = member_values(pmf, shape, 1).sum(-1)[..., None]
+    for eps in EPSILONS:
+        level = exact_audit_vector(pmf, eps, fever).level
+        assert level <= tight_map(eps, DependenceModel(size, eta)) + SLACK
+    level = exact_audit_vector(pmf, 1.0, fever).level
+    assert level > tight_map(1.0, DependenceModel(size, partial)) + 0.4
+
+
+def test_eta_grows_with_the_column_set() -> None:
+    model = town(3)
+    names = [c.name for c in model.columns]
+    for r in range(1, 4):
+        for read in combinations(names, r):
+            for extra in names:
+                assert column_set_eta(model, read) <= column_set_eta(model, (*read, extra)) + 1e-12
+
+
+def test_random_sizes_take_the_worst_size() -> None:
+    columns = town(3).columns
+    mixed = HouseholdColumns((0.5, 0.3, 0.2), columns, town(3).factors)
+    for read in (["sick"], ["pets"], ["sick", "fever"]):
+        assert column_set_eta(mixed, read) == pytest.approx(
+            max(column_set_eta(town(s), read) for s in (2, 3)), abs=1e-15)
+    assert mixed.k == 3
