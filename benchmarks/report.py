@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.accuracy import EPSILONS, ETAS, KS  # noqa: E402
+from benchmarks.spark import section as spark_section
 from benchmarks.workload import EPSILON, MAX_ROWS_PER_UNIT, TEMPLATES  # noqa: E402
 
 PLOT = "accuracy_ratio.png"
@@ -293,6 +294,7 @@ def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
     lines += _plan_section(out)
     if not quick:
         lines += _smartnoise_section(out)
+        lines += spark_section(out)
     lines += _accuracy_section(out, quick, plot_path)
     lines += _service_section(out)
     target.write_text("\n".join(lines) + "\n" + kept_sections(target))

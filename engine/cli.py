@@ -15,7 +15,7 @@ from rich.text import Text
 from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
 from .bounded_store import store_dir
-from .database import DEFAULT_ANALYST, PrivateDatabase, binding_of
+from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
 from .dependence_data import check_groups, fit_sets, open_owner_data
 from .dependence_model import load_model
 from .dependence_report import column_sets, eta_report, fittable, print_checks, print_report
@@ -43,7 +43,12 @@ def _common(func, local: bool = True):
     """Options shared by `query` and `explain` (`local=False`: the data options become optional,
     since `query --server` asks a service instead)."""
     options = [
-        click.option("--db", required=local, help="DuckDB, CSV or Parquet file with the private data."),
+        click.option("--db", required=local,
+                     help="DuckDB, CSV or Parquet file with the private data (with --engine spark: "
+                          "a Parquet file or folder, or a catalog table)."),
+        click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
+                     help="Where the exact aggregates are computed (spark: a local Spark session; "
+                          "needs pip install 'dpsql[spark]')."),
         click.option("--policy", "policy_path", required=local, help="The data owner's policy (YAML)."),
         click.option("--ledger", required=local, help="sqlite ledger file recording the budget spent."),
         click.option("--epsilon", type=float, default=None,
@@ -76,7 +81,7 @@ def cli() -> None:
               "(then give --token, not --db, --policy, --ledger or --analyst).")
 @click.option("--token", envvar="DPSQL_TOKEN", default=None,
               help="Your token for --server (or the environment variable DPSQL_TOKEN).")
-def query(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token, sql) -> None:
+def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token, sql) -> None:
     if server is not None:
         result = remote_query(server, token, sql, epsilon=epsilon, mode=mode, cost=cost,
                               local=[name for name, value in (("--db", db), ("--policy", policy_path),
@@ -89,7 +94,8 @@ def query(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, to
         raise InputError(f"missing option {', '.join(missing)}: a local query needs --db, --policy "
                          "and --ledger (or ask a service with --server URL --token TOKEN)")
     with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                    engine=engine) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
 
@@ -107,9 +113,10 @@ def _show_result(result: QueryResult, fmt: str) -> None:
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
-def explain(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
+def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
     with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                    engine=engine) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))

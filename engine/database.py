@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Concatenate, NoReturn, ParamSpec, TypeVar
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 from ..calibration import (
     Calibration,
@@ -68,15 +68,19 @@ class PrivateDatabase:
         self._lock = threading.RLock()
 
     @classmethod
-    def connect(cls, db: str | Path, policy: str | Path | Policy, ledger: str | Path,
-                analyst: str = DEFAULT_ANALYST, create: bool = False) -> PrivateDatabase:
-        """Open the data (DuckDB, CSV or Parquet) under a policy, with a budget ledger.
+    def connect(cls, db: str | Path | Any, policy: str | Path | Policy, ledger: str | Path,
+                analyst: str = DEFAULT_ANALYST, create: bool = False, engine: str = "duckdb",
+                spark: Any = None) -> PrivateDatabase:
+        """Open the data under a policy, with a budget ledger.
 
-        The ledger must exist unless `create=True`, which creates a new one bound to this
-        policy (and refuses a path that exists): a mistyped path never starts a fresh budget."""
+        With engine="duckdb" (the default) `db` is a DuckDB, CSV or Parquet file. With
+        engine="spark" it is a Spark DataFrame, a Parquet file or folder, or a catalog table (or
+        a mapping of policy table names to them), computed on the session `spark` (a local one
+        if None). The ledger must exist unless `create=True`, which creates a new one bound to
+        this policy (and refuses a path that exists): a mistyped path never starts a fresh
+        budget."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
-        key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
-        backend = DuckDBBackend.open(db, policy, store_dir(ledger), key)
+        backend = _open_backend(db, policy, engine, spark, ledger, create)
         try:
             book = Ledger(ledger, binding_of(policy), create=create)
         except BaseException:
@@ -366,6 +370,29 @@ class PrivateDatabase:
 class _PostProcessingFailed(Exception):
     """Post-processing failed on noisy values inside the charge: the charge rolls back and the
     database halts (internal; never shown)."""
+
+
+ENGINES = ("duckdb", "spark")
+
+
+def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str | Path,
+                  create: bool) -> Backend:
+    """The backend `engine` names, over `db` (Spark is imported only when asked for). DuckDB
+    uses the owner's prepared bounded copies kept beside the ledger, when current."""
+    if engine == "duckdb":
+        if spark is not None:
+            raise InputError("spark= is given but engine is 'duckdb'; pass engine='spark' to "
+                             "compute on that Spark session")
+        if not isinstance(db, (str, Path)):
+            raise InputError(f"the DuckDB engine reads a DuckDB, CSV or Parquet file path, got "
+                             f"{type(db).__name__}; pass engine='spark' for a Spark DataFrame")
+        key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
+        return DuckDBBackend.open(db, policy, store_dir(ledger), key)
+    if engine == "spark":
+        from .backends.spark import SparkBackend
+
+        return SparkBackend.open(spark, db, policy)
+    raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
 
 
 def binding_of(policy: Policy) -> LedgerBinding:
