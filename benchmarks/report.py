@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.accuracy import EPSILONS, ETAS, KS  # noqa: E402
+from benchmarks.spark import section as spark_section
 from benchmarks.workload import EPSILON, MAX_ROWS_PER_UNIT, TEMPLATES  # noqa: E402
 
 PLOT = "accuracy_ratio.png"
@@ -246,6 +247,16 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _service_section(out: Path) -> list[str]:
+    """The service's latency, as `python -m benchmarks.service` stored it (absent if not run)."""
+    stored = _load(out, "service.json")
+    if stored is None:
+        return []
+    from benchmarks.service import section
+
+    return section(stored)
+
+
 def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
     """Write the whole results page from whatever parts have been measured."""
     plot_path = target.parent / PLOT
@@ -283,7 +294,9 @@ def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
     lines += _plan_section(out)
     if not quick:
         lines += _smartnoise_section(out)
+        lines += spark_section(out)
     lines += _accuracy_section(out, quick, plot_path)
+    lines += _service_section(out)
     target.write_text("\n".join(lines) + "\n" + kept_sections(target))
 
 

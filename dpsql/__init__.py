@@ -34,6 +34,7 @@ from .calibration import (  # noqa: E402
     transcript_level,
 )
 from .engine import (  # noqa: E402
+    AccessDenied,
     AggregateInfo,
     BudgetExhausted,
     BudgetStatus,
@@ -51,9 +52,11 @@ from .engine import (  # noqa: E402
     ReportTotals,
     load_policy,
 )
+from .engine.service import connect  # noqa: E402
 
 __all__ = [
     "MODES",
+    "AccessDenied",
     "AggregateInfo",
     "Audit",
     "BudgetExhausted",
@@ -78,6 +81,7 @@ __all__ = [
     "admits",
     "calibrate",
     "compare_modes",
+    "connect",
     "dp_budget",
     "exact_audit",
     "exact_audit_vector",

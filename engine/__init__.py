@@ -7,6 +7,7 @@ if __name__ == "engine":  # imported from a checkout by the folder's own name
 
 from .database import PrivateDatabase
 from .errors import (
+    AccessDenied,
     BudgetExhausted,
     DpsqlError,
     EngineHalted,
@@ -22,6 +23,7 @@ from .report import Report, ReportTotals
 from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
 
 __all__ = [
+    "AccessDenied",
     "AggregateInfo",
     "BudgetExhausted",
     "BudgetStatus",

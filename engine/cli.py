@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import click
 from rich.console import Console
@@ -14,7 +15,7 @@ from rich.text import Text
 from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
 from .bounded_store import store_dir
-from .database import DEFAULT_ANALYST, PrivateDatabase, binding_of
+from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
 from .dependence_data import check_groups, fit_sets, open_owner_data
 from .dependence_model import load_model
 from .dependence_report import column_sets, eta_report, fittable, print_checks, print_report
@@ -23,24 +24,33 @@ from .display import csv_text, visible
 from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
 from .execute import prepare_copies
-from .ledger import Ledger, read_history
+from .ledger import ROLES, Ledger, read_history
 from .policy import load_policy
 from .progress_bar import progress_bar
 from .report import Report, build_report
 from .report_plot import plot_png
 from .report_render import render_html, render_markdown, render_table
 from .result import Explanation, HistoryEntry, QueryResult, from_clause
+from .service.auth import check_cap, check_name, new_analyst
+from .service.client import remote_query
+from .service.limits import Limits
 
 QUERY_FORMATS = click.Choice(["table", "json", "csv"])
 EXPLAIN_FORMATS = click.Choice(["table", "json"])
 
 
-def _common(func):
-    """Options shared by `query` and `explain`."""
+def _common(func, local: bool = True):
+    """Options shared by `query` and `explain` (`local=False`: the data options become optional,
+    since `query --server` asks a service instead)."""
     options = [
-        click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data."),
-        click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML)."),
-        click.option("--ledger", required=True, help="sqlite ledger file recording the budget spent."),
+        click.option("--db", required=local,
+                     help="DuckDB, CSV or Parquet file with the private data (with --engine spark: "
+                          "a Parquet file or folder, or a catalog table)."),
+        click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
+                     help="Where the exact aggregates are computed (spark: a local Spark session; "
+                          "needs pip install 'dpsql[spark]')."),
+        click.option("--policy", "policy_path", required=local, help="The data owner's policy (YAML)."),
+        click.option("--ledger", required=local, help="sqlite ledger file recording the budget spent."),
         click.option("--epsilon", type=float, default=None,
                      help="Information-privacy level this answer must meet (> 0)."),
         click.option("--cost", type=float, default=None,
@@ -63,12 +73,29 @@ def cli() -> None:
     """Command group."""
 
 
-@cli.command(help="Answer a SQL query privately and charge the ledger.")
-@_common
+@cli.command(help="Answer a SQL query privately and charge the ledger (or ask a dpsql service "
+             "with --server and --token).")
+@functools.partial(_common, local=False)
 @click.option("--format", "fmt", type=QUERY_FORMATS, default="table", show_default=True)
-def query(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
+@click.option("--server", default=None, help="URL of a dpsql service to ask instead of the data "
+              "(then give --token, not --db, --policy, --ledger or --analyst).")
+@click.option("--token", envvar="DPSQL_TOKEN", default=None,
+              help="Your token for --server (or the environment variable DPSQL_TOKEN).")
+def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token, sql) -> None:
+    if server is not None:
+        result = remote_query(server, token, sql, epsilon=epsilon, mode=mode, cost=cost,
+                              local=[name for name, value in (("--db", db), ("--policy", policy_path),
+                                                              ("--ledger", ledger)) if value])
+        _show_result(result, fmt)
+        return
+    missing = [name for name, value in (("--db", db), ("--policy", policy_path), ("--ledger", ledger))
+               if value is None]
+    if missing:
+        raise InputError(f"missing option {', '.join(missing)}: a local query needs --db, --policy "
+                         "and --ledger (or ask a service with --server URL --token TOKEN)")
     with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                    engine=engine) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
 
@@ -86,9 +113,10 @@ def _show_result(result: QueryResult, fmt: str) -> None:
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
-def explain(db, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
+def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
     with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst) as private:
+            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                    engine=engine) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
@@ -193,6 +221,97 @@ def ledger_resume(path, policy_path) -> None:
     if reason is None:
         raise InputError(f"ledger {path} is not halted; nothing to resume")
     _console().print(Text(visible(f"halted at {reason}; queries may run again")))
+
+
+@cli.group(name="analyst", help="Manage who may ask a dpsql service (the data owner's act): "
+           "tokens, roles and caps, kept in the ledger.")
+def analyst_group() -> None:
+    """Command group."""
+
+
+@analyst_group.command(name="add", help="Add an analyst and print their new token on its own line "
+                       "(shown once: only its hash is stored).")
+@click.argument("name")
+@click.option("--ledger", "path", required=True, help="The sqlite ledger the service uses.")
+@click.option("--cap", type=float, default=None,
+              help="The most the information-privacy level of this analyst's own answers may reach.")
+@click.option("--role", type=click.Choice(ROLES), default="analyst", show_default=True,
+              help="analyst: schema, explain, query, own history and budget; accountant: every "
+                   "history and the report, read-only.")
+def analyst_add(name, path, cap, role) -> None:
+    with Ledger.reopen(path) as book:
+        analyst, token = new_analyst(book, name, role, cap)
+    click.echo(f"added {analyst.role} {analyst.name!r}"
+               + ("" if analyst.cap is None else f" with cap {analyst.cap:g}")
+               + "; their token (shown once, give it to them privately):", err=True)
+    click.echo(token)
+
+
+@analyst_group.command(name="list", help="List analysts: role, cap, own spending, revoked or not.")
+@click.option("--ledger", "path", required=True, help="The sqlite ledger the service uses.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def analyst_list(path, fmt) -> None:
+    with Ledger.reopen(path) as book:
+        accounts = [book.account(a.name) for a in book.analysts()]
+    rows = [{**asdict(a.analyst), "spent_dp": a.spent_dp} for a in accounts if a is not None]
+    if fmt == "json":
+        click.echo(json.dumps(rows, allow_nan=False))
+        return
+    table = Table(title=f"Analysts of {path}")
+    for column in ("name", "role", "cap", "spent_dp", "created", "revoked"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(Text(visible(row["name"])), row["role"],
+                      "-" if row["cap"] is None else _number(row["cap"]), _number(row["spent_dp"]),
+                      row["created"][:19], row["revoked"] or "-")
+    _console().print(table)
+
+
+@analyst_group.command(name="revoke", help="Revoke an analyst's token at once (their answers stay "
+                       "recorded; a revoked name is never reused).")
+@click.argument("name")
+@click.option("--ledger", "path", required=True, help="The sqlite ledger the service uses.")
+def analyst_revoke(name, path) -> None:
+    with Ledger.reopen(path) as book:
+        analyst = book.update_analyst(name, revoke=True)
+    _console().print(Text(visible(f"revoked {analyst.name!r} at {analyst.revoked}")))
+
+
+@analyst_group.command(name="cap", help="Set an analyst's cap on the level of their own answers "
+                       "('none': no cap of their own; the global budget always binds).")
+@click.argument("name")
+@click.argument("epsilon")
+@click.option("--ledger", "path", required=True, help="The sqlite ledger the service uses.")
+def analyst_cap(name, epsilon, path) -> None:
+    try:
+        cap = None if epsilon.lower() == "none" else float(epsilon)
+    except ValueError:
+        raise InputError(f"cap must be a number > 0 or 'none', got {epsilon!r}") from None
+    with Ledger.reopen(path) as book:
+        analyst = book.update_analyst(check_name(name), cap=check_cap(cap))
+    _console().print(Text(visible(f"cap of {analyst.name!r}: "
+                                  + ("none" if analyst.cap is None else f"{analyst.cap:g}"))))
+
+
+@cli.command(help="Serve analysts over HTTP: the data and ledger stay here, analysts hold tokens "
+             "(dpsql analyst add). Runs until interrupted.")
+@click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data.")
+@click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
+@click.option("--ledger", required=True, help="sqlite ledger file recording the budget spent.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--tls-cert", default=None, help="PEM certificate: serve HTTPS (with --tls-key).")
+@click.option("--tls-key", default=None, help="PEM private key of --tls-cert.")
+@click.option("--rate", type=click.FloatRange(min=0.01), default=Limits.rate, show_default=True,
+              help="Requests per second each analyst may sustain.")
+@click.option("--burst", type=click.IntRange(min=1), default=Limits.burst, show_default=True,
+              help="Requests each analyst may send at once.")
+def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst) -> None:
+    from .service.server import serve as run_server  # uvicorn and FastAPI load only to serve
+
+    run_server(db, policy_path, ledger, host, port, tls_cert, tls_key,
+               replace(Limits(), rate=rate, burst=burst))
 
 
 @cli.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")

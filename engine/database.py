@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Concatenate, NoReturn, ParamSpec, TypeVar
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 from ..calibration import (
     Calibration,
@@ -22,8 +22,8 @@ from .accounting import ScopedAccountant, inverse, union
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
-from .errors import BudgetExhausted, EngineHalted, InputError, LedgerError
-from .ledger import Charge, Ledger, LedgerBinding, peek_hash_key
+from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
+from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release
 from .plan import QueryPlan
 from .policy import Policy, declarations_json, load_policy
@@ -68,15 +68,19 @@ class PrivateDatabase:
         self._lock = threading.RLock()
 
     @classmethod
-    def connect(cls, db: str | Path, policy: str | Path | Policy, ledger: str | Path,
-                analyst: str = DEFAULT_ANALYST, create: bool = False) -> PrivateDatabase:
-        """Open the data (DuckDB, CSV or Parquet) under a policy, with a budget ledger.
+    def connect(cls, db: str | Path | Any, policy: str | Path | Policy, ledger: str | Path,
+                analyst: str = DEFAULT_ANALYST, create: bool = False, engine: str = "duckdb",
+                spark: Any = None) -> PrivateDatabase:
+        """Open the data under a policy, with a budget ledger.
 
-        The ledger must exist unless `create=True`, which creates a new one bound to this
-        policy (and refuses a path that exists): a mistyped path never starts a fresh budget."""
+        With engine="duckdb" (the default) `db` is a DuckDB, CSV or Parquet file. With
+        engine="spark" it is a Spark DataFrame, a Parquet file or folder, or a catalog table (or
+        a mapping of policy table names to them), computed on the session `spark` (a local one
+        if None). The ledger must exist unless `create=True`, which creates a new one bound to
+        this policy (and refuses a path that exists): a mistyped path never starts a fresh
+        budget."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
-        key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
-        backend = DuckDBBackend.open(db, policy, store_dir(ledger), key)
+        backend = _open_backend(db, policy, engine, spark, ledger, create)
         try:
             book = Ledger(ledger, binding_of(policy), create=create)
         except BaseException:
@@ -102,6 +106,23 @@ class PrivateDatabase:
         """What the ledger has spent and what is left, including the largest epsilon to ask."""
         spent, stored, read = self.ledger.state()
         return self._status(_Books(spent, read, self._accountants(stored)))
+
+    @_serialized
+    def cap_status(self, analyst: str) -> BudgetStatus | None:
+        """A registered analyst's cap as a budget: the level of their own answers, what is left
+        and the largest epsilon their cap still admits (None when they have no cap)."""
+        account = self.ledger.account(analyst)
+        if account is None or account.analyst.cap is None:
+            return None
+        _, stored, _ = self.ledger.state()
+        return self._status(_cap_books(account, account.analyst.cap, self._accountants(stored)))
+
+    @_serialized
+    def warm(self) -> None:
+        """Make every table's bounded copy now, as a service does while it starts, so that no
+        analyst's first query waits for it."""
+        for table in self.policy.tables.values():
+            self._backend.bound(table, self.ledger.hash_key)
 
     @_serialized
     def history(self, id: int | None = None) -> tuple[HistoryEntry, ...]:
@@ -166,7 +187,9 @@ class PrivateDatabase:
         # budget left cannot run queries on the data at all (their timing or a cancellation
         # would otherwise be free); the charge below admits again under the write lock.
         books = _Books(*self._state())
-        self._admit(prepared, self._price(prepared, books), books)
+        cal = self._price(prepared, books)
+        self._admit(prepared, cal, books)
+        self._admit_analyst(prepared, cal, analyst, books.accountants)
         try:
             self._backend.bound(plan.table, self.ledger.hash_key)
             exact = self._backend.run(prepared.sql, len(plan.group_by))
@@ -178,6 +201,7 @@ class PrivateDatabase:
             books = _Books(spent, read, self._accountants(stored))
             cal = self._price(prepared, books)
             self._admit(prepared, cal, books)
+            self._admit_analyst(prepared, cal, analyst, books.accountants)
             mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
             infos = _aggregate_infos(plan, mechanisms)
             before, after = books.levels(cal.epsilon_dp, prepared.columns)
@@ -285,6 +309,34 @@ class PrivateDatabase:
             f"{status.total:g}); {left}; nothing was charged",
             asked=asked, cost=cost, largest_epsilon=largest)
 
+    def _admit_analyst(self, prepared: PreparedQuery, cal: Calibration, analyst: str,
+                       accountants: tuple[ScopedAccountant, ...]) -> None:
+        """Refuse a revoked analyst, and raise BudgetExhausted unless a registered analyst's cap
+        admits eps_dp: the cap bounds the level of their own answers, accounted like the whole
+        transcript (the global budget stays the guarantee; analysts may collude)."""
+        account = self.ledger.account(analyst)
+        if account is None:
+            return
+        if account.analyst.revoked is not None:
+            raise AccessDenied(f"analyst {analyst!r} was revoked by the data owner at "
+                               f"{account.analyst.revoked}; nothing was charged")
+        cap = account.analyst.cap
+        if cap is None:
+            return
+        books = _cap_books(account, cap, accountants)
+        if books.admits(cal.epsilon_dp, prepared.columns):
+            return
+        before, after = books.levels(cal.epsilon_dp, prepared.columns)
+        largest = books.largest_epsilon(prepared.mode, prepared.columns)
+        asked = cal.epsilon if prepared.cost is None else prepared.cost
+        left = (f"the largest epsilon you can still ask is {largest:.4g}" if largest > 0
+                else "nothing more can be asked: your cap is used up")
+        raise BudgetExhausted(
+            f"over your cap: this query asks epsilon {cal.epsilon:g} (epsilon_dp "
+            f"{cal.epsilon_dp:.4g}), which would take the level of your own answers {before:.4g} "
+            f"-> {after:.4g}, over your cap of {cap:g} set by the data owner; {left}; nothing was "
+            "charged", asked=asked, cost=after - before, largest_epsilon=largest)
+
     def _halt(self, reason: str) -> NoReturn:
         """SQL that passed the gate failed on the data, or post-processing failed on noisy
         values: record it durably and refuse this and every later query. Never a per-query
@@ -318,6 +370,29 @@ class PrivateDatabase:
 class _PostProcessingFailed(Exception):
     """Post-processing failed on noisy values inside the charge: the charge rolls back and the
     database halts (internal; never shown)."""
+
+
+ENGINES = ("duckdb", "spark")
+
+
+def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str | Path,
+                  create: bool) -> Backend:
+    """The backend `engine` names, over `db` (Spark is imported only when asked for). DuckDB
+    uses the owner's prepared bounded copies kept beside the ledger, when current."""
+    if engine == "duckdb":
+        if spark is not None:
+            raise InputError("spark= is given but engine is 'duckdb'; pass engine='spark' to "
+                             "compute on that Spark session")
+        if not isinstance(db, (str, Path)):
+            raise InputError(f"the DuckDB engine reads a DuckDB, CSV or Parquet file path, got "
+                             f"{type(db).__name__}; pass engine='spark' for a Spark DataFrame")
+        key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
+        return DuckDBBackend.open(db, policy, store_dir(ledger), key)
+    if engine == "spark":
+        from .backends.spark import SparkBackend
+
+        return SparkBackend.open(spark, db, policy)
+    raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
 
 
 def binding_of(policy: Policy) -> LedgerBinding:
@@ -355,6 +430,13 @@ class _Books:
         after = union(self.read, columns)
         return min(a.at(after).largest_epsilon(self.spent, mode, a.model(columns))
                    for a in self.accountants)
+
+
+def _cap_books(account: AnalystAccount, cap: float,
+               accountants: tuple[ScopedAccountant, ...]) -> _Books:
+    """An analyst's own answers as the accountants see them, with their cap as the budget."""
+    return _Books(account.spent_dp, account.read,
+                  tuple(replace(a, budget=cap) for a in accountants))
 
 
 def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[AggregateInfo, ...]:

@@ -55,6 +55,11 @@ class BudgetExhausted(DpsqlError, RuntimeError):
         super().__init__(message, asked=asked, cost=cost, largest_epsilon=largest_epsilon)
 
 
+class AccessDenied(DpsqlError, PermissionError):
+    """A service request without a valid token, with a revoked one, or outside the token's role.
+    Nothing is charged, and the message never repeats the token."""
+
+
 class QueryTooLarge(QueryRefused):
     """The query would release more noisy values than the policy's limits.max_noisy_values."""
 

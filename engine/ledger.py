@@ -20,6 +20,12 @@ lost an answer can fetch it again without a second charge or fresh noise. Each c
 records the columns its answer read, since the transcript's level depends on their union
 (column-scoped eta, docs/theory.md §11). Ledgers of schema versions 2 and 3 are migrated in
 place, in one transaction; their past charges are read as having read every column.
+
+The analysts of `dpsql serve` live in their own table, made on the first `dpsql analyst add`
+(a ledger without it has no analysts): a name, the HMAC of the token under the ledger's own
+`token_key`, a role, an optional cap, and when the token was revoked. `account` reads an
+analyst with their own spending on the ledger's connection, so that a charge checks the cap in
+its own transaction.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from .accounting import ScopedAccountant
 from .errors import EngineHalted, LedgerError
 from .policy import EtaDeclaration, declarations_from_json
 from .result import AggregateRecord, AnswerCost, HistoryEntry
+
+ROLES = ("analyst", "accountant")
 
 SCHEMA_VERSION = "4"
 HALT_ATTEMPTS = 5  # busy timeouts (60 s each) a halt waits for a locked ledger
@@ -84,6 +92,16 @@ _MIGRATE_3_TO_4 = (
 )
 _MIGRATIONS = {"2": _MIGRATE_2_TO_3 + _MIGRATE_3_TO_4, "3": _MIGRATE_3_TO_4}
 _TABLES = {"meta", "charges", "bindings"}
+# The service's analysts, made on the first `dpsql analyst add` (a ledger without it has none).
+_ANALYSTS = """
+CREATE TABLE IF NOT EXISTS analysts (
+    name TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL CHECK (role IN ('analyst', 'accountant')),
+    cap REAL CHECK (cap IS NULL OR (cap > 0 AND cap < 1e300)),
+    revoked TEXT,
+    created TEXT NOT NULL
+)"""
 T = TypeVar("T")
 
 
@@ -140,6 +158,27 @@ class LedgerBinding:
                                           ("mode", mode_looser)) if looser]
 
 
+@dataclass(frozen=True)
+class Analyst:
+    """An analyst of the service as the ledger records them (never their token, only its hash)."""
+
+    name: str
+    role: str  # "analyst" (queries) or "accountant" (reads every history and the report)
+    cap: float | None  # the most their own answers' information-privacy level may reach
+    revoked: str | None  # when the owner revoked their token (ISO 8601, UTC), or None
+    created: str
+
+
+@dataclass(frozen=True)
+class AnalystAccount:
+    """A registered analyst with the DP epsilon their own answers have spent so far and the
+    columns those answers read (None: every column)."""
+
+    analyst: Analyst
+    spent_dp: float
+    read: frozenset[str] | None
+
+
 class Ledger:
     """A budget ledger file bound to one policy's budget and dependence model."""
 
@@ -177,6 +216,19 @@ class Ledger:
             self._conn.close()
             raise
         self.hash_key = self._meta("hash_key")
+
+    @classmethod
+    def reopen(cls, path: str | Path) -> Ledger:
+        """Open an existing ledger under the binding it holds, for the owner's acts that need no
+        policy (managing analysts): nothing about the budget changes."""
+        conn = open_read_only(Path(path), "analyst command")
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read ledger {path} as a dpsql ledger: {exc}") from None
+        finally:
+            conn.close()
+        return cls(path, _binding_from_meta(meta, Path(path)))
 
     def _create(self) -> None:
         """Build a complete ledger under a temporary name, then link it into place atomically.
@@ -319,15 +371,8 @@ class Ledger:
 
     def _stored_binding(self) -> LedgerBinding:
         """The binding the ledger holds now (the owner may have tightened it since we opened)."""
-        meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
-        try:
-            declared = meta.get("eta_by_columns", "")
-            declarations_from_json(declared)  # refuse a record that does not parse
-            return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
-                                 meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared)
-        except (KeyError, ValueError, TypeError):
-            raise LedgerError(f"ledger {self.path} has no valid budget, k and eta; restore it "
-                              "from a backup") from None
+        return _binding_from_meta(dict(self._conn.execute("SELECT key, value FROM meta").fetchall()),
+                                  self.path)
 
     def _meta(self, key: str) -> str:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -357,13 +402,14 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
-    def _spending(self) -> tuple[float, frozenset[str] | None]:
-        """The total eps_dp of every charge and the union of the columns they read (a ledger
-        holds few distinct column sets, so each is decoded once)."""
+    def _spending(self, analyst: str | None = None) -> tuple[float, frozenset[str] | None]:
+        """The total eps_dp of every charge (or of one analyst's) and the union of the columns
+        they read (a ledger holds few distinct column sets, so each is decoded once)."""
         conn = self._conn
-        total = self._total(conn.execute("SELECT epsilon_dp FROM charges").fetchall())
+        where, args = ("", []) if analyst is None else (" WHERE analyst = ?", [analyst])
+        total = self._total(conn.execute(f"SELECT epsilon_dp FROM charges{where}", args).fetchall())
         read: frozenset[str] = frozenset()
-        for (text,) in conn.execute("SELECT DISTINCT columns FROM charges").fetchall():
+        for (text,) in conn.execute(f"SELECT DISTINCT columns FROM charges{where}", args).fetchall():
             if text is None:
                 return total, None
             read = read | self._columns(text)
@@ -471,6 +517,99 @@ class Ledger:
             raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
         return reason
 
+    def token_key(self) -> bytes:
+        """The ledger's own secret key for hashing analysts' tokens (made on first use), so a
+        token hash copied from one ledger matches nothing in another."""
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'token_key'").fetchone()
+            if row is None:
+                self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('token_key', ?)",
+                                   [secrets.token_hex(32)])
+            return bytes.fromhex(self._meta("token_key"))
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+
+    def add_analyst(self, name: str, token_hash: str, role: str, cap: float | None) -> Analyst:
+        """Record a new analyst with the hash of their token; a name is never reused."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(_ANALYSTS)
+                if self._analyst_row(name) is not None:
+                    raise LedgerError(f"analyst {name!r} already exists in ledger {self.path} "
+                                      "(names are never reused; choose another name)")
+                self._conn.execute("INSERT INTO analysts (name, token_hash, role, cap, revoked, "
+                                   "created) VALUES (?, ?, ?, ?, NULL, ?)",
+                                   [name, token_hash, role, cap, _now()])
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+        return self._analyst(name)
+
+    def analysts(self) -> tuple[Analyst, ...]:
+        """Every analyst ever added, revoked ones included, in the order they were added."""
+        if not self._has_analysts():
+            return ()
+        rows = self._conn.execute("SELECT name, role, cap, revoked, created FROM analysts "
+                                  "ORDER BY created, name").fetchall()
+        return tuple(Analyst(*row) for row in rows)
+
+    def credentials(self) -> tuple[tuple[str, str], ...]:
+        """(name, token hash) of every analyst whose token is not revoked."""
+        if not self._has_analysts():
+            return ()
+        return tuple(self._conn.execute(
+            "SELECT name, token_hash FROM analysts WHERE revoked IS NULL ORDER BY name").fetchall())
+
+    def update_analyst(self, name: str, *, cap: float | None = None, revoke: bool = False) -> Analyst:
+        """Revoke an analyst's token, or set their cap (a cap may be lowered or raised; the global
+        budget stays the guarantee)."""
+        self._analyst(name)  # names what exists when the name is unknown
+        try:
+            if revoke:
+                self._conn.execute("UPDATE analysts SET revoked = ? WHERE name = ? AND revoked IS "
+                                   "NULL", [_now(), name])
+            else:
+                self._conn.execute("UPDATE analysts SET cap = ? WHERE name = ?", [cap, name])
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
+        return self._analyst(name)
+
+    def account(self, name: str) -> AnalystAccount | None:
+        """The registered analyst `name` with their own DP spending, or None if the name is no
+        registered analyst. Read on this connection, so inside `charge` it is read in the
+        charge's own transaction."""
+        row = self._analyst_row(name) if self._has_analysts() else None
+        if row is None:
+            return None
+        return AnalystAccount(Analyst(*row), *self._spending(name))
+
+    def _analyst(self, name: str) -> Analyst:
+        row = self._analyst_row(name) if self._has_analysts() else None
+        if row is None:
+            known = ", ".join(a.name for a in self.analysts()) or "none yet"
+            raise LedgerError(f"no analyst {name!r} in ledger {self.path} (analysts: {known}); add "
+                              f"one with dpsql analyst add NAME --ledger {self.path}")
+        return Analyst(*row)
+
+    def _analyst_row(self, name: str) -> tuple | None:
+        return self._conn.execute("SELECT name, role, cap, revoked, created FROM analysts WHERE "
+                                  "name = ?", [name]).fetchone()
+
+    def _has_analysts(self) -> bool:
+        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                                  "'analysts'").fetchone() is not None
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         self._conn.close()
 
@@ -541,6 +680,18 @@ def _history(conn: sqlite3.Connection, path: Path, analyst: str,
                                     epsilon=epsilon, epsilon_dp=epsilon_dp, mode=mode,
                                     answer=stored))
     return tuple(entries)
+
+
+def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
+    """The binding recorded in a ledger's meta table."""
+    try:
+        declared = meta.get("eta_by_columns", "")
+        declarations_from_json(declared)  # refuse a record that does not parse
+        return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
+                             meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared)
+    except (KeyError, ValueError, TypeError):
+        raise LedgerError(f"ledger {path} has no valid budget, k and eta; restore it "
+                          "from a backup") from None
 
 
 def _binding_meta(binding: LedgerBinding) -> dict[str, str]:

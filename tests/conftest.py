@@ -26,3 +26,14 @@ def people_db(tmp_path_factory) -> Path:
 def setup(people_db, tmp_path) -> Setup:
     policy = write_policy(tmp_path / "policy.yaml")
     return Setup(people_db, policy, create_ledger(tmp_path / "ledger.sqlite", policy))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for every Spark test (skipped where pyspark is not installed)."""
+    pytest.importorskip("pyspark")
+    from engine.backends.spark import local_session
+
+    session = local_session()
+    yield session
+    session.stop()

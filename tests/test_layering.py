@@ -20,6 +20,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
+    ("service", frozenset({"service"})),
     ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar"})),
 )
 

@@ -4,7 +4,8 @@ A backend holds the private data. It checks the data against the policy when it 
 the bounded rows (at most max_rows_per_unit per privacy unit), renders the rewrite's sqlglot
 trees in its dialect, bind-checks the rendered SQL without reading data, and runs it within the
 policy's limits. Noise, the ledger and post-processing stay in the engine: a backend returns exact
-values to the engine and nothing else. DuckDB implements it (engine/backends/duckdb.py).
+values to the engine and nothing else. DuckDB implements it (engine/backends/duckdb.py), and
+Spark (engine/backends/spark.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ class Backend(Protocol):
         ...
 
     def render(self, query: exp.Expression) -> str:
-        """The rewrite's tree as SQL of this backend's dialect."""
+        """The rewrite's tree as SQL of this backend's dialect, with the meaning it has on
+        DuckDB (QueryRefused for a form the dialect cannot express with that meaning; decided
+        by the text and the schema alone)."""
         ...
 
     def check(self, sql: str) -> None:

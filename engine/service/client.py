@@ -1,0 +1,149 @@
+"""The Python client of `dpsql serve`: `dpsql.connect(url, token=...)` answers with the same
+result objects and raises the same errors as the local API."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+
+import httpx
+
+from .. import errors
+from ..result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
+
+ANSWER_ID = "Dpsql-Answer-Id"
+
+
+@dataclass(frozen=True)
+class ServiceBudget:
+    """What the service says is left for you: the global budget (the guarantee), your own cap
+    if the owner set one, and the largest epsilon both still admit."""
+
+    analyst: str
+    role: str
+    largest_epsilon: float
+    total: BudgetStatus
+    cap: BudgetStatus | None
+
+
+class Client:
+    """A connection to a dpsql service, identified by a token (never by a name)."""
+
+    def __init__(self, url: str, token: str, timeout: float = 120.0,
+                 verify: bool | str | ssl.SSLContext = True) -> None:
+        """`verify`: check the server's certificate (True), against this CA file (a path, e.g. the
+        owner's self-signed certificate), or with this SSL context."""
+        if not url.startswith(("http://", "https://")):
+            raise errors.InputError(f"server URL must start with http:// or https://, got {url!r}")
+        if isinstance(verify, str):
+            try:
+                verify = ssl.create_default_context(cafile=verify)
+            except (OSError, ssl.SSLError) as exc:
+                raise errors.InputError(f"cannot read the certificate file {verify}: {exc}") from None
+        self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, verify=verify,
+                                  headers={"Authorization": f"Bearer {token}"})
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def query(self, sql: str, epsilon: float | None = None, mode: str | None = None,
+              cost: float | None = None) -> QueryResult:
+        """A private answer, charged to this token's analyst."""
+        response = self._send("POST", "/v1/query", _ask(sql, epsilon, mode, cost))
+        return QueryResult.from_dict(response.json(), int(response.headers[ANSWER_ID]))
+
+    def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
+                cost: float | None = None) -> Explanation:
+        """The plan, noise and cost; spends nothing."""
+        d = self._send("POST", "/v1/explain", _ask(sql, epsilon, mode, cost)).json()
+        return Explanation(**{**d, "group_by": tuple(d["group_by"]),
+                              "aggregates": tuple(AggregateInfo(**a) for a in d["aggregates"]),
+                              "budget": BudgetStatus(**d["budget"])})
+
+    def budget(self) -> ServiceBudget:
+        d = self._send("GET", "/v1/budget").json()
+        return ServiceBudget(analyst=d["analyst"], role=d["role"], largest_epsilon=d["largest_epsilon"],
+                             total=BudgetStatus(**d["global"]),
+                             cap=None if d["cap"] is None else BudgetStatus(**d["cap"]))
+
+    def schema(self) -> dict:
+        """The public policy: tables, columns, bounds, domains and the SQL accepted."""
+        return self._send("GET", "/v1/schema").json()
+
+    def history(self, id: int | None = None, analyst: str | None = None) -> tuple[HistoryEntry, ...]:
+        """Your released answers as stored (an accountant may name another analyst)."""
+        params = {k: v for k, v in (("id", id), ("analyst", analyst)) if v is not None}
+        return tuple(HistoryEntry(**e) for e in self._send("GET", "/v1/history", params=params).json())
+
+    def report(self) -> dict:
+        """The full budget report as `dpsql report --format json` prints it (accountant)."""
+        return self._send("GET", "/v1/report").json()
+
+    def _send(self, method: str, path: str, body: dict | None = None,
+              params: dict | None = None) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, json=body, params=params)
+        except httpx.HTTPError as exc:
+            raise errors.InputError(f"cannot reach the dpsql service at {self._http.base_url}: "
+                                    f"{exc}") from None
+        if response.is_success:
+            return response
+        raise _error(response)
+
+
+def connect(url: str, token: str, **options) -> Client:
+    """Connect to a `dpsql serve` at `url` with the token the data owner gave you."""
+    return Client(url, token, **options)
+
+
+def remote_query(url: str, token: str | None, sql: str, epsilon: float | None, mode: str | None,
+                 cost: float | None, local: list[str]) -> QueryResult:
+    """`dpsql query --server URL --token T`: the service's answer, or its refusal as the CLI's."""
+    if local:
+        raise errors.InputError(f"--server asks a service, which holds the data and the ledger: "
+                                f"drop {', '.join(local)} (give only --token)")
+    if not token:
+        raise errors.InputError("--server needs your token: --token TOKEN or the environment "
+                                "variable DPSQL_TOKEN")
+    with connect(url, token) as client:
+        return client.query(sql, epsilon=epsilon, mode=mode, cost=cost)
+
+
+def _ask(sql: str, epsilon: float | None, mode: str | None, cost: float | None) -> dict:
+    return {k: v for k, v in (("sql", sql), ("epsilon", epsilon), ("mode", mode), ("cost", cost))
+            if v is not None}
+
+
+def _error(response: httpx.Response) -> errors.DpsqlError:
+    """The local API's error for a refusal the service sent (its message and numbers)."""
+    try:
+        body = response.json()
+        message, kind = str(body["error"]), str(body.get("type", ""))
+    except (ValueError, KeyError, TypeError):
+        return errors.DpsqlError(f"the dpsql service answered HTTP {response.status_code} without "
+                                 "a dpsql error")
+    numbers = {k: v for k, v in body.items() if k not in ("error", "type")}
+    if kind == "BudgetExhausted":
+        return errors.BudgetExhausted(message, asked=numbers.get("asked", 0.0),
+                                      cost=numbers.get("cost", 0.0),
+                                      largest_epsilon=numbers.get("largest_epsilon", 0.0))
+    if kind == "EngineHalted":
+        return errors.EngineHalted()
+    if kind == "QueryTooLarge":
+        return errors.QueryTooLarge(message, noisy_values=numbers.get("noisy_values", 0),
+                                    limit=numbers.get("limit", 0))
+    if kind == "ResourceLimitExceeded":
+        return errors.ResourceLimitExceeded(message, limit=str(numbers.get("limit", "")),
+                                            value=numbers.get("value", 0.0))
+    simple = {"QueryRefused": errors.QueryRefused,
+              "InputError": errors.InputError, "PolicyError": errors.PolicyError,
+              "LedgerError": errors.LedgerError, "AccessDenied": errors.AccessDenied,
+              "WrongRole": errors.AccessDenied}
+    return simple.get(kind, errors.DpsqlError)(message, status=response.status_code, **{
+        k: v for k, v in numbers.items() if k != "status"})

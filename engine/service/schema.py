@@ -1,0 +1,29 @@
+"""The public description of what may be asked: the policy's tables, columns, bounds, domains
+and budget, and the SQL the engine accepts. Nothing in it comes from the data."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..aggregates import supported
+from ..policy import Policy
+from ..scalars import SCALARS
+
+SQL_SHAPE = ("one SELECT over one table of the policy: aggregates (listed) over a WHERE of "
+             "whitelisted functions and operators on the listed columns, GROUP BY columns with a "
+             "public domain, HAVING, ORDER BY and LIMIT on the noisy values; no joins, subqueries, "
+             "CTEs, window functions or raw columns")
+
+
+def public_schema(policy: Policy) -> dict:
+    """The policy as an analyst may see it (JSON-ready)."""
+    tables = {}
+    for name, table in policy.tables.items():
+        columns = {c.name: {"type": c.type, "lower": c.lower, "upper": c.upper,
+                            "domain": None if c.domain is None else list(c.domain)}
+                   for c in table.columns.values()}
+        tables[name] = {"privacy_unit": table.privacy_unit,
+                        "max_rows_per_unit": table.max_rows_per_unit, "columns": columns}
+    return {"budget": policy.budget_epsilon, "k": policy.k, "eta": policy.eta, "mode": policy.mode,
+            "limits": asdict(policy.limits), "tables": tables, "sql": SQL_SHAPE,
+            "aggregates": supported(), "functions": sorted({s.name for s in SCALARS})}

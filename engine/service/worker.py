@@ -1,0 +1,87 @@
+"""The one thread that owns the PrivateDatabase: its DuckDB connections, caches and the sqlite
+ledger are only ever used from it, and requests queue to it (sqlite refuses to be shared
+between threads, and one answer at a time keeps the budget arithmetic simple)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TypeVar
+
+from ..database import PrivateDatabase
+from ..errors import DpsqlError
+
+T = TypeVar("T")
+
+
+class ServiceStarting(DpsqlError):
+    """The service is still opening the data and the ledger (HTTP 503)."""
+
+
+class ServiceBusy(DpsqlError):
+    """Too many requests are already queued (HTTP 429)."""
+
+
+class Worker:
+    """A thread that opens the database, warms it, then runs queued calls one at a time."""
+
+    def __init__(self, open_database: Callable[[], PrivateDatabase], queue_size: int = 64,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
+        self._open = open_database
+        self._queue: queue.Queue[tuple[Callable[[PrivateDatabase], object], Future] | None] = \
+            queue.Queue(maxsize=queue_size)
+        self._on_failure = on_failure
+        self.ready = threading.Event()
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="dpsql-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def call(self, work: Callable[[PrivateDatabase], T], timeout: float | None = None) -> T:
+        """Run `work(database)` on the worker thread and return what it returns (or raise what
+        it raised). Refused at once while starting and when the queue is full."""
+        if not self.ready.is_set():
+            if self.failure is not None:
+                raise ServiceStarting("the service could not open its data or ledger; its owner "
+                                      "has the details")
+            raise ServiceStarting("the service is starting (opening the data and the ledger); "
+                                  "retry in a few seconds")
+        future: Future = Future()
+        try:
+            self._queue.put_nowait((work, future))
+        except queue.Full:
+            raise ServiceBusy(f"the service is busy ({self._queue.maxsize} requests queued); "
+                              "retry in a moment") from None
+        return future.result(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the queued calls, close the database and end the thread."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            database = self._open()
+            database.warm()
+        except BaseException as exc:  # reported to the owner, never to an analyst as data
+            self.failure = exc
+            if self._on_failure is not None:
+                self._on_failure(exc)
+            return
+        self.ready.set()
+        try:
+            while (item := self._queue.get()) is not None:
+                work, future = item
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    future.set_result(work(database))
+                except BaseException as exc:
+                    future.set_exception(exc)
+        finally:
+            self.ready.clear()
+            database.close()
