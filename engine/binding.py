@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sqlglot import exp
 
-from .aggregates import Aggregate, Measured, aggregate_of, supported
+from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
-from .plan import Measurement, OutputColumn, QueryPlan
+from .plan import GroupKey, Measurement, OutputColumn, QueryPlan
 from .policy import ColumnSpec, Limits, Policy, TableSpec
-from .scalars import check_args, int_literal, short, type_of
+from .scalars import MAX_LITERAL, Range, check_args, int_literal, numeric_literal, short, type_of, value_range
 
 MAX_GROUPS = 1_000_000
 MAX_LIMIT = 1_000_000_000
@@ -104,28 +107,203 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
     return spec, aliases
 
 
-def _bind_group(select: exp.Select, scope: _Scope) -> tuple[ColumnSpec, ...]:
+def _bind_group(select: exp.Select, scope: _Scope) -> tuple[GroupKey, ...]:
     group = select.args.get("group")
     if group is None:
         return ()
-    for key in ("grouping_sets", "cube", "rollup", "all", "totals"):
-        if group.args.get(key):
-            raise QueryRefused(f"GROUP BY {key.upper()} refused: list public columns instead")
-    columns: list[ColumnSpec] = []
+    for option in ("grouping_sets", "cube", "rollup", "all", "totals"):
+        if group.args.get(option):
+            raise QueryRefused(f"GROUP BY {option.upper()} refused: list public columns instead")
+    where = select.args["where"].this if select.args.get("where") is not None else None
+    keys: list[GroupKey] = []
     for item in group.expressions:
-        if not isinstance(item, exp.Column):
-            raise QueryRefused(
-                f"GROUP BY {item.sql(dialect='duckdb')} refused: group on a public column by name"
-            )
-        column = scope.column(item)
-        if column.group_values is None:
-            raise QueryRefused(
-                f"GROUP BY {column.name} refused: the column has no public domain in the policy "
-                "(only bool columns or columns with a domain may be grouped on)"
-            )
-        if column not in columns:
-            columns.append(column)
-    return tuple(columns)
+        key = _group_key(_group_target(item, select, scope), scope, len(keys), where)
+        if all(key.value != other.value for other in keys):
+            keys.append(key)
+    return tuple(keys)
+
+
+_GROUPABLE = ("group on a bool column, a column with a domain, a bounded int column, a CASE "
+              "with literal results or FLOOR(col / width) of a bounded int column")
+
+
+def _group_target(item: exp.Expression, select: exp.Select, scope: _Scope) -> exp.Expression:
+    """What a GROUP BY item groups on: an ordinal names a SELECT item, and a name that is not a
+    policy column may name a SELECT alias (a policy column wins, as in DuckDB)."""
+    outputs = select.expressions
+    if isinstance(item, exp.Literal) and not item.is_string:
+        position = int_literal(item, "GROUP BY position")
+        if not 1 <= position <= len(outputs):
+            raise QueryRefused(f"GROUP BY {position} refused: positions run from 1 to {len(outputs)}")
+        target = outputs[position - 1]
+        target = target.this if isinstance(target, exp.Alias) else target
+        if target.find(exp.AggFunc):
+            raise QueryRefused(f"GROUP BY {position} refused: item {position} is an aggregate; "
+                               "group on a key (a public column or bucket)")
+        return target
+    if isinstance(item, exp.Column) and not item.table and item.name.lower() not in scope.table.columns:
+        named = [o.this for o in outputs if isinstance(o, exp.Alias) and o.alias.lower() == item.name.lower()]
+        if len(named) == 1 and not named[0].find(exp.AggFunc):
+            return named[0]
+    return item
+
+
+def _group_key(node: exp.Expression, scope: _Scope, index: int,
+               where: exp.Expression | None) -> GroupKey:
+    """The key `node` groups on, with its public values (pruned by a public WHERE condition
+    on a grouped column, see `_pruned`)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Column):
+        column = scope.column(node)
+        values = column.group_values
+        if values is None and column.type == "int" and column.bounded:
+            lo, hi = math.ceil(column.bounds[0]), math.floor(column.bounds[1])
+            if hi - lo + 1 > MAX_GROUPS:
+                raise QueryRefused(f"GROUP BY {column.name} would produce {hi - lo + 1} groups; "
+                                   f"at most {MAX_GROUPS}")
+            values = tuple(range(lo, hi + 1))
+        if values is None:
+            raise QueryRefused(f"GROUP BY {column.name} refused: the column has no public domain in "
+                               f"the policy ({_GROUPABLE})")
+        values = _pruned(values, column, where)
+        return GroupKey(column.name, column.name, column.type, values,
+                        exp.column(column.name, quoted=True), (column,))
+    label = node.sql(dialect="duckdb")
+    if isinstance(node, exp.Case):
+        kind, values = _case_values(node, scope)
+    elif isinstance(node, exp.Floor):
+        kind, values = _width_buckets(node, scope)
+    elif isinstance(node, exp.Div):
+        raise QueryRefused(f"GROUP BY {short(node)} refused: `/` divides exactly; write "
+                           f"FLOOR({short(node)}) for width buckets")
+    else:
+        raise QueryRefused(f"GROUP BY {short(node)} refused: {_GROUPABLE}")
+    checked = scope.scalar_type(node, "GROUP BY")
+    if isinstance(node, exp.Case) and checked not in (kind, "null"):
+        raise QueryRefused(f"GROUP BY {short(node)} refused: its results must be literals of one type")
+    columns = tuple(dict.fromkeys(scope.column(c) for c in node.find_all(exp.Column)))
+    return GroupKey(f"__k{index}", label, kind, values, scope.rewrite_scalar(node), columns)
+
+
+def _case_values(node: exp.Case, scope: _Scope) -> tuple[str, tuple]:
+    """A CASE bucket's keys: its literal results (text, whole numbers or booleans), in order."""
+    results = [branch.args["true"] for branch in node.args.get("ifs") or []]
+    if node.args.get("default") is not None:
+        results.append(node.args["default"])
+    values: list = []
+    for result in results:
+        while isinstance(result, exp.Paren):
+            result = result.this
+        if isinstance(result, exp.Null):
+            continue
+        if isinstance(result, exp.Boolean):
+            value: object = bool(result.this)
+        elif isinstance(result, exp.Literal) and result.is_string:
+            value = result.this
+        elif isinstance(result, exp.Literal) and scope.scalar_type(result, "GROUP BY") == "int":
+            value = int_literal(result, "CASE result")
+        else:
+            raise QueryRefused(f"GROUP BY {short(node)} refused: each CASE result must be a text, "
+                               f"whole number or boolean literal, not {short(result)}, so that "
+                               "the groups follow from the query")
+        if value not in values:
+            values.append(value)
+    kinds = {"bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "str" for v in values}
+    if len(kinds) != 1:
+        raise QueryRefused(f"GROUP BY {short(node)} refused: its results must be literals of one type")
+    return kinds.pop(), tuple(values)
+
+
+def _width_buckets(node: exp.Floor, scope: _Scope) -> tuple[str, tuple]:
+    """FLOOR(col / w) of a bounded int column and a positive literal w: the whole numbers
+    from FLOOR(lower / w) to FLOOR(upper / w)."""
+    quotient = node.this
+    while isinstance(quotient, exp.Paren):
+        quotient = quotient.this
+    width = quotient.expression if isinstance(quotient, exp.Div) else None
+    column = quotient.this if isinstance(quotient, exp.Div) else None
+    if not isinstance(column, exp.Column) or not isinstance(width, exp.Literal) or width.is_string \
+            or node.args.get("decimals") or node.args.get("to"):
+        raise QueryRefused(f"GROUP BY {short(node)} refused: a width bucket is FLOOR(col / width) "
+                           "with a positive number as the width")
+    spec = scope.column(column)
+    size = numeric_literal(width)
+    if size <= 0 or spec.type != "int" or not spec.bounded:
+        raise QueryRefused(f"GROUP BY {short(node)} refused: a width bucket needs a bounded int "
+                           "column and a positive width")
+    lo, hi = math.floor(spec.bounds[0] / size), math.floor(spec.bounds[1] / size)
+    if hi - lo + 1 > MAX_GROUPS:
+        raise QueryRefused(f"GROUP BY {short(node)} would produce {hi - lo + 1} groups; at most {MAX_GROUPS}")
+    return "int", tuple(range(lo, hi + 1))
+
+
+def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None) -> tuple:
+    """The key values a WHERE leaves possible, read from the query text alone: a top-level AND
+    term comparing the grouped column itself with literals (=, <>, <, <=, >, >=, IN, BETWEEN,
+    or the bare bool column, NOT included) is false for a row whose key is a pruned value,
+    so no counted row has that key. Any other term prunes nothing."""
+    terms: list[exp.Expression] = []
+    pending = [where] if where is not None else []
+    while pending:
+        term = pending.pop()
+        while isinstance(term, exp.Paren):
+            term = term.this
+        if isinstance(term, exp.And):
+            pending += [term.this, term.expression]
+        else:
+            terms.append(term)
+    kept = tuple(v for v in values if all(_holds(term, column, v) for term in terms))
+    if not kept:
+        raise QueryRefused(f"GROUP BY {column.name} refused: the WHERE condition leaves none of "
+                           "its values possible, so there is no group to answer")
+    return kept
+
+
+_COMPARE: dict[type[exp.Expression], Callable[[Any, Any], bool]] = {
+    exp.EQ: operator.eq, exp.NEQ: operator.ne, exp.LT: operator.lt, exp.LTE: operator.le,
+    exp.GT: operator.gt, exp.GTE: operator.ge}
+_MIRROR: dict[type[exp.Expression], type[exp.Expression]] = {
+    exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+
+
+def _holds(term: exp.Expression, column: ColumnSpec, value) -> bool:
+    """False only when `term` is certainly false (or NULL) on a row whose `column` is `value`."""
+    def is_column(node: exp.Expression) -> bool:
+        return isinstance(node, exp.Column) and node.name.lower() == column.name.lower()
+
+    def constant(node: exp.Expression):
+        if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+            return -numeric_literal(node.this)
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return node.this if column.type == "str" else None
+            return numeric_literal(node) if column.type == "int" else None
+        if isinstance(node, exp.Boolean) and column.type == "bool":
+            return bool(node.this)
+        return None
+
+    if column.type == "bool":
+        if is_column(term):
+            return value is True
+        if isinstance(term, exp.Not) and is_column(term.this):
+            return value is False
+    if isinstance(term, exp.Binary) and type(term) in _COMPARE:
+        left, right = term.this, term.expression
+        kind: type[exp.Expression] = type(term)
+        if is_column(right) and not is_column(left):
+            left, right, kind = right, left, _MIRROR[kind]
+        literal = constant(right) if is_column(left) else None
+        if literal is None or (kind not in (exp.EQ, exp.NEQ) and column.type != "int"):
+            return True
+        return _COMPARE[kind](value, literal)
+    if isinstance(term, exp.In) and is_column(term.this) and not term.args.get("query"):
+        literals = [constant(e) for e in term.expressions]
+        return any(v is None for v in literals) or value in literals
+    if isinstance(term, exp.Between) and is_column(term.this) and column.type == "int":
+        low, high = constant(term.args["low"]), constant(term.args["high"])
+        return low is None or high is None or low <= value <= high
+    return True
 
 
 def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
@@ -136,18 +314,24 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
             raise QueryRefused("SELECT * refused: select aggregates such as COUNT(*) or SUM(col)")
         node = item.this if isinstance(item, exp.Alias) else item
         name = item.alias if isinstance(item, exp.Alias) else _display_name(node)
+        post.requested.clear()
+        post.bound.clear()
         expression = post.rewrite(node, "SELECT", {})
-        used = _measurements_in(expression, post)
         aggregate = _single_aggregate(node)
+        # One aggregate's measurements in the order it asked for them, which its interval
+        # reads them in (AVG: SUM, COUNT); an expression's in the order they appear.
+        used = tuple(dict.fromkeys(post.requested)) if aggregate is not None \
+            else _measurements_in(expression, post)
         unique = name
         suffix = 2
         while unique.lower() in names:
             unique = f"{name}_{suffix}"
             suffix += 1
         names.add(unique.lower())
-        column = next((m.column for m in post.measurements.values() if m.name in used), None) \
-            if aggregate is not None else None
-        outputs.append(OutputColumn(unique, expression, aggregate, used, column))
+        # The operand the aggregate bound (with bounds when it needs them), not whichever its
+        # shared measurements were first made with (COUNT(age) before AVG(age) has none).
+        operand = post.bound[-1] if aggregate is not None and post.bound else None
+        outputs.append(OutputColumn(unique, expression, aggregate, used, operand))
     return outputs
 
 
@@ -160,6 +344,8 @@ def _display_name(node: exp.Expression) -> str:
 def _single_aggregate(node: exp.Expression) -> Aggregate | None:
     """The aggregate when the output is exactly one aggregate call, else None."""
     while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Filter):
         node = node.this
     return aggregate_of(node) if isinstance(node, exp.AggFunc) else None
 
@@ -302,10 +488,13 @@ class _Scope:
 class _PostScope:
     """Expressions evaluated after noise: aggregates, group keys, literals and arithmetic."""
 
-    def __init__(self, scope: _Scope, group_by: tuple[ColumnSpec, ...]) -> None:
+    def __init__(self, scope: _Scope, group_by: tuple[GroupKey, ...]) -> None:
         self.scope = scope
         self.group_by = group_by
         self.measurements: dict[tuple[Measured, str | None], Measurement] = {}
+        self.operands: dict[tuple[str, bool], Operand] = {}
+        self.requested: list[str] = []  # measurements asked for, in order, by the output bound now
+        self.bound: list[Operand] = []  # operands bound, in order, by the output bound now
 
     @property
     def table(self) -> TableSpec:
@@ -314,10 +503,11 @@ class _PostScope:
     def is_unit(self, node: exp.Expression) -> bool:
         return self.scope.is_unit(node)
 
-    def measurement(self, kind: Measured, column: ColumnSpec | None) -> exp.Column:
-        key = (kind, column.name if column else None)
+    def measurement(self, kind: Measured, operand: Operand | None) -> exp.Column:
+        key = (kind, operand.name if operand else None)
         if key not in self.measurements:
-            self.measurements[key] = Measurement(kind, column, f"__m{len(self.measurements)}")
+            self.measurements[key] = Measurement(kind, operand, f"__m{len(self.measurements)}")
+        self.requested.append(self.measurements[key].name)
         return exp.column(self.measurements[key].name, quoted=True)
 
     def rewrite(self, node: exp.Expression, where: str,
@@ -344,6 +534,11 @@ class _PostScope:
                  aliases: dict[str, OutputColumn]) -> exp.Expression:
         if isinstance(node, exp.AggFunc):
             return self._aggregate(node, where)
+        if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
+            return self._aggregate(_filtered(node), where)
+        key = self._key_of(node)
+        if key is not None:
+            return exp.column(key.name, quoted=True)
         if isinstance(node, exp.Column):
             if node.is_star:
                 raise QueryRefused(f"* refused in {where}")
@@ -356,7 +551,7 @@ class _PostScope:
                     f"COUNT(DISTINCT {node.name})"
                 )
             spec = self.scope.column(node)
-            if spec not in self.group_by:
+            if not self._is_group_key(spec.name):
                 raise QueryRefused(
                     f"column {node.name} in {where} refused: a column outside an aggregate must "
                     "be in GROUP BY (and have a public domain)"
@@ -380,6 +575,16 @@ class _PostScope:
     def _is_group_key(self, name: str) -> bool:
         return any(col.name == name for col in self.group_by)
 
+    def _key_of(self, node: exp.Expression) -> GroupKey | None:
+        """The expression GROUP BY key that `node` repeats (as SQL text), if any."""
+        if isinstance(node, (exp.Column, exp.Literal, exp.AggFunc)):
+            return None
+        inner = node
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        text = inner.sql(dialect="duckdb")
+        return next((key for key in self.group_by if key.name != key.label and key.label == text), None)
+
     def _aggregate(self, node: exp.AggFunc, where: str) -> exp.Expression:
         aggregate = aggregate_of(node)
         if aggregate is None:
@@ -389,16 +594,89 @@ class _PostScope:
             )
         return aggregate.bind(node, self)
 
-    def bare_column(self, node: exp.Expr, arg: exp.Expression) -> ColumnSpec:
+    def operand(self, node: exp.Expr, arg: exp.Expression, numeric: bool) -> Operand:
+        registered = aggregate_of(node) if isinstance(node, exp.AggFunc) else None
+        call = registered.name if registered is not None else node.key.upper()
         if isinstance(arg, exp.Distinct):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
                                "as COUNT(DISTINCT <privacy unit>)")
-        if node.args.get("expressions") or not isinstance(arg, exp.Column):
+        if node.args.get("expressions"):
+            raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: {call} takes one argument")
+        kind = self.scope.scalar_type(arg, f"the argument of {call}")
+        columns = tuple(dict.fromkeys(self.scope.column(c) for c in arg.find_all(exp.Column)))
+        bare = arg if isinstance(arg, exp.Column) else None
+        name = columns[0].name if bare is not None else arg.sql(dialect="duckdb")
+        key = (name, numeric)
+        if key in self.operands:
+            self.bound.append(self.operands[key])
+            return self.operands[key]
+        value = self.scope.rewrite_scalar(arg)
+        if not numeric:
+            found = Operand(name, kind, value, columns)
+        elif kind == "bool":
+            found = Operand(name, "bool", value, columns, 0, 1)
+        elif kind == "null":
+            raise QueryRefused(f"{call}({name}) refused: the argument is always NULL")
+        elif kind not in ("int", "float"):
+            what = "column" if bare is not None else "argument"
+            raise QueryRefused(f"{call}({name}) refused: the {what} is {kind}, not numeric "
+                               f"(a condition counts as 0/1; or COUNT({name}))")
+        elif bare is not None:
+            self._column_range(call, name, bare)
+            lo, hi = columns[0].bounds
+            found = Operand(name, kind, value, columns, lo, hi)
+        else:
+            found = self._expression_operand(call, name, arg, kind, value, columns)
+        self.operands[key] = found
+        self.bound.append(found)
+        return found
+
+    def _expression_operand(self, call: str, name: str, arg: exp.Expression, kind: str,
+                            value: exp.Expression, columns: tuple[ColumnSpec, ...]) -> Operand:
+        """A numeric row expression, bounded by interval arithmetic over the policy's column
+        bounds; its value is clamped to those bounds, so they hold whatever the data holds."""
+        found = value_range(arg, lambda column: self._column_range(call, name, column))
+        if found is None:
+            raise QueryRefused(f"{call}({name}) refused: the argument is always NULL")
+        lo, hi = found
+        if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_LITERAL:
             raise QueryRefused(
-                f"{node.sql(dialect='duckdb')} refused: aggregate arguments must be a bare column "
-                "(values are clamped to the policy's bounds, not to expressions)"
-            )
-        return self.scope.column(arg)
+                f"{call}({name}) refused: its values may reach [{lo:g}, {hi:g}] under the policy's "
+                f"bounds, beyond the {MAX_LITERAL:.0e} an aggregate's argument may reach")
+        if kind == "int":  # an integer value clamped to integers keeps the discrete Laplace exact
+            lo, hi = math.floor(lo), math.ceil(hi)
+        return Operand(name, kind, value, columns, lo, hi)
+
+    def _column_range(self, call: str, name: str, node: exp.Column) -> Range:
+        """A column's public range in an aggregate's argument (a bool is 0 or 1), or a refusal
+        naming the column and what would be accepted instead."""
+        column = self.scope.column(node)
+        if column.type == "bool":
+            return 0.0, 1.0
+        if not column.numeric:
+            raise QueryRefused(f"{call}({name}) refused: column {column.name} is {column.type}, not "
+                               f"numeric; COUNT({name}) counts its non-NULL values")
+        if not column.bounded:
+            alternative = f"; or GROUP BY {column.name}" if column.group_values is not None else ""
+            raise QueryRefused(
+                f"{call}({name}) refused: the policy gives no lower/upper bounds for "
+                f"{column.name}, so its sensitivity is unbounded; declare them in the policy "
+                f"or use COUNT({name}){alternative}")
+        lo, hi = column.bounds
+        return float(lo), float(hi)
+
+
+def _filtered(node: exp.Filter) -> exp.AggFunc:
+    """AGG(x) FILTER (WHERE c) as AGG(CASE WHEN c THEN x END), COUNT(*) counting 1 per row: the
+    same value, with the condition part of the argument (so bound and type-checked with it)."""
+    call = node.this.copy()
+    condition = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
+    if isinstance(call.this, exp.Distinct):
+        raise QueryRefused(f"{short(node)} refused: FILTER is not supported on COUNT(DISTINCT ...); "
+                           "put the condition in WHERE")
+    value = exp.Literal.number(1) if isinstance(call.this, exp.Star) else call.this
+    call.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
+    return call
 
 
 def _is_round_digits(node: exp.Expression) -> bool:

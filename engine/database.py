@@ -158,7 +158,7 @@ class PrivateDatabase:
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
             max_rows_per_unit=plan.table.max_rows_per_unit,
-            group_by=tuple(c.name for c in plan.group_by),
+            group_by=tuple(c.label for c in plan.group_by),
             groups=plan.group_count if plan.group_by else 1,
             rewritten_sql=prepared.sql, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
             mode=cal.mode, justification=cal.justification, k=self.policy.k,

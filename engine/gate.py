@@ -47,6 +47,7 @@ _BOUND_AS: dict[str, dict[str, frozenset[str]]] = {
     "ROUND": {"double": frozenset({"round"})},
     "FLOOR": {"double": frozenset({"floor"})},
     "CEIL": {"double": frozenset({"ceil"})},
+    "SQRT": {"double": frozenset({"sqrt"})},  # NaN below 0, never an error (measured)
     "LOWER": {"text": frozenset({"lower"})},
     "UPPER": {"text": frozenset({"upper"})},
     "TRIM": {"text": frozenset({"trim"})},

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from .aggregates import Aggregate, Measured
+from .aggregates import Aggregate, Measured, Operand
 from .policy import ColumnSpec, TableSpec
 
 
@@ -21,17 +21,17 @@ class Measurement:
     """One exact aggregate that is released with noise (COUNT, SUM, COUNT(DISTINCT unit), ...)."""
 
     kind: Measured  # the registered aggregate it measures (engine/aggregates/)
-    column: ColumnSpec | None  # None for COUNT(*) and COUNT(DISTINCT unit)
+    operand: Operand | None  # what it aggregates; None for COUNT(*) and COUNT(DISTINCT unit)
     name: str  # internal column name in the executed query, e.g. "__m0"
 
     @property
     def integer(self) -> bool:
         """Whether the exact value is an integer (so the discrete Laplace applies)."""
-        return self.kind.integer(self.column)
+        return self.kind.integer(self.operand)
 
     @property
     def label(self) -> str:
-        return self.kind.label(self.column)
+        return self.kind.label(self.operand)
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,22 @@ class OutputColumn:
     expression: exp.Expression  # over group keys and measurement names
     aggregate: Aggregate | None  # when the column is exactly one aggregate, that aggregate
     measurements: tuple[str, ...]  # names of the measurements it is computed from
-    column: ColumnSpec | None = None  # the aggregated column of that aggregate (AVG's bounds)
+    operand: Operand | None = None  # what that aggregate aggregates (AVG's bounds)
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """One GROUP BY key and its public values: a column with a domain (a bool, a column with a
+    `domain`, a bounded int column) or an expression whose values follow from the policy (a CASE
+    with literal results, FLOOR(col / width) of a bounded int column). Every value in `keys`
+    appears in the answer; rows whose key is another value (or NULL) are not counted."""
+
+    name: str  # the key's column in the executed queries: the policy column's, or "__k<i>"
+    label: str  # how explanations show it: the column's name or the expression's SQL
+    type: str  # 'bool', 'int' or 'str'
+    keys: tuple  # the public values, in the order answers list them
+    value: exp.Expression  # its hardened row-level value, over quoted policy column names
+    columns: tuple[ColumnSpec, ...]  # the policy columns it reads
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,7 @@ class QueryPlan:
     sql: str
     table: TableSpec
     where: exp.Expression | None
-    group_by: tuple[ColumnSpec, ...]
+    group_by: tuple[GroupKey, ...]
     measurements: tuple[Measurement, ...]
     outputs: tuple[OutputColumn, ...]
     having: exp.Expression | None

@@ -54,7 +54,7 @@ def _halfwidths(out: OutputColumn, frame: pd.DataFrame, mechanisms: dict[str, Me
     output's aggregate gives it, and an expression of several has none (NaN)."""
     if out.aggregate is None:
         return np.full(len(frame), np.nan)
-    return out.aggregate.halfwidths(out.measurements, out.column, frame, mechanisms, alpha)
+    return out.aggregate.halfwidths(out.measurements, out.operand, frame, mechanisms, alpha)
 
 
 def selection_adjusted(plan: QueryPlan) -> bool:

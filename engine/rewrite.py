@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from .plan import QueryPlan
-from .policy import ColumnSpec, TableSpec
+from .plan import GroupKey, QueryPlan
+from .policy import TableSpec
 
 
 def rewrite(plan: QueryPlan) -> exp.Select:
@@ -24,7 +24,7 @@ def rewrite(plan: QueryPlan) -> exp.Select:
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregates = (exp.alias_(m.kind.sql(m.column, plan.table), m.name, quoted=True)
+    aggregates = (exp.alias_(m.kind.sql(m.operand, plan.table), m.name, quoted=True)
                   for m in plan.measurements)
     aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
     if keys:
@@ -80,10 +80,15 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     leaves out; bounding happened before, on the whole table, so they cannot displace
     in-domain rows."""
     table = plan.table
-    needed: dict[str, ColumnSpec] = {col.name: col for col in plan.group_by}
+    items: list[exp.Expr] = [
+        key.value.copy() if isinstance(key.value, exp.Column) and key.value.name == key.name
+        else exp.alias_(key.value.copy(), key.name, quoted=True) for key in plan.group_by]
+    needed = {key.name for key in plan.group_by}
     for m in plan.measurements:
-        needed.update((column.name, column) for column in m.kind.columns(m.column))
-    items: list[exp.Expression] = [exp.column(name, quoted=True) for name in needed]
+        for column in m.kind.columns(m.operand):
+            if column.name not in needed:
+                needed.add(column.name)
+                items.append(exp.column(column.name, quoted=True))
     if any(m.kind.reads_unit for m in plan.measurements):
         items.append(exp.column(table.unit, quoted=True))
     if not items:
@@ -96,7 +101,7 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     return rows
 
 
-def _domain(group_by: tuple[ColumnSpec, ...]) -> exp.Expression:
+def _domain(group_by: tuple[GroupKey, ...]) -> exp.Expression:
     """The public group keys as a VALUES table (cross product of every key's domain)."""
     tables = [
         exp.values([(_literal(v),) for v in col.keys], alias=f"d{i}", columns=[col.name])

@@ -112,6 +112,11 @@ def _one_number(node: exp.Expression, child: Typer) -> str:
     return numeric(child(node.this), node, name)
 
 
+def _root(node: exp.Expression, child: Typer) -> str:
+    numeric(child(node.this), node, "SQRT")
+    return "float"
+
+
 def _round(node: exp.Expression, child: Typer) -> str:
     decimals = node.args.get("decimals")
     if decimals is not None and (not isinstance(decimals, exp.Literal) or decimals.is_string):
@@ -187,6 +192,7 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("ROUND", {exp.Round: frozenset({"this", "decimals"})}, _round, True),
     Scalar("FLOOR", {exp.Floor: _FLOOR_OPTIONS}, _one_number, True),
     Scalar("CEIL", {exp.Ceil: _FLOOR_OPTIONS}, _one_number, True),
+    Scalar("SQRT", {exp.Sqrt: _ONE_ARG}, _root, True),
     Scalar("LOWER", {exp.Lower: _ONE_ARG}, _text, True),
     Scalar("UPPER", {exp.Upper: _ONE_ARG}, _text, True),
     Scalar("TRIM", {exp.Trim: frozenset({"this", "expression", "position"})}, _trim, True),
@@ -398,3 +404,145 @@ def short(node: exp.Expression) -> str:
     """A construct's SQL, cut to 80 characters for messages."""
     sql = node.sql(dialect="duckdb")
     return sql if len(sql) <= 80 else sql[:77] + "..."
+
+
+Range = tuple[float, float]
+RangeLeaf = Callable[[exp.Column], Range]  # a column's public range (or a refusal naming it)
+_PREDICATES = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.In, exp.Between, exp.Is,
+               exp.Like, exp.ILike)
+
+
+def value_range(node: exp.Expression, leaf: RangeLeaf) -> Range | None:
+    """Public bounds of a type-checked numeric row expression by interval arithmetic: each
+    column's range comes from `leaf` (the policy's bounds; a condition is 0 or 1), literals are
+    their value. None when the expression is always NULL. Refused, naming what is unbounded,
+    when no bound follows from the policy (text made a number, division by a range holding 0)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return leaf(node)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Literal):
+        value = numeric_literal(node)
+        return value, value
+    if isinstance(node, _PREDICATES):
+        return 0.0, 1.0
+    rule = _RANGES.get(type(node))
+    if rule is None:
+        raise QueryRefused(
+            f"{short(node)} refused in an aggregate: no bound follows from the policy for "
+            f"{node.key.upper()}; bounds follow through bounded columns, conditions (0/1), "
+            "literals, arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, COALESCE, CASE and "
+            "numeric CAST")
+    return rule(node, lambda child: value_range(child, leaf))
+
+
+def _needed(found: Range | None, node: exp.Expression) -> Range:
+    if found is None:
+        raise QueryRefused(f"{short(node)} refused in an aggregate: an operand is always NULL")
+    return found
+
+
+def _hull(ranges: list[Range | None]) -> Range | None:
+    present = [r for r in ranges if r is not None]
+    if not present:
+        return None
+    return min(r[0] for r in present), max(r[1] for r in present)
+
+
+def _corners(low: Range, high: Range, op: Callable[[float, float], float]) -> Range:
+    values = [op(a, b) for a in low for b in high]
+    return min(values), max(values)
+
+
+def _nonzero(node: exp.Expression, divisor: Range) -> Range:
+    if divisor[0] <= 0 <= divisor[1]:
+        raise QueryRefused(
+            f"{short(node)} refused in an aggregate: the divisor {short(node.expression)} can be 0 "
+            f"(its public range is [{divisor[0]:g}, {divisor[1]:g}]), so the quotient has no "
+            "bound; divide the aggregate instead, e.g. SUM(x) / 10")
+    return divisor
+
+
+def _arith(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
+    a, b = _needed(child(node.this), node), _needed(child(node.expression), node)
+    if isinstance(node, exp.Add):
+        return a[0] + b[0], a[1] + b[1]
+    if isinstance(node, exp.Sub):
+        return a[0] - b[1], a[1] - b[0]
+    if isinstance(node, exp.Mul):
+        return _corners(a, b, lambda x, y: x * y)
+    if isinstance(node, exp.Mod):  # the sign of the dividend, below both |a| and |b|
+        largest = min(max(abs(a[0]), abs(a[1])), max(abs(b[0]), abs(b[1])))
+        return (0.0 if a[0] >= 0 else -largest), (0.0 if a[1] <= 0 else largest)
+    quotient = _corners(a, _nonzero(node, b), lambda x, y: x / y)
+    if isinstance(node, exp.IntDiv):  # DOUBLE operands (hardened) make DuckDB's // a plain /
+        return math.floor(quotient[0]), math.ceil(quotient[1])
+    return quotient
+
+
+def _negate(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
+    lo, hi = _needed(child(node.this), node)
+    return -hi, -lo
+
+
+def _abs(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
+    lo, hi = _needed(child(node.this), node)
+    return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
+
+
+def _sqrt_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
+    """A negative argument gives NaN, which the clamp sends to the upper bound."""
+    lo, hi = _needed(child(node.this), node)
+    return math.sqrt(max(lo, 0.0)), math.sqrt(max(hi, 0.0))
+
+
+def _rounded(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
+    lo, hi = _needed(child(node.this), node)
+    if isinstance(node, exp.Floor):
+        return math.floor(lo), math.floor(hi)
+    if isinstance(node, exp.Ceil):
+        return math.ceil(lo), math.ceil(hi)
+    digits = node.args.get("decimals")
+    scale = 10.0 ** (int_literal(digits, "ROUND digits") if digits is not None else 0)
+    return math.floor(lo * scale) / scale, math.ceil(hi * scale) / scale
+
+
+def _extreme(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
+    """LEAST/GREATEST (NULL arguments skipped) and COALESCE: within the hull of the arguments;
+    LEAST is at most the smallest upper bound, GREATEST at least the largest lower bound."""
+    ranges = [child(node.this)] + [child(e) for e in node.expressions]
+    hull = _hull(ranges)
+    if hull is None or isinstance(node, exp.Coalesce):
+        return hull
+    present = [r for r in ranges if r is not None]
+    if isinstance(node, exp.Least):
+        return hull[0], min(r[1] for r in present)
+    return max(r[0] for r in present), hull[1]
+
+
+def _case_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
+    results = [branch.args["true"] for branch in node.args.get("ifs") or []]
+    if node.args.get("default") is not None:
+        results.append(node.args["default"])
+    return _hull([child(r) for r in results])
+
+
+def _cast_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
+    if _CAST_TYPES.get(node.args["to"].this) == "bool":
+        return 0.0, 1.0
+    found = child(node.this)
+    if found is None or _CAST_TYPES.get(node.args["to"].this) == "float":
+        return found
+    return math.floor(found[0]), math.ceil(found[1])  # a cast to an integer rounds
+
+
+_RANGES: dict[type[exp.Expression], Callable[[exp.Expression, Callable[[exp.Expression], Range | None]],
+                                             Range | None]] = {
+    **{kind: _arith for kind in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)},
+    exp.Neg: _negate, exp.Abs: _abs, exp.Sqrt: _sqrt_range, exp.Floor: _rounded, exp.Ceil: _rounded,
+    exp.Round: _rounded,
+    exp.Least: _extreme, exp.Greatest: _extreme, exp.Coalesce: _extreme, exp.Case: _case_range,
+    exp.Cast: _cast_range, exp.TryCast: _cast_range,
+}

@@ -9,5 +9,5 @@ def sensitivity(measurement: Measurement, plan: QueryPlan) -> float | int:
     """How far one individual's record, at most `max_rows_per_unit` rows of the plan's table,
     can move the measurement, summed over all groups; each aggregate gives its own rule
     (engine/aggregates/)."""
-    return measurement.kind.sensitivity(measurement.column, plan.table.max_rows_per_unit,
+    return measurement.kind.sensitivity(measurement.operand, plan.table.max_rows_per_unit,
                                         bool(plan.group_by))

@@ -9,9 +9,9 @@ import pytest
 from sqlglot import exp
 
 from engine import PrivateDatabase, QueryRefused, aggregates
-from engine.aggregates import Binder, Measured
+from engine.aggregates import Binder, Measured, Operand
 from engine.aggregates.sum import bounded_numeric
-from engine.policy import ColumnSpec, TableSpec
+from engine.policy import TableSpec
 
 
 class ClampedMax(Measured):
@@ -29,18 +29,18 @@ class ClampedMax(Measured):
     def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
         return binder.measurement(self, bounded_numeric(node, binder))
 
-    def integer(self, column: ColumnSpec | None) -> bool:
-        return column is not None and column.type == "int"
+    def integer(self, operand: Operand | None) -> bool:
+        return operand is not None and operand.type == "int"
 
-    def sensitivity(self, column: ColumnSpec | None, rows_per_unit: int, grouped: bool) -> float:
-        assert column is not None
-        lo, hi = column.bounds
+    def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float:
+        assert operand is not None
+        lo, hi = operand.bounds
         return (2 * rows_per_unit if grouped else 1) * (hi - lo)
 
-    def sql(self, column: ColumnSpec | None, table: TableSpec) -> exp.Expr:
-        assert column is not None
-        lo, hi = (exp.Literal.number(b) for b in column.bounds)
-        value = exp.column(column.name, quoted=True)
+    def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
+        assert operand is not None
+        lo, hi = (exp.Literal.number(b) for b in operand.bounds)
+        value = operand.value
         return exp.Max(this=exp.Greatest(this=exp.Least(this=value, expressions=[hi], ignore_nulls=True),
                                          expressions=[lo], ignore_nulls=True))
 
@@ -70,10 +70,15 @@ def test_a_new_aggregate_is_one_module_and_one_registration_line(setup, monkeypa
 
 def test_every_registered_aggregate_is_reached_and_listed():
     names = [a.name for a in aggregates.AGGREGATES]
-    assert names == ["COUNT", "COUNT(DISTINCT unit)", "SUM", "AVG"]
+    assert names == ["COUNT", "COUNT(DISTINCT unit)", "SUM", "AVG", "VAR_POP", "VAR_SAMP",
+                     "STDDEV_POP", "STDDEV_SAMP"]
     assert aggregates.supported() == \
-        "COUNT(*), COUNT(col), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col)"
+        "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), SUM(expr), AVG(expr), " \
+        "VAR_POP(expr), VAR_SAMP(expr), STDDEV_POP(expr), STDDEV_SAMP(expr)"
     for sql, name in (("COUNT(*)", "COUNT"), ("COUNT(DISTINCT person_id)", "COUNT(DISTINCT unit)"),
-                      ("SUM(age)", "SUM"), ("AVG(age)", "AVG")):
+                      ("SUM(age)", "SUM"), ("AVG(age)", "AVG"), ("VAR_POP(age)", "VAR_POP"),
+                      ("VARIANCE(age)", "VAR_SAMP"), ("VAR_SAMP(age)", "VAR_SAMP"),
+                      ("STDDEV_POP(age)", "STDDEV_POP"), ("STDDEV(age)", "STDDEV_SAMP"),
+                      ("STDDEV_SAMP(age)", "STDDEV_SAMP")):
         node = exp.maybe_parse(sql, dialect="duckdb")
         assert aggregates.aggregate_of(node).name == name

@@ -35,9 +35,13 @@ ROW_LEAVES = {"int": ["age", "level", "people.age"], "float": ["income", "people
 AGGREGATES = {
     "int": ["COUNT(*)", "COUNT(age)", "COUNT(note)", "COUNT(sick)", "COUNT(DISTINCT person_id)",
             "SUM(age)", "SUM(level)"],
-    "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)"],
+    "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)", "AVG(sick)",
+              "SUM(CASE WHEN age > 30 THEN income / 2 ELSE -income END)", "VAR_POP(age)",
+              "STDDEV(income - 500)"],
 }
-GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick")]
+EXPRESSION_KEYS = {"FLOOR(age / 10)": "int", "CASE WHEN income < 500 THEN 'low' ELSE 'high' END": "str"}
+GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick"), ("age",),
+             ("FLOOR(age / 10)",), ("CASE WHEN income < 500 THEN 'low' ELSE 'high' END", "sick")]
 INT_LITERALS = ["0", "1", "-1", "2", "37", "100", "101", "-5", "127", "128", "255", "32768",
                 "2147483648", "1000000000000000", "9223372036854775807"]
 FLOAT_LITERALS = ["0.5", "-0.0", "1.5", "37.0", "999.999", "1e15", "1e-300", "3.14159", "2.5e3", "1e16"]
@@ -69,6 +73,8 @@ def post_context(group: tuple[str, ...]) -> Context:
         for typ, names in ROW_LEAVES.items():
             if key in names:
                 leaves[typ].append(key)
+        if key in EXPRESSION_KEYS:
+            leaves[EXPRESSION_KEYS[key]].append(key)
     return Context(leaves)
 
 
@@ -162,7 +168,7 @@ def _float(draw, sub) -> str:
     if kind == 1:
         return f"ROUND({draw(number())}, {draw(st.integers(-3, 3))})"
     if kind == 2:
-        return f"{draw(st.sampled_from(['ABS', 'FLOOR', 'CEIL']))}({draw(number())})"
+        return f"{draw(st.sampled_from(['ABS', 'FLOOR', 'CEIL', 'SQRT']))}({draw(number())})"
     if kind == 3:
         return f"({draw(number())} / {draw(number())})"
     return f"(-{draw(sub('float'))})"
@@ -217,10 +223,16 @@ def _boolean(draw, sub) -> str:
 
 @st.composite
 def aggregate(draw) -> str:
-    """A supported aggregate on a bare column, or (rarely) SUM of an expression, which is refused."""
-    if draw(st.integers(0, 19)) == 0:  # outside the grammar: an expression inside SUM
-        return f"SUM({draw(expression('float', row_context(), 1))})"
-    return draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
+    """A supported aggregate on a bare column, or over a row expression (SUM, AVG, COUNT, VAR or
+    STDDEV, of any type, so some are refused), or one with FILTER (WHERE <condition>)."""
+    kind = draw(st.integers(0, 9))
+    if kind <= 1:
+        function = draw(st.sampled_from(["SUM", "AVG", "COUNT", "VAR_SAMP", "STDDEV_POP"]))
+        return f"{function}({draw(expression(draw(st.sampled_from(TYPES)), row_context(), 2))})"
+    base = draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
+    if kind == 2:
+        return f"{base} FILTER (WHERE {draw(expression('bool', row_context(), 2))})"
+    return base
 
 
 @st.composite

@@ -282,8 +282,8 @@ def test_post_processing_is_total_on_every_float(sql):
     ints = [0, 1, -1, 2**62, -(2**62), 2**63 - 1, -(2**63)]
     rng = np.random.default_rng(3)
     for _ in range(200):
-        groups = len(plan.group_by[0].group_values) if plan.group_by else 1
-        frame = pd.DataFrame({c.name: list(c.group_values) for c in plan.group_by})
+        groups = len(plan.group_by[0].keys) if plan.group_by else 1
+        frame = pd.DataFrame({c.name: list(c.keys) for c in plan.group_by})
         if not plan.group_by:
             frame = pd.DataFrame(index=range(1))
         for m in plan.measurements:

@@ -21,6 +21,21 @@ QUERIES = [
     "SELECT state, COUNT(*), SUM(income), AVG(age), COUNT(DISTINCT person_id) FROM people GROUP BY state",
     "SELECT sick, state, SUM(age), COUNT(income) FROM people WHERE age > 20 OR income < 100 "
     "GROUP BY sick, state",
+    # Aggregates over row expressions: bounds by interval arithmetic, the value clamped to them.
+    "SELECT SUM(age + 1), AVG(sick), SUM(CASE WHEN age > 30 THEN income ELSE -income / 2 END), "
+    "COUNT(*) FILTER (WHERE sick), SUM(income) FILTER (WHERE age < 50), COUNT(age * 2), "
+    "SUM(ABS(age - 50) * 3), SUM(income % 7), SUM(FLOOR(income / 100)), SUM(age > 40) FROM people",
+    "SELECT state, SUM(age - 50), AVG(income / 10), COUNT(*) FILTER (WHERE income > 100), "
+    "SUM(CASE WHEN sick THEN 1 ELSE 0 END), SUM(LEAST(age, 30) - GREATEST(income, 500)), "
+    "AVG(COALESCE(age, 7) * -2) FROM people GROUP BY state",
+    # GROUP BY keys computed from the row: buckets, a bounded int column, a pruned domain.
+    "SELECT FLOOR(age / 25), CASE WHEN income < 100 THEN 'low' ELSE 'high' END, COUNT(*), "
+    "SUM(income), AVG(sick) FROM people GROUP BY 1, 2",
+    "SELECT age, COUNT(*), SUM(age * 2 - 1), COUNT(DISTINCT person_id) FROM people "
+    "WHERE age BETWEEN 5 AND 60 AND state IN ('CA', 'NY') GROUP BY age",
+    # VAR and STDDEV: COUNT, SUM and SUM of squares of the clamped values.
+    "SELECT VAR_POP(age), STDDEV_SAMP(income - 500), VARIANCE(sick) FROM people",
+    "SELECT state, STDDEV_POP(age - 50), VAR_SAMP(income) FROM people GROUP BY state",
 ]
 PLANS = [build_plan(parse_select(q), POLICY, q) for q in QUERIES]
 

@@ -8,12 +8,14 @@ intervals, the gate and refusal messages all read the registry when they run.
 from sqlglot import exp
 
 from .avg import AVG
-from .base import Accuracy, Aggregate, Binder, Measured
+from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .count import COUNT
 from .count_distinct import COUNT_DISTINCT_UNIT
 from .sum import SUM
+from .variance import STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP
 
-AGGREGATES: tuple[Aggregate, ...] = (COUNT, COUNT_DISTINCT_UNIT, SUM, AVG)
+AGGREGATES: tuple[Aggregate, ...] = (COUNT, COUNT_DISTINCT_UNIT, SUM, AVG, VAR_POP, VAR_SAMP,
+                                     STDDEV_POP, STDDEV_SAMP)
 
 
 def aggregate_of(node: exp.AggFunc) -> Aggregate | None:
@@ -31,5 +33,6 @@ def supported() -> str:
     return ", ".join(a.usage for a in AGGREGATES)
 
 
-__all__ = ["AGGREGATES", "AVG", "COUNT", "COUNT_DISTINCT_UNIT", "SUM", "Accuracy", "Aggregate",
-           "Binder", "Measured", "aggregate_of", "measured", "supported"]
+__all__ = ["AGGREGATES", "AVG", "COUNT", "COUNT_DISTINCT_UNIT", "STDDEV_POP", "STDDEV_SAMP", "SUM",
+           "VAR_POP", "VAR_SAMP", "Accuracy", "Aggregate", "Binder", "Measured", "Operand",
+           "aggregate_of", "measured", "supported"]

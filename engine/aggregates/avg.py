@@ -1,4 +1,4 @@
-"""AVG(col): SUM(col) / COUNT(col) of noisy measurements, clamped to the column's bounds."""
+"""AVG(expr): SUM(expr) / COUNT(expr) of noisy measurements, clamped to the operand's bounds."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-from ..policy import ColumnSpec
-from .base import Accuracy, Aggregate, Binder
+from .base import Accuracy, Aggregate, Binder, Operand
 from .count import COUNT
 from .sum import SUM, bounded_numeric
 
@@ -18,34 +17,34 @@ class Avg(Aggregate):
     """AVG: post-processing of a SUM and a COUNT, so it costs their noise and no more."""
 
     name = "AVG"
-    usage = "AVG(col)"
+    usage = "AVG(expr)"
     function = "AVG"
 
     def matches(self, node: exp.AggFunc) -> bool:
         return isinstance(node, exp.Avg)
 
     def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
-        column = bounded_numeric(node, binder)
-        total = binder.measurement(SUM, column)
-        count = binder.measurement(COUNT, column)
-        lo, hi = column.bounds
+        operand = bounded_numeric(node, binder)
+        total = binder.measurement(SUM, operand)
+        count = binder.measurement(COUNT, operand)
+        lo, hi = operand.bounds
         mean = exp.Div(this=total, expression=_greatest(count, 1))
         return exp.Least(this=_greatest(mean, lo), expressions=[exp.Literal.number(hi)],
                          ignore_nulls=True)
 
-    def halfwidths(self, measurements: tuple[str, ...], column: ColumnSpec | None,
+    def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """The widest distance from the clamped mean to a corner of the box that the SUM and
         COUNT intervals (each at alpha / 2, so both hold with probability >= 1 - alpha by the
-        union bound) allow, clamped to the column's bounds."""
-        if column is None:
-            raise TypeError("AVG needs a column")
+        union bound) allow, clamped to the operand's bounds."""
+        if operand is None:
+            raise TypeError("AVG needs an operand")
         total_name, count_name = measurements
         total = frame[total_name].to_numpy(dtype=float)
         count = frame[count_name].to_numpy(dtype=float)
         a_total = noise[total_name].accuracy(alpha / 2)
         a_count = noise[count_name].accuracy(alpha / 2)
-        lo, hi = (float(bound) for bound in column.bounds)
+        lo, hi = (float(bound) for bound in operand.bounds)
         mean = np.clip(total / np.maximum(count, 1.0), lo, hi)
         positive = count - a_count > 0
         denominators = (np.where(positive, count - a_count, 1.0), count + a_count)

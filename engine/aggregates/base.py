@@ -4,12 +4,14 @@ An `Aggregate` is what the analyst writes (COUNT, SUM, AVG, ...): it binds the s
 an expression over noisy measurements, and gives an output's interval. A `Measured` aggregate
 is also one noisy measurement itself: it says what the exact value is (its SQL), how far one
 individual moves it (sensitivity), whether it is an integer (which picks the discrete Laplace
-over the Laplace) and what it reads.
+over the Laplace) and what it reads. What an aggregate reads is an `Operand`: a policy column or
+a row expression over policy columns, with the bounds interval arithmetic derives for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -19,18 +21,52 @@ from sqlglot import exp
 from ..policy import ColumnSpec, TableSpec
 
 
+@dataclass(frozen=True)
+class Operand:
+    """The argument of an aggregate: a policy column, or a row expression over policy columns.
+
+    `value` is the hardened expression DuckDB evaluates on each row (engine/gate.py), over
+    quoted policy column names; `lower`/`upper` are the public bounds of its value, derived
+    from the policy (a column's bounds, or interval arithmetic over an expression), to which
+    the value is clamped; `columns` are the policy columns it reads."""
+
+    name: str  # how labels show it: the column's name, or the expression's SQL
+    type: str  # 'int', 'float', 'str' or 'bool' (booleans are summed as 0/1)
+    value: exp.Expression
+    columns: tuple[ColumnSpec, ...]
+    lower: float | None = None
+    upper: float | None = None
+
+    @property
+    def numeric(self) -> bool:
+        return self.type in ("int", "float")
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(lower, upper), the public range values are clamped to; only for bounded operands."""
+        if self.lower is None or self.upper is None:
+            raise ValueError(f"{self.name} has no lower/upper bounds")
+        return self.lower, self.upper
+
+
 class Binder(Protocol):
     """What an aggregate's binding rule may ask of the query being bound."""
 
     @property
     def table(self) -> TableSpec: ...
 
-    def measurement(self, kind: Measured, column: ColumnSpec | None) -> exp.Column:
-        """The (shared) noisy measurement of `kind` on `column`, as a column reference."""
+    def measurement(self, kind: Measured, operand: Operand | None) -> exp.Column:
+        """The (shared) noisy measurement of `kind` on `operand`, as a column reference."""
         ...
 
-    def bare_column(self, node: exp.Expr, arg: exp.Expression) -> ColumnSpec:
-        """The policy column `arg` names, refusing anything but a bare column."""
+    def operand(self, node: exp.Expr, arg: exp.Expression, numeric: bool) -> Operand:
+        """The aggregate argument `arg` of `node`: a column or a row expression, type-checked;
+        with `numeric`, a number (a condition counts as 0/1) with bounds derived from the
+        policy, refused naming the column whose bound is missing."""
         ...
 
     def is_unit(self, node: exp.Expression) -> bool:
@@ -48,7 +84,7 @@ class Aggregate:
     """An aggregate function the analyst may write."""
 
     name: str  # as the analyst writes it, e.g. "AVG"
-    usage: str  # how refusals list it, e.g. "AVG(col)"
+    usage: str  # how refusals list it, e.g. "AVG(expr)"
     function: str  # the SQL function, e.g. "COUNT" for COUNT(DISTINCT unit)
 
     def matches(self, node: exp.AggFunc) -> bool:
@@ -59,7 +95,7 @@ class Aggregate:
         """Check `node` and return its value as an expression over noisy measurements."""
         raise NotImplementedError
 
-    def halfwidths(self, measurements: tuple[str, ...], column: ColumnSpec | None,
+    def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """Per group, a half-width that covers the exact value with probability >= 1 - alpha."""
         raise NotImplementedError
@@ -71,29 +107,29 @@ class Measured(Aggregate):
     reads_unit = False  # whether its SQL reads the privacy unit column
     bound: frozenset[str]  # the DuckDB aggregate functions its SQL binds to (the gate's allow-list)
 
-    def label(self, column: ColumnSpec | None) -> str:
+    def label(self, operand: Operand | None) -> str:
         """How answers and the ledger name the measurement, e.g. SUM(income)."""
-        inner = "*" if column is None else column.name
+        inner = "*" if operand is None else operand.name
         return f"{self.function}({inner})"
 
-    def integer(self, column: ColumnSpec | None) -> bool:
+    def integer(self, operand: Operand | None) -> bool:
         """Whether the exact value is an integer (so the discrete Laplace applies)."""
         return True
 
-    def sensitivity(self, column: ColumnSpec | None, rows_per_unit: int, grouped: bool) -> float | int:
+    def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float | int:
         """How far one individual (at most `rows_per_unit` rows) moves the value, in L1 over all
         groups (docs/theory.md §8)."""
         raise NotImplementedError
 
-    def sql(self, column: ColumnSpec | None, table: TableSpec) -> exp.Expr:
+    def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
         """The exact value over the bounded rows."""
         raise NotImplementedError
 
-    def columns(self, column: ColumnSpec | None) -> tuple[ColumnSpec, ...]:
+    def columns(self, operand: Operand | None) -> tuple[ColumnSpec, ...]:
         """The policy columns its SQL reads."""
-        return () if column is None else (column,)
+        return () if operand is None else operand.columns
 
-    def halfwidths(self, measurements: tuple[str, ...], column: ColumnSpec | None,
+    def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """The measurement's own noise bound, the same for every group."""
         return np.full(len(frame), noise[measurements[0]].accuracy(alpha))

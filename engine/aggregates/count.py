@@ -1,19 +1,21 @@
-"""COUNT(*) and COUNT(col): rows (with a non-NULL value), each unit contributing at most m."""
+"""COUNT(*), COUNT(col) and COUNT(expr): rows (with a non-NULL value), each unit contributing at
+most m."""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..policy import ColumnSpec, TableSpec
-from .base import Binder, Measured
+from ..policy import TableSpec
+from .base import Binder, Measured, Operand
 
 
 class Count(Measured):
-    """COUNT(*) or COUNT(col): moves by m rows (2m across groups, when rows change group)."""
+    """COUNT(*), COUNT(col) or COUNT(expr): moves by m rows (2m across groups, when rows change
+    group)."""
 
     name = "COUNT"
-    usage = "COUNT(*), COUNT(col)"
+    usage = "COUNT(*), COUNT(expr)"
     function = "COUNT"
     bound = frozenset({"count_star", "count"})
 
@@ -26,13 +28,13 @@ class Count(Measured):
             return binder.measurement(self, None)
         if binder.is_unit(arg):
             raise QueryRefused(f"COUNT({arg.name}) refused: count units with COUNT(DISTINCT {arg.name})")
-        return binder.measurement(self, binder.bare_column(node, arg))
+        return binder.measurement(self, binder.operand(node, arg, numeric=False))
 
-    def sensitivity(self, column: ColumnSpec | None, rows_per_unit: int, grouped: bool) -> int:
+    def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> int:
         return 2 * rows_per_unit if grouped else rows_per_unit
 
-    def sql(self, column: ColumnSpec | None, table: TableSpec) -> exp.Expr:
-        return exp.Count(this=exp.Star() if column is None else exp.column(column.name, quoted=True))
+    def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
+        return exp.Count(this=exp.Star() if operand is None else operand.value.copy())
 
 
 COUNT = Count()

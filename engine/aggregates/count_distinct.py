@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..policy import ColumnSpec, TableSpec
-from .base import Binder, Measured
+from ..policy import TableSpec
+from .base import Binder, Measured, Operand
 
 
 class CountDistinctUnit(Measured):
@@ -32,13 +32,13 @@ class CountDistinctUnit(Measured):
             f"on the privacy unit; use {hint}"
         )
 
-    def label(self, column: ColumnSpec | None) -> str:
+    def label(self, operand: Operand | None) -> str:
         return "COUNT(DISTINCT unit)"
 
-    def sensitivity(self, column: ColumnSpec | None, rows_per_unit: int, grouped: bool) -> int:
+    def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> int:
         return 2 * rows_per_unit if grouped else 1
 
-    def sql(self, column: ColumnSpec | None, table: TableSpec) -> exp.Expr:
+    def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
         # Each row with a NULL unit is a unit of its own: COUNT(*) - COUNT(unit) of them, added
         # in DOUBLE (exact below 2**53 rows) so that the plan holds no integer arithmetic.
         unit = table.unit

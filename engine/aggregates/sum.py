@@ -1,26 +1,17 @@
-"""SUM(col): the sum of a bounded numeric column's values, each clamped to the policy's bounds."""
+"""SUM(expr): the sum of a bounded numeric operand's values, each clamped to its public bounds."""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from ..errors import QueryRefused
-from ..policy import ColumnSpec, TableSpec
-from .base import Binder, Measured
+from ..policy import TableSpec
+from .base import Binder, Measured, Operand
 
 
-def bounded_numeric(node: exp.AggFunc, binder: Binder) -> ColumnSpec:
-    """The column of SUM(col) or AVG(col): numeric, with public lower and upper bounds."""
-    column = binder.bare_column(node, node.this)
-    if not column.numeric:
-        raise QueryRefused(f"{node.key.upper()}({column.name}) refused: the column is "
-                           f"{column.type}, not numeric")
-    if not column.bounded:
-        raise QueryRefused(
-            f"{node.key.upper()}({column.name}) refused: the policy gives no lower/upper "
-            f"bounds for {column.name}, so its sensitivity is unbounded"
-        )
-    return column
+def bounded_numeric(node: exp.AggFunc, binder: Binder) -> Operand:
+    """The operand of SUM(expr) or AVG(expr): numeric (a condition counts as 0/1), with public
+    lower and upper bounds from the policy."""
+    return binder.operand(node, node.this, numeric=True)
 
 
 class Sum(Measured):
@@ -28,7 +19,7 @@ class Sum(Measured):
     2m·max(|lo|, |hi|) across groups."""
 
     name = "SUM"
-    usage = "SUM(col)"
+    usage = "SUM(expr)"
     function = "SUM"
     bound = frozenset({"sum"})
 
@@ -38,37 +29,47 @@ class Sum(Measured):
     def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
         return binder.measurement(self, bounded_numeric(node, binder))
 
-    def integer(self, column: ColumnSpec | None) -> bool:
-        return _column(column).type == "int"
+    def integer(self, operand: Operand | None) -> bool:
+        return _operand(operand).type in ("int", "bool")
 
-    def sensitivity(self, column: ColumnSpec | None, rows_per_unit: int, grouped: bool) -> float:
-        lo, hi = _column(column).bounds
+    def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float:
+        lo, hi = _operand(operand).bounds
         if grouped:
             return 2 * rows_per_unit * max(abs(lo), abs(hi))
         return rows_per_unit * (max(hi, 0) - min(lo, 0))
 
-    def sql(self, column: ColumnSpec | None, table: TableSpec) -> exp.Expr:
-        return exp.Sum(this=_clamped(_column(column)))
+    def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
+        return exp.Sum(this=clamped(_operand(operand)))
 
 
-def _column(column: ColumnSpec | None) -> ColumnSpec:
-    if column is None:
-        raise TypeError("SUM needs a column")
-    return column
+def _operand(operand: Operand | None) -> Operand:
+    if operand is None:
+        raise TypeError("SUM needs an operand")
+    return operand
 
 
-def _clamped(column: ColumnSpec) -> exp.Expr:
-    """CASE-based clamp: unlike GREATEST/LEAST it keeps NULL as NULL (skipped by SUM)."""
-    value: exp.Expr = exp.column(column.name, quoted=True)
-    if column.type == "float":
-        value = exp.cast(value, "DOUBLE")
-    lo, hi = (exp.Literal.number(bound) for bound in column.bounds)
+def clamped(operand: Operand) -> exp.Expr:
+    """CASE-based clamp of the operand's value, as a number, to its bounds: unlike
+    GREATEST/LEAST it keeps NULL as NULL (skipped by SUM)."""
+    value = number(operand)
+    lo, hi = (exp.Literal.number(bound) for bound in operand.bounds)
     return (
         exp.Case()
-        .when(exp.LT(this=value, expression=lo), lo)
+        .when(exp.LT(this=value.copy(), expression=lo), lo)
         .when(exp.GT(this=value.copy(), expression=hi), hi.copy())
         .else_(value.copy())
     )
+
+
+def number(operand: Operand) -> exp.Expr:
+    """The operand's value as the number it is summed as: a float as DOUBLE, a condition as
+    0/1, an integer expression (which hardening may have evaluated in DOUBLE) as BIGINT."""
+    value = operand.value.copy()
+    if operand.type == "float":
+        return exp.cast(value, "DOUBLE")
+    if operand.type == "bool" or not isinstance(value, exp.Column):
+        return exp.TryCast(this=value, to=exp.DataType.build("BIGINT"))
+    return value
 
 
 SUM = Sum()
