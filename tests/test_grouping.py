@@ -95,8 +95,10 @@ def test_pruning_reads_the_query_text_not_the_data(setup, tmp_path):
 
 
 def test_bucket_answers_centre_on_the_exact_values(people_db, tmp_path):
-    """At ε = 100, each bucket's answer lies within its 95% interval of the exact value
-    (plain DuckDB) in at least 17 of 20 runs (a 5% miss rate gives fewer with probability < 2%).
+    """At ε = 100, the answers lie within their 95% intervals of the exact values (plain
+    DuckDB): at least 323 of the 360 cells over 20 runs (a 5% miss rate expects 342 with a
+    standard deviation of 4.1, so fewer happen with probability 1.5e-5) and at least 12 of 20
+    for every cell (fewer for any of the 18 with probability 3.6e-6).
     A row's key is computed from its value as stored: ages above the policy's 100 fall in
     bucket FLOOR(age / 50) = 2 and are counted there (their SUM clamped to 100)."""
     policy = write_policy(tmp_path / "policy.yaml", {**ROW_LEVEL, "budget": {"epsilon": 1e9}})
@@ -117,7 +119,7 @@ def test_bucket_answers_centre_on_the_exact_values(people_db, tmp_path):
             answer = result.df[["n", "s"]].to_numpy(dtype=float)
             hit = np.abs(answer - truth) <= result.ci95[["n", "s"]].to_numpy(dtype=float)
             hits = hit.astype(int) if hits is None else hits + hit
-    assert (hits >= 17).all(), hits
+    assert hits is not None and hits.sum() >= 323 and (hits >= 12).all(), hits
 
 
 def test_explain_lists_the_keys_as_written(setup):
