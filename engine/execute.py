@@ -24,7 +24,7 @@ from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
 from .plan import ExactAnswer
 from .policy import Limits, Policy, TableSpec
-from .rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table, bounded_table_path
+from .rewrite import BOUNDED_CATALOG, bounded_table, readable_tables
 from .watchdog import WATCHDOG
 
 _LOCKED = {
@@ -341,13 +341,4 @@ def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool) -> st
 def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
     """The gate for this data: each policy table and its bounded copy, EMPTY, with the data's
     column types (the privacy unit and the policy's columns, which are all a query may read)."""
-    tables: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-    for name, table in policy.tables.items():
-        types = _columns(conn, name)
-        if table.privacy_unit is None:
-            tables[(name,)] = [(col, types[col]) for col in sorted(table.columns)]
-            continue
-        columns = [(col, types[col]) for col in bounded_columns(table)]
-        tables[(name,)] = columns
-        tables[bounded_table_path(table)] = columns
-    return SchemaGate(tables)
+    return SchemaGate(readable_tables(policy, {name: _columns(conn, name) for name in policy.tables}))

@@ -9,10 +9,12 @@ is a function of the query text and the policy only, never of the data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sqlglot import exp
 
 from .plan import GroupKey, QueryPlan
-from .policy import TableSpec
+from .policy import Policy, TableSpec
 
 
 def rewrite(plan: QueryPlan) -> exp.Select:
@@ -66,6 +68,22 @@ def bounded_table(table: TableSpec) -> exp.Table:
     catalog, schema, name = bounded_table_path(table)
     return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(schema),
                      catalog=exp.to_identifier(catalog))
+
+
+def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
+                    ) -> dict[tuple[str, ...], list[tuple[str, str]]]:
+    """Every table a rewritten query may read, with (column, data type) pairs from `types`
+    (table -> column -> type): each policy table and, for one with a privacy unit, its bounded
+    copy (the unit and the policy's columns). A backend's gate binds queries on them, empty."""
+    tables: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for name, table in policy.tables.items():
+        if table.privacy_unit is None:
+            tables[(name,)] = [(col, types[name][col]) for col in sorted(table.columns)]
+            continue
+        columns = [(col, types[name][col]) for col in bounded_columns(table)]
+        tables[(name,)] = columns
+        tables[bounded_table_path(table)] = columns
+    return tables
 
 
 def bounded_columns(table: TableSpec) -> list[str]:

@@ -27,7 +27,7 @@ from ..errors import DataFailure, InputError, PolicyError, QueryRefused, Resourc
 from ..gate import SchemaGate
 from ..plan import ExactAnswer
 from ..policy import Policy, TableSpec
-from ..rewrite import BOUNDED_CATALOG, bounded_columns, bounded_table_path
+from ..rewrite import BOUNDED_CATALOG, bounded_columns, readable_tables
 from .bounding import kept_rows
 from .spark_sql import to_spark
 
@@ -235,16 +235,9 @@ class SparkBackend:
 
     def _gate_tables(self) -> dict[tuple[str, ...], list[tuple[str, str]]]:
         """The DuckDB gate's empty tables: each policy table and its bounded copy."""
-        tables: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-        for name, table in self._policy.tables.items():
-            types = {col: _duckdb_type(kind) for col, kind in self._types[name].items()}
-            if table.privacy_unit is None:
-                tables[(name,)] = [(col, types[col]) for col in sorted(table.columns)]
-                continue
-            columns = [(col, types[col]) for col in bounded_columns(table)]
-            tables[(name,)] = columns
-            tables[bounded_table_path(table)] = columns
-        return tables
+        return readable_tables(self._policy, {
+            name: {col: _duckdb_type(kind) for col, kind in self._types[name].items()}
+            for name in self._policy.tables})
 
 
 def _own_session(spark: SparkSession) -> SparkSession:
