@@ -20,15 +20,13 @@ MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
 
 
-@dataclass(frozen=True)
-class ColumnSpec:
-    """One column the analyst may reference, with its public bounds or domain."""
+class Ranged:
+    """A value with a type and optional public bounds (a policy column, an aggregate's operand)."""
 
     name: str
     type: str
-    lower: float | None = None
-    upper: float | None = None
-    domain: tuple | None = None
+    lower: float | None
+    upper: float | None
 
     @property
     def numeric(self) -> bool:
@@ -40,10 +38,21 @@ class ColumnSpec:
 
     @property
     def bounds(self) -> tuple[float, float]:
-        """(lower, upper), the public range values are clamped to; only for bounded columns."""
+        """(lower, upper), the public range values are clamped to; only when bounded."""
         if self.lower is None or self.upper is None:
-            raise ValueError(f"column {self.name} has no lower/upper bounds")
+            raise ValueError(f"{self.name} has no lower/upper bounds")
         return self.lower, self.upper
+
+
+@dataclass(frozen=True)
+class ColumnSpec(Ranged):
+    """One column the analyst may reference, with its public bounds or domain."""
+
+    name: str
+    type: str
+    lower: float | None = None
+    upper: float | None = None
+    domain: tuple | None = None
 
     @property
     def keys(self) -> tuple:

@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-from ..policy import ColumnSpec, TableSpec
+from ..policy import ColumnSpec, Ranged, TableSpec
 
 
 @dataclass(frozen=True)
-class Operand:
+class Operand(Ranged):
     """The argument of an aggregate: a policy column, or a row expression over policy columns.
 
     `value` is the hardened expression DuckDB evaluates on each row (engine/gate.py), over
@@ -36,21 +36,6 @@ class Operand:
     columns: tuple[ColumnSpec, ...]
     lower: float | None = None
     upper: float | None = None
-
-    @property
-    def numeric(self) -> bool:
-        return self.type in ("int", "float")
-
-    @property
-    def bounded(self) -> bool:
-        return self.lower is not None and self.upper is not None
-
-    @property
-    def bounds(self) -> tuple[float, float]:
-        """(lower, upper), the public range values are clamped to; only for bounded operands."""
-        if self.lower is None or self.upper is None:
-            raise ValueError(f"{self.name} has no lower/upper bounds")
-        return self.lower, self.upper
 
 
 class Binder(Protocol):
