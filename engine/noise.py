@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import opendp.prelude as dp
@@ -70,6 +71,15 @@ def build_mechanism(measurement: Measurement, sensitivity: float | int,
         f"internal check failed: OpenDP's privacy map for {measurement.label} stays above "
         f"epsilon {epsilon}; nothing was charged"
     )
+
+
+def release_cells(mechanism: Mechanism, exact: Mapping[str, list]) -> dict[str, list]:
+    """Add noise to one measurement's cells (`exact`: cell column -> one value per group), all
+    drawn as one vector, the one its sensitivity is stated for."""
+    cells = mechanism.measurement.cells
+    groups = len(exact[cells[0]])
+    noisy = release(mechanism, [value for cell in cells for value in exact[cell]])
+    return {cell: noisy[i * groups:(i + 1) * groups] for i, cell in enumerate(cells)}
 
 
 def release(mechanism: Mechanism, exact: list) -> list:
