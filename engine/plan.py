@@ -34,6 +34,11 @@ class Measurement:
         return self.kind.label(self.operand)
 
     @property
+    def row(self) -> str:
+        """The bounded rows' column holding its `row_value`, when it has one."""
+        return f"{self.name}_row"
+
+    @property
     def cells(self) -> tuple[str, ...]:
         """The columns of its noisy values: its name, or one per cell (`__m0_0`, `__m0_1`, ...)."""
         count = self.kind.cells(self.operand)

@@ -117,8 +117,14 @@ class Measured(Aggregate):
         one sensitivity and one noise draw."""
         return 1
 
-    def cell_sql(self, operand: Operand | None, table: TableSpec) -> tuple[exp.Expr, ...]:
-        """The exact value of each cell over the bounded rows."""
+    def row_value(self, operand: Operand | None) -> exp.Expr | None:
+        """A value computed once per bounded row that its cells read (a histogram's clamped
+        value), or None."""
+        return None
+
+    def cell_sql(self, operand: Operand | None, table: TableSpec,
+                 row: exp.Expr) -> tuple[exp.Expr, ...]:
+        """The exact value of each cell over the bounded rows (`row`: the `row_value` column)."""
         return (self.sql(operand, table),)
 
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float | int:

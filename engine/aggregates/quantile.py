@@ -83,18 +83,23 @@ class Histogram(Measured):
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> int:
         return 2 * rows_per_unit
 
-    def cell_sql(self, operand: Operand | None, table: TableSpec) -> tuple[exp.Expr, ...]:
-        """COUNT(CASE WHEN edge_i <= v AND v < edge_i+1 THEN 1 END) per bin, v the clamped value
-        as DOUBLE (a NaN is clamped to the upper bound): each non-NULL row is in one bin."""
+    def row_value(self, operand: Operand | None) -> exp.Expr:
+        """The clamped value as DOUBLE, once per row (a NaN is clamped to the upper bound)."""
+        return exp.cast(clamped(_operand(operand)), "DOUBLE")
+
+    def cell_sql(self, operand: Operand | None, table: TableSpec,
+                 row: exp.Expr) -> tuple[exp.Expr, ...]:
+        """COUNT(CASE WHEN edge_i <= v AND v < edge_i+1 THEN 1 END) per bin, v the row's clamped
+        value (the first bin has no lower test, the last no upper one): each non-NULL value is
+        in exactly one bin."""
         cut = grid(_operand(operand), self.bins)
-        value = exp.cast(clamped(_operand(operand)), "DOUBLE")
         edges = [exp.cast(exp.Literal.number(repr(float(e))), "DOUBLE") for e in cut.edges]
         cells = []
         for i in range(cut.bins):
-            tests = ([exp.GTE(this=value.copy(), expression=edges[i].copy())] if i > 0 else []) \
-                + ([exp.LT(this=value.copy(), expression=edges[i + 1].copy())] if i < cut.bins - 1 else [])
+            tests = ([exp.GTE(this=row.copy(), expression=edges[i].copy())] if i > 0 else []) \
+                + ([exp.LT(this=row.copy(), expression=edges[i + 1].copy())] if i < cut.bins - 1 else [])
             condition = exp.and_(*tests) if tests else \
-                exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
+                exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
             cells.append(exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))])))
         return tuple(cells)
 
@@ -219,6 +224,8 @@ def estimate(counts: np.ndarray, cut: Grid, q: float, threshold: float,
         value = np.ceil(value)
     elif whole and q == 1.0:
         value = np.ceil(value) - 1
+    if whole:  # the whole numbers of the range sit half a bin's edge inside it
+        value = np.clip(value, cut.lower + 0.5, cut.upper - 0.5)
     return np.where(total > 0, value, (cut.lower + cut.upper) / 2)
 
 
