@@ -350,12 +350,11 @@ def _single_aggregate(node: exp.Expression) -> Aggregate | None:
         node = node.this
     if isinstance(node, exp.Filter):
         node = node.this
-    if isinstance(node, exp.WithinGroup):
-        node = _within_group(node)
-    if not isinstance(node, exp.AggFunc):
+    call = _within_group(node) if isinstance(node, exp.WithinGroup) else node
+    if not isinstance(call, exp.AggFunc):
         return None
-    aggregate = aggregate_of(node)
-    return None if aggregate is None else aggregate.for_call(node)
+    aggregate = aggregate_of(call)
+    return None if aggregate is None else aggregate.for_call(call)
 
 
 def _measurements_in(expression: exp.Expression, post: _PostScope) -> tuple[str, ...]:

@@ -203,7 +203,8 @@ def test_reported_medians_fall_inside_their_intervals_at_least_95_percent_of_the
     states = rng.choice(["CA", "NY", "TX", "WA"], n)
     ages = np.round(rng.normal(45, 15, n)).astype(int)
     incomes = rng.exponential(300, n)
-    conn = _people([(i, s, int(a), float(x), False) for i, (s, a, x) in enumerate(zip(states, ages, incomes))])
+    conn = _people([(i, s, int(a), float(x), False)
+                    for i, (s, a, x) in enumerate(zip(states, ages, incomes, strict=True))])
     sql = ("SELECT state, MEDIAN(income), QUANTILE_CONT(age, 0.9), MIN(age), MAX(income) "
            "FROM people GROUP BY state")
     plan = build_plan(parse_select(sql), POLICY, sql)
