@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import opendp.prelude as dp
+from sqlglot import exp
 
-from engine.aggregates.quantile import THRESHOLD_ALPHA, Grid, envelope, estimate
-
-dp.enable_features("contrib")
+from engine.aggregates import Operand
+from engine.aggregates.quantile import THRESHOLD_ALPHA, Grid, envelope, estimate, histogram
+from engine.noise import build_mechanism
+from engine.plan import Measurement
 
 
 def main() -> None:
@@ -24,11 +25,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     runs = parser.parse_args().runs
     rng = np.random.default_rng(1)
-    cut, scale, alpha = Grid(0.0, 1000 / 64, 64), 4.0, 0.05
-    space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
-    noise = dp.m.make_laplace(*space, scale=scale)
-    threshold = dp.discrete_laplacian_scale_to_accuracy(scale, THRESHOLD_ALPHA / cut.bins)
-    accuracy = dp.discrete_laplacian_scale_to_accuracy(scale, alpha / cut.bins)
+    cut, alpha = Grid(0.0, 1000 / 64, 64), 0.05
+    operand = Operand("income", "float", exp.column("income"), (), 0.0, 1000.0)
+    mechanism = build_mechanism(Measurement(histogram(64), operand, "__m0"), 4, 1.0)
+    noise = mechanism.opendp_measurement
+    threshold = mechanism.accuracy(THRESHOLD_ALPHA / cut.bins)
+    share = alpha / (2 * cut.bins - 1)
     print("| rows | median half-width | median error |\n|---|---|---|")
     for rows in (1_000, 10_000, 100_000):
         values = rng.uniform(0, 1000, rows)
@@ -37,7 +39,7 @@ def main() -> None:
         for _ in range(runs):
             noisy = np.array(noise(counts), dtype=float)[None, :]
             released = estimate(noisy, cut, 0.5, threshold)[0]
-            low, high = envelope(noisy, cut, 0.5, accuracy)
+            low, high = envelope(noisy, cut, 0.5, lambda terms: mechanism.sum_accuracy(terms, share))
             widths.append(max(released - low[0], high[0] - released))
             errors.append(abs(released - np.median(values)))
         print(f"| {rows:,} | {np.median(widths):.1f} | {np.median(errors):.2f} |")

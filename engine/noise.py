@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import opendp.prelude as dp
 
 from .errors import DpsqlError
@@ -32,6 +33,11 @@ class Mechanism:
         """Half-width a with Pr[|noise| > a] = alpha, from OpenDP's accuracy helpers."""
         return _accuracy(self.mechanism, self.scale, alpha)
 
+    def sum_accuracy(self, terms: int, alpha: float) -> float:
+        """Half-width a with Pr[|sum of `terms` independent draws of this noise| > a] <= alpha:
+        Chernoff's bound on the sum's moment generating function (docs/theory.md §15)."""
+        return _sum_accuracy(self.mechanism, self.scale, terms, alpha)
+
     @property
     def ci95(self) -> float:
         return self.accuracy(0.05)
@@ -45,6 +51,22 @@ def _accuracy(mechanism: str, scale: float, alpha: float) -> float:
     if mechanism == "discrete_laplace":
         return dp.discrete_laplacian_scale_to_accuracy(scale, alpha)
     return dp.laplacian_scale_to_accuracy(scale, alpha)
+
+
+@functools.lru_cache(maxsize=65536)
+def _sum_accuracy(mechanism: str, scale: float, terms: int, alpha: float) -> float:
+    """min over t in (0, 1/scale) of (terms·ln M(t) + ln(2/alpha)) / t, M the moment generating
+    function of one draw: for each such t, Pr[S >= a] <= e^(-ta) M(t)^terms (Markov's inequality
+    on e^(tS)), and the same for -S, so every t on the grid gives a valid half-width."""
+    if scale == 0:
+        return 0.0
+    t = np.linspace(0.0, 1.0 / scale, 514)[1:-1]
+    if mechanism == "discrete_laplace":  # P(k) ∝ r^|k|, r = e^(-1/scale)
+        r = math.exp(-1.0 / scale)
+        log_m = 2 * math.log1p(-r) - np.log1p(-r * np.exp(t)) - np.log1p(-r * np.exp(-t))
+    else:  # Laplace: M(t) = 1 / (1 - scale² t²)
+        log_m = -np.log1p(-(scale * t) ** 2)
+    return float(np.min((terms * log_m + math.log(2.0 / alpha)) / t))
 
 
 def build_mechanism(measurement: Measurement, sensitivity: float | int,

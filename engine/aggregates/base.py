@@ -69,6 +69,10 @@ class Accuracy(Protocol):
 
     def accuracy(self, alpha: float) -> float: ...
 
+    def sum_accuracy(self, terms: int, alpha: float) -> float:
+        """Half-width a with Pr[|sum of `terms` independent draws of the noise| > a] <= alpha."""
+        ...
+
 
 class Aggregate:
     """An aggregate function the analyst may write."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,8 +163,9 @@ class Quantile(Aggregate):
     def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """The largest distance from the released value to the ends of the bins the quantile can
-        be in when every bin's noise is within its accuracy at alpha / bins (all at once with
-        probability >= 1 - alpha, union bound); see `envelope`."""
+        be in when the noise of each of the 2·bins − 1 sums of the first or last j counts is
+        within its accuracy at alpha / (2·bins − 1) (all at once with probability >= 1 - alpha,
+        union bound); see `envelope`."""
         (counts_name,) = measurements
         counts, cut = _counts(frame, counts_name, _operand(operand))
         mechanism = noise[counts_name]
@@ -173,7 +174,8 @@ class Quantile(Aggregate):
             raise TypeError("a quantile's interval needs its q: use for_call")
         value = estimate(counts, cut, q, mechanism.accuracy(THRESHOLD_ALPHA / cut.bins),
                          _operand(operand).type in ("int", "bool"))
-        low, high = envelope(counts, cut, q, mechanism.accuracy(alpha / cut.bins))
+        share = alpha / (2 * cut.bins - 1)
+        low, high = envelope(counts, cut, q, lambda terms: mechanism.sum_accuracy(terms, share))
         return np.maximum(value - low, high - value)
 
 
@@ -229,27 +231,34 @@ def estimate(counts: np.ndarray, cut: Grid, q: float, threshold: float,
     return np.where(total > 0, value, (cut.lower + cut.upper) / 2)
 
 
-def envelope(counts: np.ndarray, cut: Grid, q: float, accuracy: float) -> tuple[np.ndarray, np.ndarray]:
+def envelope(counts: np.ndarray, cut: Grid, q: float,
+             spread: Callable[[int], float]) -> tuple[np.ndarray, np.ndarray]:
     """Per group, the range [low, high] that holds the exact QUANTILE_CONT(q) of the clamped
-    values whenever every bin's exact count is within `accuracy` of its noisy count.
+    values whenever the noise of every sum of the first j counts, and of the last j, is within
+    `spread(j)`.
 
     The exact value lies between the order statistics of ranks floor((n-1)q) + 1 and
-    ceil((n-1)q) + 1 (n the rows counted). With exact counts in [L_i, U_i] (the noisy count
-    -+ accuracy, as whole numbers >= 0), the lower rank's bin is at least the first bin j whose
-    counts up to j could reach it (U up to j, L after), and the higher rank's bin is at most the
-    first j whose counts up to j surely reach it (L up to j, U after). `high` is the top of that
-    bin, `low` the bottom of the first; no bin possible (no row can be counted) gives the range."""
+    ceil((n-1)q) + 1 (n the rows counted). The exact count up to bin j, C_j, and after it, R_j,
+    then lie in whole-number ranges >= 0 around the noisy ones, narrowed by C growing and R
+    shrinking with j. The lower rank's bin is at least the first j where it could be reached (C
+    at its most, R at its least), the higher rank's at most the first j where it surely is (C at
+    its least, R at its most). `high` is the top of that bin, `low` the bottom of the first; no
+    bin possible (no row need be counted) gives the whole range."""
     noisy = np.clip(np.nan_to_num(counts, nan=0.0, posinf=_LARGEST, neginf=-_LARGEST), -_LARGEST, _LARGEST)
-    lows = np.maximum(np.ceil(noisy - accuracy), 0.0)
-    highs = np.maximum(np.floor(noisy + accuracy), 0.0)
-    below_low, below_high = np.cumsum(lows, axis=1), np.cumsum(highs, axis=1)
-    above_low = lows.sum(axis=1, keepdims=True) - below_low
-    above_high = highs.sum(axis=1, keepdims=True) - below_high
+    bins = noisy.shape[1]
+    below = np.cumsum(noisy, axis=1)
+    above = below[:, -1:] - below
+    prefix = np.array([spread(j + 1) for j in range(bins)])
+    suffix = np.array([spread(bins - 1 - j) if j < bins - 1 else 0.0 for j in range(bins)])
+    below_low = np.maximum.accumulate(np.maximum(np.ceil(below - prefix), 0.0), axis=1)
+    below_high = np.minimum.accumulate(np.maximum(np.floor(below + prefix), 0.0)[:, ::-1], axis=1)[:, ::-1]
+    above_low = np.maximum.accumulate(np.maximum(np.ceil(above - suffix), 0.0)[:, ::-1], axis=1)[:, ::-1]
+    above_high = np.minimum.accumulate(np.maximum(np.floor(above + suffix), 0.0), axis=1)
     possible = (below_high >= 1) & (below_high >= np.floor((below_high + above_low - 1) * q) + 1)
     certain = (below_low >= 1) & (below_low >= np.ceil((below_low + above_high - 1) * q) + 1)
     edges = cut.edges
     first = np.argmax(possible, axis=1)
-    last = np.where(certain.any(axis=1), np.argmax(certain, axis=1), cut.bins - 1)
+    last = np.maximum(np.where(certain.any(axis=1), np.argmax(certain, axis=1), bins - 1), first)
     low = np.where(possible.any(axis=1), edges[first], cut.lower)
     high = np.where(possible.any(axis=1), edges[last + 1], cut.upper)
     return low, high
