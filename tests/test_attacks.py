@@ -365,7 +365,7 @@ def test_csv_column_inferred_as_integer_or_double_gets_the_same_verdicts():
 EXTREME_FLOATS = [0.0, -0.0, 1e308, -1e308, math.inf, -math.inf, math.nan, 5e-324, 2.0**63, -7.5]
 EXTREME_INTS = [0, -1, 2**62, -(2**62), 2**63 - 1, -(2**63), 5]
 POST_AGGREGATES = ["COUNT(*)", "SUM(income)", "AVG(age)", "SUM(age)", "COUNT(DISTINCT person_id)",
-                   "AVG(income)"]
+                   "AVG(income)", "MEDIAN(income)", "MAX(age)"]
 
 
 def _post_expression(rng: random.Random, depth: int) -> str:
