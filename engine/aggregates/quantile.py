@@ -172,8 +172,7 @@ class Quantile(Aggregate):
         q = self.q
         if q is None:
             raise TypeError("a quantile's interval needs its q: use for_call")
-        value = estimate(counts, cut, q, mechanism.accuracy(THRESHOLD_ALPHA / cut.bins),
-                         _operand(operand).type in ("int", "bool"))
+        value = values(frame, counts_name, _operand(operand), q, mechanism)
         share = alpha / (2 * cut.bins - 1)
         low, high = envelope(counts, cut, q, lambda terms: mechanism.sum_accuracy(terms, share))
         return np.maximum(value - low, high - value)
