@@ -93,12 +93,16 @@ class Histogram(Measured):
         value (the first bin has no lower test, the last no upper one): each non-NULL value is
         in exactly one bin."""
         cut = grid(_operand(operand), self.bins)
-        edges = [exp.cast(exp.Literal.number(repr(float(e))), "DOUBLE") for e in cut.edges]
+        texts = [repr(float(e)) for e in cut.edges]
+
+        def edge(i: int) -> exp.Expr:  # built afresh: far cheaper than copying a tree
+            return exp.Cast(this=exp.Literal.number(texts[i]), to=exp.DataType(this=exp.DType.DOUBLE))
+
         cells = []
         for i in range(cut.bins):
-            tests = ([exp.GTE(this=row.copy(), expression=edges[i].copy())] if i > 0 else []) \
-                + ([exp.LT(this=row.copy(), expression=edges[i + 1].copy())] if i < cut.bins - 1 else [])
-            condition = exp.and_(*tests) if tests else \
+            tests: list[exp.Expr] = ([exp.GTE(this=row.copy(), expression=edge(i))] if i > 0 else []) \
+                + ([exp.LT(this=row.copy(), expression=edge(i + 1))] if i < cut.bins - 1 else [])
+            condition = exp.and_(*tests, copy=False) if tests else \
                 exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
             cells.append(exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))])))
         return tuple(cells)
