@@ -224,8 +224,8 @@ def _boolean(draw, sub) -> str:
 
 @st.composite
 def aggregate(draw) -> str:
-    """A supported aggregate on a bare column, or over a row expression (SUM, AVG, COUNT, VAR or
-    STDDEV, of any type, so some are refused), or one with FILTER (WHERE <condition>)."""
+    """A supported aggregate on a bare column, or over a row expression (SUM, AVG, COUNT, VAR,
+    STDDEV, MIN or MAX, of any type, so some are refused), or one with FILTER (WHERE <condition>)."""
     kind = draw(st.integers(0, 9))
     if kind <= 1:
         function = draw(st.sampled_from(["SUM", "AVG", "COUNT", "VAR_SAMP", "STDDEV_POP", "MIN", "MAX"]))

@@ -270,3 +270,25 @@ def test_the_bound_on_a_sum_of_noise_draws_holds_and_is_at_least_opendps_own(sql
     sums = np.asarray(noise.opendp_measurement(zeros), dtype=float).reshape(draws, terms).sum(axis=1)
     assert np.mean(np.abs(sums) > bound) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / draws)
     assert bound < terms * noise.accuracy(alpha) / 2
+
+
+def test_a_histogram_is_released_as_one_opendp_draw_and_split_untouched():
+    """All cells of all groups go to OpenDP in one vector (the one the sensitivity is stated
+    for) and come back split per cell, each value OpenDP's own, in order."""
+    import dataclasses
+
+    sql = "SELECT state, MEDIAN(sick) FROM people GROUP BY state"
+    (histogram,) = build_plan(parse_select(sql), POLICY, sql).measurements
+    mechanism = build_mechanism(histogram, 4, 1.0)
+    seen: list[list] = []
+    markers = [object() for _ in range(8)]
+
+    def fake(values):
+        seen.append(values)
+        return markers
+
+    patched = dataclasses.replace(mechanism, opendp_measurement=fake)
+    exact = {histogram.cells[0]: [1, 2, 3, 4], histogram.cells[1]: [5, 6, 7, 8]}
+    released = release_cells(patched, exact)
+    assert seen == [[1, 2, 3, 4, 5, 6, 7, 8]]
+    assert released == {histogram.cells[0]: markers[:4], histogram.cells[1]: markers[4:]}
