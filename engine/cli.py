@@ -510,6 +510,11 @@ def _print_explanation(ex: Explanation) -> None:
                        f"{from_clause(ex.eta_from)}"))
     console.print(Text(f"columns read: {', '.join(ex.columns_read) or 'none'}; the transcript's "
                        f"eta once answered: {_number(ex.transcript_eta)}"))
+    if ex.model:
+        moved = "; ".join(f"{c.change}: {_number(c.level)}" for c in ex.model_checks)
+        console.print(Text(f"declared model: {ex.model}; epsilon_dp {_number(ex.epsilon_dp)} "
+                           f"against the tight map's {_number(ex.tight_epsilon_dp)}; the "
+                           f"answer's level if the model is off: {moved}"))
     console.print("noisy aggregates:")
     items = Table.grid(padding=(0, 1))  # a list with hanging indents: wraps between words at 80
     items.add_column(no_wrap=True)

@@ -43,6 +43,7 @@ from typing import TypeVar
 
 from ..calibration import DependenceModel, mode_dominates
 from .accounting import ScopedAccountant
+from .declared_models import models_from_json
 from .errors import EngineHalted, LedgerError
 from .policy import EtaDeclaration, declarations_from_json
 from .result import AggregateRecord, AnswerCost, HistoryEntry
@@ -129,6 +130,7 @@ class LedgerBinding:
     # every epsilon spent is about those individuals, so it never changes under a ledger.
     units: str = ""
     eta_by_columns: str = ""  # declarations_json of the policy's eta per column set
+    models: str = ""  # models_json of the policy's declared models: never changes under a ledger
 
     @property
     def model(self) -> DependenceModel:
@@ -140,7 +142,8 @@ class LedgerBinding:
 
     def accountant(self) -> ScopedAccountant:
         """The accountant this binding defines."""
-        return ScopedAccountant(self.budget, self.k, self.eta, self.mode, self.declarations)
+        return ScopedAccountant(self.budget, self.k, self.eta, self.mode, self.declarations,
+                                models_from_json(self.models))
 
     def lenient_fields(self, other: LedgerBinding) -> list[str]:
         """The fields in which `other` is more lenient than self (more budget, smaller k or eta,
@@ -332,6 +335,7 @@ class Ledger:
         try:
             stored = self._stored_binding()
             self._check_units(stored)
+            self._check_models(stored)
             lenient = stored.lenient_fields(self.binding)
             if lenient:
                 detail = ", ".join(f"{name} {getattr(stored, name)!r} -> "
@@ -359,6 +363,20 @@ class Ledger:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _check_models(self, stored: LedgerBinding) -> None:
+        """Refuse a policy whose declared models differ from those the ledger has spent under.
+
+        Past answers were calibrated and admitted by the model's map; another model is another
+        claim about the data, not an order of strictness, so past spending has no level under
+        it that can be checked (and dropping the model would count those answers past the
+        budget): start a new ledger."""
+        if stored.models != self.binding.models:
+            raise LedgerError(
+                f"ledger {self.path} was charged under the declared models "
+                f"{stored.models or 'none'}, and this policy declares "
+                f"{self.binding.models or 'none'}; answers calibrated by a model are accounted by "
+                "it, so a ledger's models never change: keep them, or start a new ledger")
 
     def _check_units(self, stored: LedgerBinding) -> None:
         """Refuse a policy whose privacy units differ from those the ledger has spent on."""
@@ -688,7 +706,8 @@ def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
         declared = meta.get("eta_by_columns", "")
         declarations_from_json(declared)  # refuse a record that does not parse
         return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
-                             meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared)
+                             meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared,
+                             meta.get("models", ""))
     except (KeyError, ValueError, TypeError):
         raise LedgerError(f"ledger {path} has no valid budget, k and eta; restore it "
                           "from a backup") from None
@@ -696,7 +715,8 @@ def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
 
 def _binding_meta(binding: LedgerBinding) -> dict[str, str]:
     meta = {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
-            "mode": binding.mode, "eta_by_columns": binding.eta_by_columns}
+            "mode": binding.mode, "eta_by_columns": binding.eta_by_columns,
+            "models": binding.models}
     return meta | ({"units": binding.units} if binding.units else {})
 
 
