@@ -18,6 +18,7 @@ from ..calibration import (
     calibrate,
     guarantee,
 )
+from ..calibration.model_exact import largest_within
 from . import postprocess
 from .accounting import ScopedAccountant, TimeSpend, inverse, union
 from .backends import Backend, DataFailure
@@ -113,8 +114,8 @@ class PrivateDatabase:
     @_serialized
     def budget(self) -> BudgetStatus:
         """What the ledger has spent and what is left, including the largest epsilon to ask."""
-        spent, stored, read = self.ledger.state()
-        return self._status(_Books(spent, read, self._accountants(stored)))
+        spent, stored, read, times = self.ledger.state()
+        return self._status(_Books(spent, read, self._accountants(stored), times))
 
     @_serialized
     def cap_status(self, analyst: str) -> BudgetStatus | None:
@@ -123,7 +124,7 @@ class PrivateDatabase:
         account = self.ledger.account(analyst)
         if account is None or account.analyst.cap is None:
             return None
-        _, stored, _ = self.ledger.state()
+        _, stored, _, _ = self.ledger.state()
         return self._status(_cap_books(account, account.analyst.cap, self._accountants(stored)))
 
     @_serialized
@@ -176,7 +177,7 @@ class PrivateDatabase:
             cost=after - before, admissible=books.admits(cal.epsilon_dp, prepared.columns, prepared.times),
             eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
             transcript_eta=self.accountant.scope(union(books.read, prepared.columns)).eta,
-            largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns, _answer(prepared)),
+            largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared)),
             **_model_fields(prepared, cal.epsilon_dp),
         )
 
@@ -206,9 +207,9 @@ class PrivateDatabase:
         except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
 
-        def settle(spent: float, stored: LedgerBinding,
-                   read: frozenset[str] | None) -> tuple[Charge, QueryResult]:
-            books = _Books(spent, read, self._accountants(stored))
+        def settle(spent: float, stored: LedgerBinding, read: frozenset[str] | None,
+                   times: TimeSpend | None) -> tuple[Charge, QueryResult]:
+            books = _Books(spent, read, self._accountants(stored), times)
             cal = self._price(prepared, books)
             self._admit(prepared, cal, books)
             self._admit_analyst(prepared, cal, analyst, books.accountants)
@@ -238,7 +239,7 @@ class PrivateDatabase:
             except Exception as exc:
                 raise _PostProcessingFailed from exc
             charge = Charge(analyst, sql, result.answer_cost, infos, stored_answer,
-                            prepared.columns)
+                            prepared.columns, prepared.times)
             return charge, result
 
         try:
@@ -254,10 +255,12 @@ class PrivateDatabase:
             raise EngineHalted
         return self._preparer.prepare(sql, epsilon, mode, cost)
 
-    def _state(self) -> tuple[float, frozenset[str] | None, tuple[ScopedAccountant, ...]]:
-        """The ledger's spending, the columns read so far and who must admit a charge."""
-        spent, stored, read = self.ledger.state()
-        return spent, read, self._accountants(stored)
+    def _state(self) -> tuple[float, frozenset[str] | None, tuple[ScopedAccountant, ...],
+                              TimeSpend | None]:
+        """The ledger's spending, the columns read so far, who must admit a charge and the
+        spending per time point."""
+        spent, stored, read, times = self.ledger.state()
+        return spent, read, self._accountants(stored), times
 
     def _accountants(self, stored: LedgerBinding) -> tuple[ScopedAccountant, ...]:
         """Who must admit a charge: this connection's policy and, if the owner has changed the
@@ -311,7 +314,7 @@ class PrivateDatabase:
             asked, what = cal.epsilon, f"epsilon {cal.epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g})"
         else:
             asked, what = prepared.cost, f"cost {prepared.cost:g}"
-        largest = books.largest_epsilon(prepared.mode, prepared.columns, _answer(prepared))
+        largest = books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared))
         room = max(0.0, status.total - status.spent_ip)
         left = (f"the largest epsilon you can still ask is {largest:.4g} (or a cost of at most "
                 f"{room:.4g})" if largest > 0 else "nothing more can be asked: the budget is "
@@ -340,7 +343,7 @@ class PrivateDatabase:
         if books.admits(cal.epsilon_dp, prepared.columns, prepared.times):
             return
         before, after = books.levels(cal.epsilon_dp, prepared.columns, prepared.times)
-        largest = books.largest_epsilon(prepared.mode, prepared.columns, _answer(prepared))
+        largest = books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared))
         asked = cal.epsilon if prepared.cost is None else prepared.cost
         left = (f"the largest epsilon you can still ask is {largest:.4g}" if largest > 0
                 else "nothing more can be asked: your cap is used up")
@@ -460,11 +463,22 @@ class _Books:
                    for a in self.accountants)
 
     def largest_epsilon(self, mode: str, columns: frozenset[str],
-                        answer: Callable[[DependenceModel], Callable[[float], float]] | None = None
-                        ) -> float:
+                        answer: Callable[[DependenceModel], Callable[[float], float]] | None = None,
+                        chain: tuple[float, tuple[int, ...]] | None = None) -> float:
         """The largest epsilon a query reading `columns`, calibrated under `mode` (under a
-        declared model: `answer(query model)` its level at an eps_dp), can ask."""
+        declared model: `answer(query model)` its level at an eps_dp), can ask. A chain
+        answer (`chain`: the model's cap and the answer's time points) raises the level
+        through its time points, not through S alone: its largest eps_dp is found by bisection
+        on the level after it (non-decreasing in it), below cap times the tight DP budget."""
         after = union(self.read, columns)
+        if answer is not None and chain is not None:
+            cap, times = chain
+            ceiling = cap * min(inverse(a.budget, a.model(after), "tight") for a in self.accountants)
+            budget = min(a.budget for a in self.accountants)
+            room = largest_within(lambda x: self.after(x, columns, times).level(), budget, 0.0,
+                                  ceiling)
+            return 0.0 if room <= 0.0 else min(answer(a.model(columns))(room)
+                                                for a in self.accountants)
         return min(a.at(after, self.times).largest_epsilon(
             self.spent, mode, a.model(columns), None if answer is None else answer(a.model(columns)))
             for a in self.accountants)
@@ -481,13 +495,16 @@ def _model_fields(prepared: PreparedQuery, epsilon_dp: float) -> dict:
 
 
 def _answer(prepared: PreparedQuery
-            ) -> Callable[[DependenceModel], Callable[[float], float]] | None:
-    """Under a declared model, the answer's own level at an eps_dp (for a query model)."""
+            ) -> tuple[Callable[[DependenceModel], Callable[[float], float]] | None,
+                       tuple[float, tuple[int, ...]] | None]:
+    """Under a declared model, the answer's own level at an eps_dp (for a query model) and,
+    for a chain, its cap and time points (what `_Books.largest_epsilon` needs)."""
     declared = prepared.declared
     if declared is None:
-        return None
+        return None, None
     times = prepared.times or ()
-    return lambda query: lambda eps_dp: declared.answer_level(eps_dp, query, times)
+    chain = None if declared.chain is None else (declared.cap, times)
+    return (lambda query: lambda eps_dp: declared.answer_level(eps_dp, query, times)), chain
 
 
 def _cap_books(account: AnalystAccount, cap: float,

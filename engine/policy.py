@@ -322,13 +322,13 @@ def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
                     raise PolicyError(f"{where}.time: expected another int column with lower "
                                       f"and upper bounds (the time points), got {time.name!r}")
                 first, last = time.bounds
-                chain = MarkovModel(_floats(spec["initial"], f"{where}.initial"),
-                                    tuple(_floats(row, f"{where}.transition")
-                                          for row in _list(spec["transition"],
-                                                           f"{where}.transition")))
-                if len(chain.initial) != len(values):
+                initial = _floats(spec["initial"], f"{where}.initial")
+                if len(initial) != len(values):
                     raise PolicyError(f"{where}.initial: expected {len(values)} probabilities, "
                                       f"one per value of {column.name} {list(values)}")
+                chain = MarkovModel(initial, tuple(_floats(row, f"{where}.transition")
+                                                   for row in _list(spec["transition"],
+                                                                    f"{where}.transition")))
                 model = DeclaredModel(kind, table.name, column.name, values, float(cap),
                                       chain=chain, time=time.name, first=int(first),
                                       last=int(last))

@@ -20,7 +20,7 @@ from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
 from .policy import declarations_from_json
 from .result import AggregateRecord, AnswerCost
 
-READABLE_VERSIONS = ("2", "3", SCHEMA_VERSION)
+READABLE_VERSIONS = ("2", "3", "4", SCHEMA_VERSION)
 """Reports read older ledgers as they are (a report never migrates): version 2 accounted with
 auto, and answers before version 4 are read as having read every column."""
 
@@ -56,7 +56,7 @@ def read_ledger(path: str | Path) -> LedgerSnapshot:
         if not {"meta", "charges"} <= tables:
             raise LedgerError(f"{path} is not a dpsql ledger: it has no meta and charges tables")
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        columns = "columns" if meta.get("schema_version") == SCHEMA_VERSION else "NULL"
+        columns = "columns" if meta.get("schema_version") in ("4", SCHEMA_VERSION) else "NULL"
         rows = conn.execute(
             "SELECT id, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates, "
             f"{columns} FROM charges ORDER BY id"
