@@ -30,7 +30,7 @@ from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release
 from .plan import QueryPlan
 from .policy import Policy, declarations_json, load_policy
-from .prepare import PreparedQuery, Preparer
+from .prepare import PreparedQuery, Preparer, model_calibration
 from .report import Report, build_report
 from .result import (
     AggregateInfo,
@@ -274,7 +274,12 @@ class PrivateDatabase:
         accountant allows, under the asked mode and each accountant's own mode, each with the
         eta it gives the columns the query reads."""
         cal, mode, columns = prepared.calibration, prepared.mode, prepared.columns
-        if prepared.declared is not None:  # every binding holds the same models (ledger.py)
+        if prepared.declared is not None:  # every binding holds the same models (ledger.py),
+            for a in books.accountants:     # but a tightened one has a smaller tight floor
+                if a is not self.accountant:
+                    other, _ = model_calibration(prepared.declared, cal.epsilon,
+                                                 a.model(columns), prepared.times or ())
+                    cal = other if other.epsilon_dp < cal.epsilon_dp else cal
             return cal
         if prepared.cost is None:
             for a in books.accountants:

@@ -10,11 +10,15 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from calibration import DependenceModel, HouseholdModel, exact_audit_vector, guarantee, household_pmf
 from calibration.model_household import household_level
 from calibration.model_maps import household_column_level
 from engine import PrivateDatabase
+from engine.accounting import ScopedAccountant
+from engine.declared_models import DeclaredModel
 from engine.errors import BudgetExhausted, InputError, LedgerError, PolicyError
 from engine.policy import parse_policy
 from tests.support import create_ledger
@@ -251,3 +255,40 @@ def test_bad_household_declarations_are_refused_naming_the_field(change, message
 def test_mode_model_needs_a_declared_model() -> None:
     with pytest.raises(PolicyError, match="'model' needs at least one entry"):
         parse_policy(policy([]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(2, 6), rho=st.floats(0.0, 1.0), rare=st.floats(0.01, 0.5),
+       budget=st.floats(0.05, 20.0), cap=st.floats(1.0, 50.0),
+       spent=st.lists(st.floats(0.0, 3.0), max_size=4))
+def test_the_accountant_admits_exactly_up_to_its_dp_budget(size, rho, rare, budget, cap,
+                                                           spent) -> None:
+    """With a household model covering the transcript, the DP budget is the boundary of the
+    level (the smaller of the tight map and the capped model map): admitted up to it, refused
+    just past it, and the level never decreases as spending grows."""
+    model = HouseholdModel.fixed(size, (1 - rare, rare), rho)
+    declared = DeclaredModel("household", "people", "sick", (False, True), cap, household=model)
+    accountant = ScopedAccountant(budget, size, 1.0, "tight", models=(declared,)).at(
+        frozenset({"people.sick"}))
+    total = accountant.dp_budget()
+    assert accountant.admits(0.0, total)
+    assert not accountant.admits(0.0, total * 1.001 + 1e-12)
+    levels = [accountant.level(s) for s in itertools.accumulate(sorted(spent))]
+    assert levels == sorted(levels)
+    assert all(accountant.level(s) <= guarantee("tight", s, DependenceModel(size, 1.0)) + SLACK
+               for s in spent if s > 0)
+
+
+def test_a_connection_opened_before_a_tightening_is_capped_by_the_tighter_policy(tmp_path) -> None:
+    capped = dict(HOUSEHOLD, cap=1.5)
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy([capped])))
+    write_people(tmp_path / "people.duckdb")
+    create_ledger(tmp_path / "ledger.sqlite", tmp_path / "policy.yaml")
+    with connect(tmp_path) as old:
+        loose = old.explain("SELECT COUNT(*) FROM people WHERE sick", epsilon=1.0).epsilon_dp
+        (tmp_path / "tight.yaml").write_text(yaml.safe_dump(policy([capped], eta=0.9)))
+        with PrivateDatabase.connect(tmp_path / "people.duckdb", tmp_path / "tight.yaml",
+                                     tmp_path / "ledger.sqlite") as new:
+            strict = new.explain("SELECT COUNT(*) FROM people WHERE sick", epsilon=1.0).epsilon_dp
+        answered = old.query("SELECT COUNT(*) FROM people WHERE sick", epsilon=1.0)
+    assert strict < loose * 0.99 and answered.epsilon_dp == pytest.approx(strict)
