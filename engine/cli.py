@@ -25,7 +25,7 @@ from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
 from .execute import prepare_copies
 from .ledger import ROLES, Ledger, read_history
-from .policy import load_policy
+from .policy import MODEL_MODE, load_policy
 from .progress_bar import progress_bar
 from .report import Report, build_report
 from .report_plot import plot_png
@@ -56,8 +56,8 @@ def _common(func, local: bool = True):
         click.option("--cost", type=float, default=None,
                      help="Instead of --epsilon: the most the transcript's level may rise (> 0); "
                           "the answer alone is then at most this private too."),
-        click.option("--mode", type=click.Choice(MODE_CHOICES), default=None,
-                     help="Calibration mode (default: the policy's)."),
+        click.option("--mode", type=click.Choice(MODE_CHOICES + (MODEL_MODE,)), default=None,
+                     help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
         click.argument("sql"),

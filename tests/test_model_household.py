@@ -21,7 +21,7 @@ from engine.accounting import ScopedAccountant
 from engine.declared_models import DeclaredModel
 from engine.errors import BudgetExhausted, InputError, LedgerError, PolicyError
 from engine.policy import parse_policy
-from tests.support import create_ledger
+from tests.support import create_ledger, run_cli
 
 SLACK = 1e-9
 """Float rounding allowed on top of an exact level."""
@@ -292,3 +292,15 @@ def test_a_connection_opened_before_a_tightening_is_capped_by_the_tighter_policy
             strict = new.explain("SELECT COUNT(*) FROM people WHERE sick", epsilon=1.0).epsilon_dp
         answered = old.query("SELECT COUNT(*) FROM people WHERE sick", epsilon=1.0)
     assert strict < loose * 0.99 and answered.epsilon_dp == pytest.approx(strict)
+
+
+def test_the_cli_asks_mode_model_and_explains_the_model(setup, capsys) -> None:
+    args = ["--db", str(setup / "people.duckdb"), "--policy", str(setup / "policy.yaml"),
+            "--ledger", str(setup / "ledger.sqlite")]
+    code, out, _ = run_cli(capsys, "explain", *args, "--epsilon", "0.5", "--mode", "model",
+                           "SELECT COUNT(*) FROM people WHERE sick")
+    assert code == 0 and "declared model: household model of people.sick" in out
+    assert "the answer's level if the model is off: rho 0.45:" in " ".join(out.split())
+    code, _, err = run_cli(capsys, "query", *args, "--epsilon", "0.5", "--mode", "model",
+                           "SELECT COUNT(*) FROM people WHERE age > 3")
+    assert code == 2 and "mode model cannot calibrate this query" in err
