@@ -141,16 +141,16 @@ class ScopedAccountant:
         reading a column was charged per time point, spent `times` (None otherwise)."""
         exact = tuple(m for m in self.models if m.covers(columns)
                       and (m.household is not None or times is not None))
-        chains = [m for m in exact if m.chain is not None]
-        spend = None
-        if chains and times is not None:
-            first = chains[0]
-            if all(first.first <= t <= first.last for t in times):
-                spend = tuple(times.get(t, 0.0) for t in range(first.first, first.last + 1))
-            exact = tuple(m for m in exact if m.household is not None or m is first)
-            if spend is None:
-                exact = tuple(m for m in exact if m.chain is None)
-        return Accountant(self.budget, self.model(columns), self.mode, exact, spend)
+        households = tuple(m for m in exact if m.household is not None)
+        # A charged time point was read through its chain's time column, so a chain covering
+        # the columns is the chain of every time point (several only when none was charged).
+        chain = next((m for m in exact if m.chain is not None), None)
+        if chain is None or times is None or any(not chain.first <= t <= chain.last
+                                                 for t in times):
+            return Accountant(self.budget, self.model(columns), self.mode, households)
+        spend = tuple(times.get(t, 0.0) for t in range(chain.first, chain.last + 1))
+        return Accountant(self.budget, self.model(columns), self.mode, households + (chain,),
+                          spend)
 
 
 def union(read: frozenset[str] | None, more: frozenset[str] | None) -> frozenset[str] | None:
