@@ -516,7 +516,7 @@ def _cap_books(account: AnalystAccount, cap: float,
                accountants: tuple[ScopedAccountant, ...]) -> _Books:
     """An analyst's own answers as the accountants see them, with their cap as the budget."""
     return _Books(account.spent_dp, account.read,
-                  tuple(replace(a, budget=cap) for a in accountants))
+                  tuple(replace(a, budget=cap) for a in accountants), account.times)
 
 
 def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[AggregateInfo, ...]:

@@ -183,12 +183,13 @@ class Analyst:
 
 @dataclass(frozen=True)
 class AnalystAccount:
-    """A registered analyst with the DP epsilon their own answers have spent so far and the
-    columns those answers read (None: every column)."""
+    """A registered analyst with the DP epsilon their own answers have spent so far, the
+    columns those answers read (None: every column) and their spending per time point."""
 
     analyst: Analyst
     spent_dp: float
     read: frozenset[str] | None
+    times: TimeSpend | None = None  # their spending per time point (`Ledger.state`)
 
 
 class Ledger:
@@ -443,17 +444,18 @@ class Ledger:
             read = read | self._columns(text)
         return total, read
 
-    def _time_spending(self) -> TimeSpend | None:
-        """eps_dp per time point of the answers charged per time point, or None if an answer
-        that read a column was not (a chain then does not cover the transcript, §14)."""
+    def _time_spending(self, analyst: str | None = None) -> TimeSpend | None:
+        """eps_dp per time point of the answers (or one analyst's) charged per time point, or
+        None if an answer that read a column was not (a chain then does not cover them, §14)."""
         conn = self._conn
+        mine, args = ("", []) if analyst is None else (" AND analyst = ?", [analyst])
         (untimed,) = conn.execute("SELECT COUNT(*) FROM charges WHERE times IS NULL AND "
-                                  "(columns IS NULL OR columns != '[]')").fetchone()
+                                  f"(columns IS NULL OR columns != '[]'){mine}", args).fetchone()
         if untimed:
             return None
         spend: dict[int, float] = {}
         for text, eps_dp in conn.execute("SELECT times, epsilon_dp FROM charges "
-                                         "WHERE times IS NOT NULL").fetchall():
+                                         f"WHERE times IS NOT NULL{mine}", args).fetchall():
             try:
                 points = json.loads(text)
                 if not isinstance(points, list) or not all(type(t) is int for t in points):
@@ -637,7 +639,7 @@ class Ledger:
         row = self._analyst_row(name) if self._has_analysts() else None
         if row is None:
             return None
-        return AnalystAccount(Analyst(*row), *self._spending(name))
+        return AnalystAccount(Analyst(*row), *self._spending(name), self._time_spending(name))
 
     def _analyst(self, name: str) -> Analyst:
         row = self._analyst_row(name) if self._has_analysts() else None

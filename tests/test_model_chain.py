@@ -232,3 +232,13 @@ def test_chain_pmf_is_the_chain() -> None:
     assert pmf[0, 1, 1] == pytest.approx(model.initial[0] * 0.2 * 0.7)
     assert reduce(lambda a, _: a.sum(axis=0), range(2), pmf) == pytest.approx(
         model.marginals(3)[2])
+
+
+def test_the_report_accounts_the_chain_as_the_engine_does(setup) -> None:
+    with connect(setup) as db:
+        db.query(GROUPED, epsilon=0.8)
+        db.query(PINNED, epsilon=0.5)
+        level = db.budget().spent_ip
+        report = db.report()
+    assert report.totals.transcript_level == pytest.approx(level, rel=1e-12)
+    assert report.levels[-1] == pytest.approx(level, rel=1e-12)
