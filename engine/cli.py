@@ -180,8 +180,9 @@ def ledger_group() -> None:
 def ledger_init(path, policy_path) -> None:
     policy = load_policy(policy_path)
     Ledger(path, binding_of(policy), create=True).close()
+    models = f", {len(policy.models)} declared model(s)" if policy.models else ""
     click.echo(f"created ledger {path}: budget {policy.budget_epsilon:g}, k={policy.k}, "
-               f"eta={policy.eta:g}, mode {policy.mode}")
+               f"eta={policy.eta:g}, mode {policy.mode}{models}")
 
 
 @cli.command(help="Owner: bound every table with a privacy unit once and keep the kept rows beside "
