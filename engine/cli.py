@@ -25,7 +25,7 @@ from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
 from .execute import prepare_copies
 from .ledger import ROLES, Ledger, read_history
-from .policy import load_policy
+from .policy import MODEL_MODE, load_policy
 from .progress_bar import progress_bar
 from .report import Report, build_report
 from .report_plot import plot_png
@@ -56,8 +56,8 @@ def _common(func, local: bool = True):
         click.option("--cost", type=float, default=None,
                      help="Instead of --epsilon: the most the transcript's level may rise (> 0); "
                           "the answer alone is then at most this private too."),
-        click.option("--mode", type=click.Choice(MODE_CHOICES), default=None,
-                     help="Calibration mode (default: the policy's)."),
+        click.option("--mode", type=click.Choice(MODE_CHOICES + (MODEL_MODE,)), default=None,
+                     help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
         click.argument("sql"),
@@ -180,8 +180,9 @@ def ledger_group() -> None:
 def ledger_init(path, policy_path) -> None:
     policy = load_policy(policy_path)
     Ledger(path, binding_of(policy), create=True).close()
+    models = f", {len(policy.models)} declared model(s)" if policy.models else ""
     click.echo(f"created ledger {path}: budget {policy.budget_epsilon:g}, k={policy.k}, "
-               f"eta={policy.eta:g}, mode {policy.mode}")
+               f"eta={policy.eta:g}, mode {policy.mode}{models}")
 
 
 @cli.command(help="Owner: bound every table with a privacy unit once and keep the kept rows beside "
@@ -510,6 +511,11 @@ def _print_explanation(ex: Explanation) -> None:
                        f"{from_clause(ex.eta_from)}"))
     console.print(Text(f"columns read: {', '.join(ex.columns_read) or 'none'}; the transcript's "
                        f"eta once answered: {_number(ex.transcript_eta)}"))
+    if ex.model:
+        moved = "; ".join(f"{c.change}: {_number(c.level)}" for c in ex.model_checks)
+        console.print(Text(f"declared model: {ex.model}; epsilon_dp {_number(ex.epsilon_dp)} "
+                           f"against the tight map's {_number(ex.tight_epsilon_dp)}; the "
+                           f"answer's level if the model is off: {moved}"))
     console.print("noisy aggregates:")
     items = Table.grid(padding=(0, 1))  # a list with hanging indents: wraps between words at 80
     items.add_column(no_wrap=True)
