@@ -176,15 +176,24 @@ def _ratio(node: exp.Expression, noisy: dict[str, list]) -> np.ndarray:
     """The value of an expression `_is_ratio` accepts, in float64 as DuckDB evaluates it:
     both sides converted to DOUBLE, then divided, then clamped by each GREATEST/LEAST."""
     if isinstance(node, (exp.Greatest, exp.Least)):
-        clamp = np.maximum if isinstance(node, exp.Greatest) else np.minimum
-        return functools.reduce(clamp, (_number(arg) for arg in node.expressions),
-                                _ratio(node.this, noisy))
+        value = _ratio(node.this, noisy)
+        for arg in node.expressions:
+            value = (np.maximum if isinstance(node, exp.Greatest) else np.minimum)(value, _bound(arg))
+        return value
     if isinstance(node, exp.Div):
         divisor = _as_double(node.expression)
         return (np.asarray(noisy[_as_double(node.this).name], dtype=np.float64)
                 / np.maximum(np.asarray(noisy[divisor.this.name], dtype=np.float64),
-                             _number(divisor.expressions[0])))
+                             _bound(divisor.expressions[0])))
     raise TypeError(f"not a ratio of noisy values: {node.sql()}")
+
+
+def _bound(node: exp.Expression) -> float:
+    """A literal `_is_ratio` accepted, as a DOUBLE."""
+    value = _number(node)
+    if value is None:
+        raise TypeError(f"not a number literal: {node.sql()}")
+    return value
 
 
 def _noisy_name(node: exp.Expression, noisy: set[str]) -> bool:
