@@ -1,8 +1,9 @@
 """What a command line process pays before it reads any data: `import dpsql.engine.cli` (what
 `dpsql query` imports) against `import duckdb` (what the plain DuckDB process imports), each a
-new Python process, without a bytecode cache (as here: PYTHONDONTWRITEBYTECODE=1) and with one
-(as on users' machines). `--compare DIR` also times another checkout of the repository (e.g. an
-older commit from `git archive`), alternating, so the two are measured on the same machine.
+new Python process, without a bytecode cache for the package (as here: PYTHONDONTWRITEBYTECODE=1
+and no __pycache__ folders in the checkout, which are removed before each such run) and with
+one (as on users' machines). `--compare DIR` also times another checkout of the repository
+(e.g. an older commit from `git archive`), alternating, so both are measured on one machine.
 
 Run: `python -m benchmarks.cli_imports [--repeats 9] [--compare DIR]`. Prints a Markdown table.
 """
@@ -11,28 +12,43 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 
 
+CACHE = Path(tempfile.gettempdir()) / "dpsql-bench-pycache"
+
+
 def _seconds(module: str, tree: Path | None, bytecode: bool) -> float:
     """Wall seconds of a new interpreter importing `module` from `tree` (the installed one if
-    None)."""
+    None). With `bytecode` the compiled modules are kept under CACHE (PYTHONPYCACHEPREFIX), so
+    the checkout's own __pycache__ folders stay absent, as this environment leaves them."""
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     if bytecode:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(CACHE)
     else:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        drop_bytecode(tree or HERE)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", f"import {module}"], env=env, check=True, cwd="/")
     return time.perf_counter() - start
+
+
+def drop_bytecode(tree: Path) -> None:
+    """Remove the compiled modules of a checkout's own packages (build artefacts, gitignored)."""
+    for package in ("dpsql", "engine", "calibration"):
+        for folder in (tree / package).rglob("__pycache__"):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> None:

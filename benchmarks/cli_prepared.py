@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.cli_imports import CACHE, drop_bytecode
 from benchmarks.generate import dataset
 from benchmarks.workload import policy_dict
 
@@ -36,6 +37,10 @@ def _timed(command: list[str], bytecode: bool = False) -> tuple[float, float]:
     """Wall seconds of one process, and its peak resident memory in MB (from wait4); with
     `bytecode`, Python may write and read the package's compiled modules."""
     env = {k: v for k, v in os.environ.items() if not (bytecode and k == "PYTHONDONTWRITEBYTECODE")}
+    if bytecode:  # kept apart, so the uncached runs find no __pycache__ in the checkout either
+        env["PYTHONPYCACHEPREFIX"] = str(CACHE)
+    elif command[0] != sys.executable:
+        drop_bytecode(Path(__file__).resolve().parent.parent)
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
