@@ -1,5 +1,5 @@
-"""Memory on large tables under the per-unit policy, each step in a new process whose peak
-resident memory is read from wait4: either the query process bounds the table in memory
+"""Memory on large tables under the per-unit policy, each step in a new process that reports its
+own peak resident memory (VmHWM): either the query process bounds the table in memory
 (`--prepared` off), or the owner's `dpsql prepare` step writes the bounded copy beside the
 ledger first and the query process attaches it. Every template is answered once; the bounded
 copy's footprint (in memory, or its file) is compared with the table's own compressed size.
@@ -54,7 +54,7 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
             "SELECT used_blocks, block_size FROM pragma_database_size() "
             "WHERE database_name = current_database()").fetchall()[0]
     print(json.dumps({"first_query_s": first, "seconds": seconds, "copy_bytes": copy_bytes,
-                      "kept_rows": kept, "table_bytes": blocks * block_size}))
+                      "kept_rows": kept, "table_bytes": blocks * block_size, "peak_mb": peak_mb()}))
 
 
 def child_prepare(path: str, ledger: str, memory_mb: int) -> None:
@@ -71,23 +71,30 @@ def child_prepare(path: str, ledger: str, memory_mb: int) -> None:
         copies = prepare_copies(path, policy, book.hash_key, store_dir(Path(ledger)))
     finally:
         book.close()
-    print(json.dumps({"file_bytes": sum(c.bytes for c in copies), "seconds": sum(c.seconds for c in copies)}))
+    print(json.dumps({"file_bytes": sum(c.bytes for c in copies),
+                      "seconds": sum(c.seconds for c in copies), "peak_mb": peak_mb()}))
 
 
-def _run(*args: str) -> tuple[dict, float, float]:
-    """A child's report, its wall seconds and its peak resident memory in MB (from wait4)."""
+def peak_mb() -> float:
+    """This process's peak resident memory (VmHWM). Not wait4's ru_maxrss: Linux carries the
+    parent's high-water mark into a child it spawns, and the parent read the table."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def _run(*args: str) -> tuple[dict, float]:
+    """A child's report (with its own peak memory) and its wall seconds."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.memory_large", *args],
-                                stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        done = subprocess.run([sys.executable, "-m", "benchmarks.memory_large", *args],
+                              stdout=out, stderr=err, check=False)
         wall = time.perf_counter() - start
         out.seek(0)
         err.seek(0)
-        if os.waitstatus_to_exitcode(status) != 0:
+        if done.returncode != 0:
             raise SystemExit(f"{' '.join(args)}: failed\n{err.read().decode()}")
-        report = json.loads(out.read().decode().strip().splitlines()[-1])
-    return report, wall, usage.ru_maxrss / 1024
+        return json.loads(out.read().decode().strip().splitlines()[-1]), wall
 
 
 def main() -> None:
@@ -115,16 +122,16 @@ def main() -> None:
             limit = ["--memory-mb", str(args.memory_mb)]
             prepared = ""
             if args.prepared:
-                made, _, made_mb = _run("--child", "prepare", str(data.path), ledger, *limit)
-                prepared = (f"{made['seconds']:.1f} | {made_mb:,.0f} | "
+                made, _ = _run("--child", "prepare", str(data.path), ledger, *limit)
+                prepared = (f"{made['seconds']:.1f} | {made['peak_mb']:,.0f} | "
                             f"{made['file_bytes'] / 2**20:,.0f} | ")
                 print(f"{rows} prepare: {json.dumps(made)}", file=sys.stderr, flush=True)
-            report, wall, peak = _run("--child", "attach" if args.prepared else "bound",
-                                      str(data.path), ledger, *limit)
+            report, wall = _run("--child", "attach" if args.prepared else "bound",
+                                str(data.path), ledger, *limit)
         print(f"{rows}: {json.dumps(report)}", file=sys.stderr, flush=True)
         lines.append(
             f"| {rows:,} | {prepared}{wall:.1f} | {report['first_query_s']:.1f} | "
-            f"{max(report['seconds'].values()):.1f} | {peak:,.0f} | {report['kept_rows']:,} | "
+            f"{max(report['seconds'].values()):.1f} | {report['peak_mb']:,.0f} | {report['kept_rows']:,} | "
             f"{report['copy_bytes'] / 2**20:,.0f} | {report['table_bytes'] / 2**20:,.0f} | "
             f"{os.getloadavg()[0]:.1f} |")
     print(f"Command: `python -m benchmarks.memory_large --rows {' '.join(map(str, args.rows))} "
