@@ -147,13 +147,13 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None:
         return None
     types = dict(noisy_columns(plan))
-    keys = {col.name for col in plan.group_by}
-    ratios = set(noisy) - keys
+    key_names = {col.name for col in plan.group_by}
+    ratios = set(noisy) - key_names
     sources: list[str | exp.Expression] = []
     for out in plan.outputs:
         name = out.expression.name if isinstance(out.expression, exp.Column) else None
         if name is not None and name in types \
-                and (name in keys or (name in noisy and out.measurements == (name,))):
+                and (name in key_names or (name in noisy and out.measurements == (name,))):
             sources.append(name)
         elif name is None and _is_ratio(out.expression, ratios):
             sources.append(out.expression)
