@@ -40,7 +40,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
             raise QueryRefused("WHERE must be a condition (true/false), not a value")
         where = scope.rewrite_scalar(condition)
     group_by = _bind_group(select, scope)
-    post = _PostScope(scope, group_by)
+    post = _PostScope(scope, group_by, policy.limits.quantile_bins)
     outputs = _bind_outputs(select, post)
     if not any(out.measurements for out in outputs):
         raise QueryRefused(f"no aggregate in SELECT: use one of {supported()}")
@@ -63,11 +63,14 @@ def check_size(plan: QueryPlan, limits: Limits) -> None:
     aggregates) than the policy allows: noise, post-processing and memory grow with that
     count and run after the charge, so only a limit known from the plan can bound them."""
     groups = plan.group_count if plan.group_by else 1
-    values = groups * len(plan.measurements)
+    cells = sum(len(m.cells) for m in plan.measurements)
+    values = groups * cells
+    what = f"{cells} noisy aggregate(s)" if cells == len(plan.measurements) else \
+        f"{cells} noisy values, a histogram's bins counting one each"
     if values > limits.max_noisy_values:
         raise QueryTooLarge(
-            f"query refused: it would release {values} noisy values ({groups} group(s) x "
-            f"{len(plan.measurements)} noisy aggregate(s)), over the policy's limit of "
+            f"query refused: it would release {values} noisy values ({groups} group(s) x {what}), "
+            "over the policy's limit of "
             f"{limits.max_noisy_values} (limits.max_noisy_values); nothing was charged",
             values, limits.max_noisy_values)
 
@@ -347,7 +350,11 @@ def _single_aggregate(node: exp.Expression) -> Aggregate | None:
         node = node.this
     if isinstance(node, exp.Filter):
         node = node.this
-    return aggregate_of(node) if isinstance(node, exp.AggFunc) else None
+    call = _within_group(node) if isinstance(node, exp.WithinGroup) else node
+    if not isinstance(call, exp.AggFunc):
+        return None
+    aggregate = aggregate_of(call)
+    return None if aggregate is None else aggregate.for_call(call)
 
 
 def _measurements_in(expression: exp.Expression, post: _PostScope) -> tuple[str, ...]:
@@ -488,9 +495,10 @@ class _Scope:
 class _PostScope:
     """Expressions evaluated after noise: aggregates, group keys, literals and arithmetic."""
 
-    def __init__(self, scope: _Scope, group_by: tuple[GroupKey, ...]) -> None:
+    def __init__(self, scope: _Scope, group_by: tuple[GroupKey, ...], quantile_bins: int) -> None:
         self.scope = scope
         self.group_by = group_by
+        self.quantile_bins = quantile_bins
         self.measurements: dict[tuple[Measured, str | None], Measurement] = {}
         self.operands: dict[tuple[str, bool], Operand] = {}
         self.requested: list[str] = []  # measurements asked for, in order, by the output bound now
@@ -536,6 +544,8 @@ class _PostScope:
             return self._aggregate(node, where)
         if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
             return self._aggregate(_filtered(node), where)
+        if isinstance(node, exp.WithinGroup):
+            return self._aggregate(_within_group(node), where)
         key = self._key_of(node)
         if key is not None:
             return exp.column(key.name, quoted=True)
@@ -677,6 +687,18 @@ def _filtered(node: exp.Filter) -> exp.AggFunc:
     value = exp.Literal.number(1) if isinstance(call.this, exp.Star) else call.this
     call.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
     return call
+
+
+def _within_group(node: exp.WithinGroup) -> exp.AggFunc:
+    """PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x) as QUANTILE_CONT(x, q), DuckDB's own
+    reading of it; anything else with WITHIN GROUP is refused naming that form."""
+    call, order = node.this, node.expression
+    items = order.expressions if isinstance(order, exp.Order) else []
+    if not isinstance(call, exp.PercentileCont) or call.args.get("expression") is not None \
+            or len(items) != 1 or not isinstance(items[0], exp.Ordered) or items[0].args.get("desc"):
+        raise QueryRefused(f"{short(node)} refused: WITHIN GROUP is supported as "
+                           "PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY expr), or write QUANTILE_CONT(expr, q)")
+    return exp.PercentileCont(this=items[0].this.copy(), expression=call.this.copy())
 
 
 def _is_round_digits(node: exp.Expression) -> bool:

@@ -27,7 +27,7 @@ from .bounded_store import store_dir
 from .declared_models import models_json
 from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
-from .noise import Mechanism, release
+from .noise import Mechanism, release_cells
 from .plan import QueryPlan
 from .policy import Policy, declarations_json, load_policy
 from .prepare import PreparedQuery, Preparer, model_calibration
@@ -218,8 +218,8 @@ class PrivateDatabase:
             before, after = books.levels(cal.epsilon_dp, prepared.columns, prepared.times)
             charged = books.after(cal.epsilon_dp, prepared.columns, prepared.times)
             try:
-                noisy = {name: release(mech, exact.values[name])
-                         for name, mech in mechanisms.items()}
+                noisy = {cell: values for mech in mechanisms.values()
+                         for cell, values in release_cells(mech, exact.values).items()}
                 finished = postprocess.direct(plan, exact.keys, noisy, mechanisms)
                 if finished is None:
                     frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)

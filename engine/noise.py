@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # OpenDP's modules by name rather than `opendp.prelude`, which also imports its sklearn, numpy
@@ -38,6 +39,11 @@ class Mechanism:
         """Half-width a with Pr[|noise| > a] = alpha, from OpenDP's accuracy helpers."""
         return _accuracy(self.mechanism, self.scale, alpha)
 
+    def sum_accuracy(self, terms: int, alpha: float) -> float:
+        """Half-width a with Pr[|sum of `terms` independent draws of this noise| > a] <= alpha:
+        Chernoff's bound on the sum's moment generating function (docs/theory.md §15)."""
+        return _sum_accuracy(self.mechanism, self.scale, terms, alpha)
+
     @property
     def ci95(self) -> float:
         return self.accuracy(0.05)
@@ -51,6 +57,25 @@ def _accuracy(mechanism: str, scale: float, alpha: float) -> float:
     if mechanism == "discrete_laplace":
         return discrete_laplacian_scale_to_accuracy(scale, alpha)
     return laplacian_scale_to_accuracy(scale, alpha)
+
+
+@functools.lru_cache(maxsize=65536)
+def _sum_accuracy(mechanism: str, scale: float, terms: int, alpha: float) -> float:
+    """min over t in (0, 1/scale) of (terms·ln M(t) + ln(2/alpha)) / t, M the moment generating
+    function of one draw: for each such t, Pr[S >= a] <= e^(-ta) M(t)^terms (Markov's inequality
+    on e^(tS)), and the same for -S, so every t on the grid gives a valid half-width."""
+    if scale == 0:
+        return 0.0
+    r = math.exp(-1.0 / scale)
+    best = math.inf
+    for i in range(1, 513):
+        t = i / (513 * scale)
+        if mechanism == "discrete_laplace":  # P(k) ∝ r^|k|, r = e^(-1/scale)
+            log_m = 2 * math.log1p(-r) - math.log1p(-r * math.exp(t)) - math.log1p(-r * math.exp(-t))
+        else:  # Laplace: M(t) = 1 / (1 - scale² t²)
+            log_m = -math.log1p(-((scale * t) ** 2))
+        best = min(best, (terms * log_m + math.log(2.0 / alpha)) / t)
+    return best
 
 
 def build_mechanism(measurement: Measurement, sensitivity: float | int,
@@ -77,6 +102,15 @@ def build_mechanism(measurement: Measurement, sensitivity: float | int,
         f"internal check failed: OpenDP's privacy map for {measurement.label} stays above "
         f"epsilon {epsilon}; nothing was charged"
     )
+
+
+def release_cells(mechanism: Mechanism, exact: Mapping[str, list]) -> dict[str, list]:
+    """Add noise to one measurement's cells (`exact`: cell column -> one value per group), all
+    drawn as one vector, the one its sensitivity is stated for."""
+    cells = mechanism.measurement.cells
+    groups = len(exact[cells[0]])
+    noisy = release(mechanism, [value for cell in cells for value in exact[cell]])
+    return {cell: noisy[i * groups:(i + 1) * groups] for i, cell in enumerate(cells)}
 
 
 def release(mechanism: Mechanism, exact: list) -> list:

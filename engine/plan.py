@@ -33,6 +33,19 @@ class Measurement:
     def label(self) -> str:
         return self.kind.label(self.operand)
 
+    @property
+    def row(self) -> str:
+        """The bounded rows' column holding its `row_value`, when it has one."""
+        return f"{self.name}_row"
+
+    @property
+    def cells(self) -> tuple[str, ...]:
+        """The columns of its noisy values: its name, or one per cell (`__m0_0`, `__m0_1`, ...)."""
+        count = self.kind.cells(self.operand)
+        if count == 1 and not self.kind.celled:
+            return (self.name,)
+        return tuple(f"{self.name}_{i}" for i in range(count))
+
 
 @dataclass(frozen=True)
 class OutputColumn:

@@ -34,6 +34,7 @@ MAX_MODEL_SIZE = 64
 COLUMN_TYPES = ("int", "float", "str", "bool")
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
+MAX_QUANTILE_BINS = 4096  # a quantile's histogram releases bins x groups noisy counts
 
 
 class Ranged:
@@ -110,6 +111,7 @@ class Limits:
     max_noisy_values: int = 100_000  # groups x noisy aggregates, checked before the data is read
     time_seconds: float = 30.0  # wall-clock limit of each statement run on the data
     memory_mb: int = 4096  # DuckDB's memory limit for the data connection (nothing spills to disk)
+    quantile_bins: int = 64  # equal bins of an operand's [lower, upper] that quantiles are read from
 
 
 @dataclass(frozen=True)
@@ -448,7 +450,7 @@ def _qualified(name: Any, path: str, tables: Mapping[str, TableSpec]) -> str:
 
 
 def _limits(raw: Any) -> Limits:
-    fields = {"max_noisy_values", "time_seconds", "memory_mb"}
+    fields = {"max_noisy_values", "time_seconds", "memory_mb", "quantile_bins"}
     spec = _mapping(raw, "limits", optional=fields)
     default = Limits()
     values = _whole(spec.get("max_noisy_values", default.max_noisy_values),
@@ -458,7 +460,12 @@ def _limits(raw: Any) -> Limits:
     if not 0.001 <= seconds <= MAX_TIME_SECONDS:
         raise PolicyError(f"limits.time_seconds: expected a number of seconds from 0.001 to "
                           f"{MAX_TIME_SECONDS:g}, got {seconds!r}")
-    return Limits(max_noisy_values=values, time_seconds=float(seconds), memory_mb=memory)
+    bins = _whole(spec.get("quantile_bins", default.quantile_bins), "limits.quantile_bins", 2)
+    if bins > MAX_QUANTILE_BINS:
+        raise PolicyError(f"limits.quantile_bins: expected a whole number from 2 to "
+                          f"{MAX_QUANTILE_BINS}, got {bins}")
+    return Limits(max_noisy_values=values, time_seconds=float(seconds), memory_mb=memory,
+                  quantile_bins=bins)
 
 
 def _whole(value: Any, path: str, least: int) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
+from .aggregates import quantile
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
 
@@ -27,7 +28,8 @@ def noisy_columns(plan: QueryPlan) -> list[tuple[str, str]]:
     """The table `noisy` that post-processing reads, as (column, DuckDB type): a function of
     the plan alone, so the gate can bind the post-processing query before anything runs."""
     columns = [(col.name, _KEY_TYPES[col.type]) for col in plan.group_by]
-    columns += [(m.name, "BIGINT" if m.integer else "DOUBLE") for m in plan.measurements]
+    columns += [(cell, "BIGINT" if m.integer else "DOUBLE") for m in plan.measurements for cell in m.cells]
+    columns += [(name, "DOUBLE") for name in read_from_cells(plan)]
     return columns + [(f"{prefix}{j}", "DOUBLE") for j in range(len(plan.outputs))
                       for prefix in ("__ci", "__cs")]
 
@@ -38,14 +40,23 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     each cell alone, `__cs` for all groups at once (Bonferroni: each cell at ALPHA / groups),
     which stays valid for rows chosen by their noisy values; with the types `noisy_columns`
     promises."""
-    frame = pd.DataFrame(keys, columns=[c.name for c in plan.group_by]) if plan.group_by \
-        else pd.DataFrame(index=range(len(next(iter(noisy.values())))))
-    for name, values in noisy.items():
-        frame[name] = values
-    groups = max(len(frame), 1)
+    rows = len(next(iter(noisy.values())))
+    frame = pd.concat([pd.DataFrame(keys, columns=[c.name for c in plan.group_by], index=range(rows)),
+                       pd.DataFrame(noisy, index=range(rows))], axis=1)
+    measurements = {m.name: m for m in plan.measurements}
+    derived = {}
+    for name, (counts, q) in read_from_cells(plan).items():
+        operand = measurements[counts].operand
+        if operand is None:
+            raise TypeError(f"{counts} has no operand to read quantiles of")
+        derived[name] = quantile.values(frame, counts, operand, q, mechanisms[counts])
+    frame = pd.concat([frame, pd.DataFrame(derived, index=frame.index)], axis=1)
+    groups = max(rows, 1)
+    halfwidths = {}
     for j, out in enumerate(plan.outputs):
-        frame[f"__ci{j}"] = _halfwidths(out, frame, mechanisms, ALPHA)
-        frame[f"__cs{j}"] = _halfwidths(out, frame, mechanisms, ALPHA / groups)
+        halfwidths[f"__ci{j}"] = _halfwidths(out, frame, mechanisms, ALPHA)
+        halfwidths[f"__cs{j}"] = _halfwidths(out, frame, mechanisms, ALPHA / groups)
+    frame = pd.concat([frame, pd.DataFrame(halfwidths, index=frame.index)], axis=1)
     return frame.astype({name: _DTYPES[kind] for name, kind in noisy_columns(plan)})
 
 
@@ -58,11 +69,26 @@ def _halfwidths(out: OutputColumn, frame: pd.DataFrame, mechanisms: dict[str, Me
     return out.aggregate.halfwidths(out.measurements, out.operand, frame, mechanisms, alpha)
 
 
+def read_from_cells(plan: QueryPlan) -> dict[str, tuple[str, float]]:
+    """The values post-processing reads from a measurement's noisy cells (a quantile from a
+    histogram's counts) that the plan's expressions use: column -> (measurement, q)."""
+    histograms = {m.name for m in plan.measurements if isinstance(m.kind, quantile.Histogram)}
+    clauses = [out.expression for out in plan.outputs] + list(plan.order) \
+        + ([plan.having] if plan.having is not None else [])
+    found = {}
+    for clause in clauses:
+        for column in clause.find_all(exp.Column):
+            parsed = quantile.parse_value_column(column.name)
+            if parsed is not None and parsed[0] in histograms:
+                found[column.name] = parsed
+    return found
+
+
 def selection_adjusted(plan: QueryPlan) -> bool:
     """Whether the per-cell intervals keep their coverage for the rows shown: true unless
     HAVING or ORDER BY uses a noisy value, since then which rows are shown (or where, and so
     which LIMIT/OFFSET keeps) depends on the noise, and a chosen row's interval is biased."""
-    noisy = {m.name for m in plan.measurements}
+    noisy = {m.name for m in plan.measurements} | set(read_from_cells(plan))
     clauses = ([plan.having] if plan.having is not None else []) + list(plan.order)
     return not any(col.name in noisy for clause in clauses for col in clause.find_all(exp.Column))
 
@@ -121,11 +147,13 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None:
         return None
     types = dict(noisy_columns(plan))
-    ratios = set(noisy) - {col.name for col in plan.group_by}
+    key_names = {col.name for col in plan.group_by}
+    ratios = set(noisy) - key_names
     sources: list[str | exp.Expression] = []
     for out in plan.outputs:
         name = out.expression.name if isinstance(out.expression, exp.Column) else None
-        if name is not None and name in types and (name not in noisy or out.measurements == (name,)):
+        if name is not None and name in types \
+                and (name in key_names or (name in noisy and out.measurements == (name,))):
             sources.append(name)
         elif name is None and _is_ratio(out.expression, ratios):
             sources.append(out.expression)

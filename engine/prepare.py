@@ -198,8 +198,8 @@ class Preparer:
         after the charge; a query that passed once is not checked again."""
         if post_sql in self._post_checked:
             return
-        zeros = {m.name: [0] * plan.group_count if plan.group_by else [0]
-                 for m in plan.measurements}
+        zeros = {cell: [0] * plan.group_count if plan.group_by else [0]
+                 for m in plan.measurements for cell in m.cells}
         frame = postprocess.noisy_frame(plan, _all_keys(plan), zeros, mechanisms)
         try:
             postprocess.finish(self._post, plan, post_sql, frame)

@@ -26,15 +26,17 @@ def rewrite(plan: QueryPlan) -> exp.Select:
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
     keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregates = (exp.alias_(m.kind.sql(m.operand, plan.table), m.name, quoted=True)
-                  for m in plan.measurements)
+    aggregates = (exp.alias_(sql, cell, quoted=True) for m in plan.measurements
+                  for cell, sql in zip(m.cells, m.kind.cell_sql(m.operand, plan.table,
+                                                                 exp.column(m.row, quoted=True)),
+                                       strict=True))
     aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
     if keys:
         aggregated = aggregated.group_by(*keys, copy=False)
     values = [
-        exp.alias_(exp.func("COALESCE", exp.column(m.name, "agg", quoted=True), exp.Literal.number(0)),
-                   m.name, quoted=True)
-        for m in plan.measurements
+        exp.alias_(exp.func("COALESCE", exp.column(cell, "agg", quoted=True), exp.Literal.number(0)),
+                   cell, quoted=True)
+        for m in plan.measurements for cell in m.cells
     ]
     if not plan.group_by:
         return exp.select(*values).from_(aggregated.subquery("agg", copy=False))
@@ -107,6 +109,10 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
             if column.name not in needed:
                 needed.add(column.name)
                 items.append(exp.column(column.name, quoted=True))
+    for m in plan.measurements:
+        value = m.kind.row_value(m.operand)
+        if value is not None:
+            items.append(exp.alias_(value, m.row, quoted=True))
     if any(m.kind.reads_unit for m in plan.measurements):
         items.append(exp.column(table.unit, quoted=True))
     if not items:

@@ -37,7 +37,8 @@ AGGREGATES = {
             "SUM(age)", "SUM(level)"],
     "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)", "AVG(sick)",
               "SUM(CASE WHEN age > 30 THEN income / 2 ELSE -income END)", "VAR_POP(age)",
-              "STDDEV(income - 500)"],
+              "STDDEV(income - 500)", "MEDIAN(income)", "QUANTILE_CONT(age - level, 0.9)",
+              "PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY income)"],
 }
 EXPRESSION_KEYS = {"FLOOR(age / 10)": "int", "CASE WHEN income < 500 THEN 'low' ELSE 'high' END": "str"}
 GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick"), ("age",),
@@ -223,11 +224,11 @@ def _boolean(draw, sub) -> str:
 
 @st.composite
 def aggregate(draw) -> str:
-    """A supported aggregate on a bare column, or over a row expression (SUM, AVG, COUNT, VAR or
-    STDDEV, of any type, so some are refused), or one with FILTER (WHERE <condition>)."""
+    """A supported aggregate on a bare column, or over a row expression (SUM, AVG, COUNT, VAR,
+    STDDEV, MIN or MAX, of any type, so some are refused), or one with FILTER (WHERE <condition>)."""
     kind = draw(st.integers(0, 9))
     if kind <= 1:
-        function = draw(st.sampled_from(["SUM", "AVG", "COUNT", "VAR_SAMP", "STDDEV_POP"]))
+        function = draw(st.sampled_from(["SUM", "AVG", "COUNT", "VAR_SAMP", "STDDEV_POP", "MIN", "MAX"]))
         return f"{function}({draw(expression(draw(st.sampled_from(TYPES)), row_context(), 2))})"
     base = draw(st.sampled_from(AGGREGATES["int"] + AGGREGATES["float"]))
     if kind == 2:

@@ -68,6 +68,10 @@ aggregates = st.one_of(
     st.builds(lambda c: exp.Avg(this=c), st.one_of(st.sampled_from(NUMERIC).map(exp.column),
                                                    columns)),
     st.builds(lambda c: exp.Max(this=c), columns),
+    st.builds(lambda c: exp.Min(this=c), st.one_of(columns, scalars)),
+    st.builds(lambda c: exp.Median(this=c), st.one_of(columns, scalars)),
+    st.builds(lambda c, q: exp.PercentileCont(this=c, expression=q), columns,
+              st.one_of(literals, st.floats(-0.5, 1.5).map(lambda v: exp.Literal.number(repr(v))))),
 )
 outputs = st.recursive(st.one_of(aggregates, aggregates, literals, columns),
                        _combine, max_leaves=6)
@@ -117,7 +121,12 @@ SUPPORTED = st.one_of(
     st.just(exp.Count(this=exp.Distinct(expressions=[exp.column("person_id")]))),
     st.builds(lambda c: exp.Count(this=exp.column(c)), st.sampled_from(["age", "note", "sick"])),
     st.builds(lambda c: exp.Sum(this=exp.column(c)), st.sampled_from(NUMERIC)),
-    st.builds(lambda c: exp.Avg(this=exp.column(c)), st.sampled_from(NUMERIC)))
+    st.builds(lambda c: exp.Avg(this=exp.column(c)), st.sampled_from(NUMERIC)),
+    st.builds(lambda c: exp.Median(this=exp.column(c)), st.sampled_from(NUMERIC)),
+    st.builds(lambda c, q: exp.PercentileCont(this=exp.column(c), expression=exp.Literal.number(repr(q))),
+              st.sampled_from(NUMERIC), st.floats(0, 1)),
+    st.builds(lambda c: exp.Min(this=exp.column(c)), st.sampled_from(NUMERIC)),
+    st.builds(lambda c: exp.Max(this=exp.column(c)), st.sampled_from(NUMERIC)))
 
 
 @st.composite

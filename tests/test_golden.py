@@ -64,6 +64,8 @@ QUERIES = {
     "order_position_offset": ("SELECT state, COUNT(*) FROM people GROUP BY state ORDER BY 2, state "
                               "LIMIT 3 OFFSET 1"),
     "alias_qualified": "SELECT COUNT(p.age) FROM people AS p WHERE p.sick",
+    "quantiles": ("SELECT state, MEDIAN(income) AS m, QUANTILE_CONT(income, 0.9), MIN(age) FROM people "
+                  "GROUP BY state HAVING m > 10"),
     "row_level_count": "SELECT COUNT(*) FROM visits",
     "row_level_grouped": ("SELECT clinic, urgent, AVG(minutes), SUM(minutes) FROM visits "
                           "WHERE minutes > 5 GROUP BY clinic, urgent"),

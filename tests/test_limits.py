@@ -50,8 +50,10 @@ def test_limits_default_when_absent_and_read_when_given():
         ({"time_seconds": "fast"}, "limits.time_seconds: expected a finite number"),
         ({"memory_mb": 10}, "limits.memory_mb: expected an integer >= 64, got 10"),
         ({"memory_mb": "4GB"}, "limits.memory_mb: expected an integer >= 64"),
+        ({"quantile_bins": 1}, "limits.quantile_bins: expected an integer >= 2, got 1"),
+        ({"quantile_bins": 5000}, "limits.quantile_bins: expected a whole number from 2 to 4096"),
         ({"threads": 2}, "limits.threads: unknown field (allowed: max_noisy_values, memory_mb, "
-                         "time_seconds)"),
+                         "quantile_bins, time_seconds)"),
         ([1], "limits: expected a mapping"),
     ],
 )

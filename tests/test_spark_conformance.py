@@ -27,7 +27,9 @@ pyspark = pytest.importorskip("pyspark")
 
 from engine.backends.spark import SparkBackend  # noqa: E402
 
-POLICY = parse_policy(BASE_POLICY)
+# Quantile histograms of 16 bins, not 64: the same SQL shape, in a fraction of the time Spark
+# takes to compile 64 aggregates per histogram (measured 7 to 27 s for four of them when loaded).
+POLICY = parse_policy({**BASE_POLICY, "limits": {"quantile_bins": 16}})
 KEY = "conformance-key"
 COLUMNS = ["person_id", "state", "age", "income", "sick", "note"]
 # Every neighbour of the attack tests in one table: unit 7's rows of each dataset under units

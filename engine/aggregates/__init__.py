@@ -11,11 +11,12 @@ from .avg import AVG
 from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .count import COUNT
 from .count_distinct import COUNT_DISTINCT_UNIT
+from .quantile import MAX, MEDIAN, MIN, QUANTILE_CONT, Histogram
 from .sum import SUM
 from .variance import STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP
 
 AGGREGATES: tuple[Aggregate, ...] = (COUNT, COUNT_DISTINCT_UNIT, SUM, AVG, VAR_POP, VAR_SAMP,
-                                     STDDEV_POP, STDDEV_SAMP)
+                                     STDDEV_POP, STDDEV_SAMP, MEDIAN, QUANTILE_CONT, MIN, MAX)
 
 
 def aggregate_of(node: exp.AggFunc) -> Aggregate | None:
@@ -33,6 +34,7 @@ def supported() -> str:
     return ", ".join(a.usage for a in AGGREGATES)
 
 
-__all__ = ["AGGREGATES", "AVG", "COUNT", "COUNT_DISTINCT_UNIT", "STDDEV_POP", "STDDEV_SAMP", "SUM",
-           "VAR_POP", "VAR_SAMP", "Accuracy", "Aggregate", "Binder", "Measured", "Operand",
+__all__ = ["AGGREGATES", "AVG", "COUNT", "COUNT_DISTINCT_UNIT", "MAX", "MEDIAN", "MIN", "QUANTILE_CONT",
+           "STDDEV_POP", "STDDEV_SAMP", "SUM", "VAR_POP", "VAR_SAMP", "Accuracy", "Aggregate", "Binder",
+           "Histogram", "Measured", "Operand",
            "aggregate_of", "measured", "supported"]

@@ -44,6 +44,11 @@ class Binder(Protocol):
     @property
     def table(self) -> TableSpec: ...
 
+    @property
+    def quantile_bins(self) -> int:
+        """The policy's number of equal bins a quantile's histogram cuts [lower, upper] into."""
+        ...
+
     def measurement(self, kind: Measured, operand: Operand | None) -> exp.Column:
         """The (shared) noisy measurement of `kind` on `operand`, as a column reference."""
         ...
@@ -64,6 +69,10 @@ class Accuracy(Protocol):
 
     def accuracy(self, alpha: float) -> float: ...
 
+    def sum_accuracy(self, terms: int, alpha: float) -> float:
+        """Half-width a with Pr[|sum of `terms` independent draws of the noise| > a] <= alpha."""
+        ...
+
 
 class Aggregate:
     """An aggregate function the analyst may write."""
@@ -80,6 +89,11 @@ class Aggregate:
         """Check `node` and return its value as an expression over noisy measurements."""
         raise NotImplementedError
 
+    def for_call(self, node: exp.AggFunc) -> Aggregate:
+        """The aggregate that gives the interval of this call: itself, unless the interval
+        depends on a literal argument of the call (a quantile's q)."""
+        return self
+
     def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """Per group, a half-width that covers the exact value with probability >= 1 - alpha."""
@@ -90,6 +104,7 @@ class Measured(Aggregate):
     """An aggregate that is itself one noisy measurement."""
 
     reads_unit = False  # whether its SQL reads the privacy unit column
+    celled = False  # whether its values are named per cell (`<name>_<i>`), however many cells
     bound: frozenset[str]  # the DuckDB aggregate functions its SQL binds to (the gate's allow-list)
 
     def label(self, operand: Operand | None) -> str:
@@ -100,6 +115,21 @@ class Measured(Aggregate):
     def integer(self, operand: Operand | None) -> bool:
         """Whether the exact value is an integer (so the discrete Laplace applies)."""
         return True
+
+    def cells(self, operand: Operand | None) -> int:
+        """How many noisy values it releases per group (a histogram: one per bin), all under
+        one sensitivity and one noise draw."""
+        return 1
+
+    def row_value(self, operand: Operand | None) -> exp.Expr | None:
+        """A value computed once per bounded row that its cells read (a histogram's clamped
+        value), or None."""
+        return None
+
+    def cell_sql(self, operand: Operand | None, table: TableSpec,
+                 row: exp.Expr) -> tuple[exp.Expr, ...]:
+        """The exact value of each cell over the bounded rows (`row`: the `row_value` column)."""
+        return (self.sql(operand, table),)
 
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float | int:
         """How far one individual (at most `rows_per_unit` rows) moves the value, in L1 over all

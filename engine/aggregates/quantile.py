@@ -1,0 +1,289 @@
+"""MEDIAN, QUANTILE_CONT (PERCENTILE_CONT), MIN and MAX of a bounded operand, read from one noisy
+histogram of its clamped values over equal bins of its public [lower, upper].
+
+The bins come from the policy (the operand's bounds and `limits.quantile_bins`), never from the
+data; every quantile of one operand reads the same histogram, so several cost no more than one.
+Turning noisy counts into a quantile and its interval is post-processing, total on any counts.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sqlglot import exp
+
+from ..errors import QueryRefused
+from ..policy import TableSpec
+from .base import Accuracy, Aggregate, Binder, Measured, Operand
+from .sum import clamped
+
+THRESHOLD_ALPHA = 0.05  # a bin counts towards the estimate when its noisy count beats the noise at this level
+_LARGEST = float(2**62)  # noisy counts are read within +-2**62 (the noise's own saturation)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """`bins` equal bins of `width` from `lower`: an int operand's whole numbers sit at bin
+    centres (one bin per value when its range has at most `bins` values), a float's range is
+    cut into `bins`."""
+
+    lower: float
+    width: float
+    bins: int
+
+    @property
+    def edges(self) -> np.ndarray:
+        return self.lower + self.width * np.arange(self.bins + 1, dtype=float)
+
+    @property
+    def upper(self) -> float:
+        return float(self.edges[-1])
+
+
+def grid(operand: Operand, bins: int) -> Grid:
+    """The bins of `operand` under a policy of `bins` quantile bins: a function of the policy."""
+    lo, hi = operand.bounds
+    if operand.type in ("int", "bool"):
+        start, values = math.floor(lo), math.floor(hi) - math.floor(lo) + 1
+        count = min(bins, values)
+        return Grid(start - 0.5, values / count, count)
+    return Grid(float(lo), (hi - lo) / bins if hi > lo else 1.0, bins)
+
+
+class Histogram(Measured):
+    """COUNT of the clamped values in each bin (not written by analysts): one unit's rows leave
+    at most m bins and enter at most m, so the counts move by at most 2m in L1 over all bins and
+    groups, grouped or not."""
+
+    name = "HISTOGRAM"
+    usage = "(part of MEDIAN, QUANTILE_CONT, MIN and MAX)"
+    function = "COUNT"
+    bound = frozenset({"count"})
+    celled = True
+
+    def __init__(self, bins: int) -> None:
+        self.bins = bins
+
+    def matches(self, node: exp.AggFunc) -> bool:
+        return False
+
+    def label(self, operand: Operand | None) -> str:
+        cut = grid(_operand(operand), self.bins)
+        return (f"HISTOGRAM({_operand(operand).name}: {cut.bins} bins of {cut.width:g} "
+                f"from {cut.lower:g} to {cut.upper:g})")
+
+    def cells(self, operand: Operand | None) -> int:
+        return grid(_operand(operand), self.bins).bins
+
+    def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> int:
+        return 2 * rows_per_unit
+
+    def row_value(self, operand: Operand | None) -> exp.Expr:
+        """The clamped value as DOUBLE, once per row (a NaN is clamped to the upper bound)."""
+        return exp.cast(clamped(_operand(operand)), "DOUBLE")
+
+    def cell_sql(self, operand: Operand | None, table: TableSpec,
+                 row: exp.Expr) -> tuple[exp.Expr, ...]:
+        """COUNT(CASE WHEN edge_i <= v AND v < edge_i+1 THEN 1 END) per bin, v the row's clamped
+        value (the first bin has no lower test, the last no upper one): each non-NULL value is
+        in exactly one bin."""
+        cut = grid(_operand(operand), self.bins)
+        texts = [repr(float(e)) for e in cut.edges]
+
+        def edge(i: int) -> exp.Expr:  # built afresh: far cheaper than copying a tree
+            return exp.Cast(this=exp.Literal.number(texts[i]), to=exp.DataType(this=exp.DType.DOUBLE))
+
+        cells = []
+        for i in range(cut.bins):
+            tests: list[exp.Expr] = ([exp.GTE(this=row.copy(), expression=edge(i))] if i > 0 else []) \
+                + ([exp.LT(this=row.copy(), expression=edge(i + 1))] if i < cut.bins - 1 else [])
+            condition = exp.and_(*tests, copy=False) if tests else \
+                exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
+            cells.append(exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))])))
+        return tuple(cells)
+
+
+@functools.cache
+def histogram(bins: int) -> Histogram:
+    """The histogram measurement under a policy of `bins` quantile bins (one per bin count, so
+    that quantiles of one operand share it)."""
+    return Histogram(bins)
+
+
+class Quantile(Aggregate):
+    """A quantile q of the clamped values: `q` fixed (MEDIAN 0.5, MIN 0, MAX 1) or a literal
+    argument (QUANTILE_CONT(expr, q))."""
+
+    def __init__(self, name: str, usage: str, nodes: tuple[type[exp.Expression], ...],
+                 q: float | None) -> None:
+        self.name = self.function = name
+        self.usage = usage
+        self.nodes = nodes
+        self.q = q
+
+    def matches(self, node: exp.AggFunc) -> bool:
+        return type(node) in self.nodes
+
+    def for_call(self, node: exp.AggFunc) -> Aggregate:
+        return self if self.q is not None else Quantile(self.name, self.usage, self.nodes, self._q(node))
+
+    def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
+        q = self._q(node)
+        extra = [key for key, value in node.args.items()
+                 if value not in (None, [], False) and key not in ("this", "expression")]
+        if extra or (self.q is not None and node.args.get("expression") is not None):
+            raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: {self.name} takes "
+                               f"{'one argument' if self.q is not None else 'an expression and q'}: "
+                               f"{self.usage}")
+        operand = binder.operand(node, node.this, numeric=True)
+        counts = binder.measurement(histogram(binder.quantile_bins), operand)
+        return exp.column(value_column(counts.name, q), quoted=True)
+
+    def _q(self, node: exp.AggFunc) -> float:
+        """The call's q: this aggregate's own, or its second argument, a number literal in [0, 1]."""
+        if self.q is not None:
+            return self.q
+        arg = node.args.get("expression")
+        call = node.sql(dialect="duckdb")
+        sign = -1.0 if isinstance(arg, exp.Neg) else 1.0
+        arg = arg.this if isinstance(arg, exp.Neg) else arg
+        if isinstance(arg, exp.Array):
+            raise QueryRefused(f"{call} refused: one q per call; write one {self.name}(expr, q) for "
+                               "each (they read one noisy histogram, so several cost no more)")
+        if not isinstance(arg, exp.Literal) or arg.is_string:
+            raise QueryRefused(f"{call} refused: {self.name} takes a number literal q in [0, 1], "
+                               f"e.g. {self.name}(income, 0.9)")
+        q = sign * float(arg.this)
+        if not 0 <= q <= 1:
+            raise QueryRefused(f"{call} refused: q must be in [0, 1], got {q:g}; "
+                               "MEDIAN(expr) is q = 0.5")
+        return q
+
+    def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
+                   frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
+        """The largest distance from the released value to the ends of the bins the quantile can
+        be in when the noise of each of the 2·bins − 1 sums of the first or last j counts is
+        within its accuracy at alpha / (2·bins − 1) (all at once with probability >= 1 - alpha,
+        union bound); see `envelope`."""
+        (counts_name,) = measurements
+        counts, cut = _counts(frame, counts_name, _operand(operand))
+        mechanism = noise[counts_name]
+        q = self.q
+        if q is None:
+            raise TypeError("a quantile's interval needs its q: use for_call")
+        value = values(frame, counts_name, _operand(operand), q, mechanism)
+        share = alpha / (2 * cut.bins - 1)
+        low, high = envelope(counts, cut, q, lambda terms: mechanism.sum_accuracy(terms, share))
+        return np.maximum(value - low, high - value)
+
+
+def value_column(counts: str, q: float) -> str:
+    """The post-processing column holding quantile q read from the histogram `counts`."""
+    return f"{counts}@{q!r}"
+
+
+def parse_value_column(name: str) -> tuple[str, float] | None:
+    """(histogram, q) of a `value_column` name, or None for any other column."""
+    counts, mark, q = name.partition("@")
+    return (counts, float(q)) if mark else None
+
+
+def values(frame: pd.DataFrame, counts_name: str, operand: Operand, q: float,
+           noise: Accuracy) -> np.ndarray:
+    """Quantile q per group, from the noisy counts in `frame` (see `estimate`)."""
+    counts, cut = _counts(frame, counts_name, operand)
+    return estimate(counts, cut, q, noise.accuracy(THRESHOLD_ALPHA / cut.bins),
+                    operand.type in ("int", "bool"))
+
+
+def estimate(counts: np.ndarray, cut: Grid, q: float, threshold: float,
+             whole: bool = False) -> np.ndarray:
+    """Quantile q of each row of noisy counts (groups x bins), linearly interpolated in its bin.
+
+    Negative counts are read as 0. For MIN and MAX (q = 0 or 1), counts at most `threshold` (the
+    noise bound at THRESHOLD_ALPHA for every bin at once) are read as 0 too, so that empty bins'
+    noise does not pull them to the bounds: q = 0 is the lower edge of the first bin whose noisy
+    count exceeds it, q = 1 the upper edge of the last (a row with no count above it uses its
+    positive counts); with `whole` (an int operand) they are the smallest and the largest whole
+    number in that bin. A row with no positive count (an empty group's noise can give that) gets
+    the middle of the range. Total on any input."""
+    raw = np.clip(np.nan_to_num(counts, nan=0.0, posinf=_LARGEST, neginf=0.0), 0.0, _LARGEST)
+    kept = np.where(raw > threshold, raw, 0.0) if q in (0.0, 1.0) else raw
+    used = np.where(kept.sum(axis=1, keepdims=True) > 0, kept, raw)
+    total = used.sum(axis=1)
+    cumulative = np.cumsum(used, axis=1)
+    target = q * total
+    reached = (cumulative >= target[:, None]) & (cumulative > 0)
+    j = np.argmax(reached, axis=1)
+    rows = np.arange(len(used))
+    inside = used[rows, j]
+    before = cumulative[rows, j] - inside
+    fraction = np.clip(np.divide(target - before, inside, out=np.zeros_like(target), where=inside > 0), 0, 1)
+    value = cut.edges[j] + fraction * cut.width
+    if whole and q == 0.0:
+        value = np.ceil(value)
+    elif whole and q == 1.0:
+        value = np.ceil(value) - 1
+    if whole:  # the whole numbers of the range sit half a bin's edge inside it
+        value = np.clip(value, cut.lower + 0.5, cut.upper - 0.5)
+    return np.where(total > 0, value, (cut.lower + cut.upper) / 2)
+
+
+def envelope(counts: np.ndarray, cut: Grid, q: float,
+             spread: Callable[[int], float]) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, the range [low, high] that holds the exact QUANTILE_CONT(q) of the clamped
+    values whenever the noise of every sum of the first j counts, and of the last j, is within
+    `spread(j)`.
+
+    The exact value lies between the order statistics of ranks floor((n-1)q) + 1 and
+    ceil((n-1)q) + 1 (n the rows counted). The exact count up to bin j, C_j, and after it, R_j,
+    then lie in whole-number ranges >= 0 around the noisy ones, narrowed by C growing and R
+    shrinking with j. The lower rank's bin is at least the first j where it could be reached (C
+    at its most, R at its least), the higher rank's at most the first j where it surely is (C at
+    its least, R at its most). `high` is the top of that bin, `low` the bottom of the first; no
+    bin possible (no row need be counted) gives the whole range."""
+    noisy = np.clip(np.nan_to_num(counts, nan=0.0, posinf=_LARGEST, neginf=-_LARGEST), -_LARGEST, _LARGEST)
+    bins = noisy.shape[1]
+    below = np.cumsum(noisy, axis=1)
+    above = below[:, -1:] - below
+    prefix = np.array([spread(j + 1) for j in range(bins)])
+    suffix = np.array([spread(bins - 1 - j) if j < bins - 1 else 0.0 for j in range(bins)])
+    below_low = np.maximum.accumulate(np.maximum(np.ceil(below - prefix), 0.0), axis=1)
+    below_high = np.minimum.accumulate(np.maximum(np.floor(below + prefix), 0.0)[:, ::-1], axis=1)[:, ::-1]
+    above_low = np.maximum.accumulate(np.maximum(np.ceil(above - suffix), 0.0)[:, ::-1], axis=1)[:, ::-1]
+    above_high = np.minimum.accumulate(np.maximum(np.floor(above + suffix), 0.0), axis=1)
+    possible = (below_high >= 1) & (below_high >= np.floor((below_high + above_low - 1) * q) + 1)
+    certain = (below_low >= 1) & (below_low >= np.ceil((below_low + above_high - 1) * q) + 1)
+    edges = cut.edges
+    first = np.argmax(possible, axis=1)
+    last = np.maximum(np.where(certain.any(axis=1), np.argmax(certain, axis=1), bins - 1), first)
+    low = np.where(possible.any(axis=1), edges[first], cut.lower)
+    high = np.where(possible.any(axis=1), edges[last + 1], cut.upper)
+    return low, high
+
+
+def _counts(frame: pd.DataFrame, counts_name: str, operand: Operand) -> tuple[np.ndarray, Grid]:
+    """The histogram's noisy counts in `frame` (groups x bins) and its bins."""
+    names: list[str] = []
+    while f"{counts_name}_{len(names)}" in frame.columns:
+        names.append(f"{counts_name}_{len(names)}")
+    if not names:
+        raise KeyError(f"no counts of {counts_name} in the noisy table")
+    return frame[names].to_numpy(dtype=float).reshape(len(frame), len(names)), grid(operand, len(names))
+
+
+def _operand(operand: Operand | None) -> Operand:
+    if operand is None:
+        raise TypeError("a quantile needs an operand")
+    return operand
+
+
+MEDIAN = Quantile("MEDIAN", "MEDIAN(expr)", (exp.Median,), 0.5)
+QUANTILE_CONT = Quantile("QUANTILE_CONT", "QUANTILE_CONT(expr, q)", (exp.PercentileCont,), None)
+MIN = Quantile("MIN", "MIN(expr) (the 0 quantile of a noisy histogram)", (exp.Min,), 0.0)
+MAX = Quantile("MAX", "MAX(expr) (the 1 quantile of a noisy histogram)", (exp.Max,), 1.0)
