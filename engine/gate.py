@@ -28,7 +28,8 @@ _DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19, "HUGEINT": 
            "UTINYINT": 3, "USMALLINT": 5, "UINTEGER": 10, "UBIGINT": 20, "UHUGEINT": 39}
 _FLOATS = {"FLOAT", "DOUBLE"}
 _NUMBERS = set(_SIGNED) | set(_UNSIGNED) | _FLOATS | {"DECIMAL"}
-_TO_TEXT = _NUMBERS | {"BOOLEAN", "VARCHAR"}
+_TIMES = {"DATE", "TIMESTAMP"}
+_TO_TEXT = _NUMBERS | _TIMES | {"BOOLEAN", "VARCHAR"}
 # SUBSTRING is total for positions within 32-bit integers and fails beyond (measured).
 _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT"}
 
@@ -58,6 +59,12 @@ _BOUND_AS: dict[str, dict[str, frozenset[str]]] = {
     "GREATEST": {"same": frozenset({"greatest"})},
     "CAST": {"cast": frozenset({"OPERATOR_CAST"})},
     "CASE": {"class": frozenset({"BOUND_CASE"})},
+    # Total on the dates a query reads: binding reads each date or timestamp column as NULL
+    # outside years 1 to 9999 (engine/binding.py `_guarded`), and literals are in that range.
+    "EXTRACT": {"time": frozenset({"year", "quarter", "month", "day", "dayofmonth", "dayofweek",
+                                   "isodow", "dayofyear", "week", "weekofyear", "hour", "minute",
+                                   "second"})},
+    "DATE_TRUNC": {"time": frozenset({"date_trunc"})},
     "( )": {},
     "unary -": {"double": frozenset({"-"})},
     "arithmetic": {"double": frozenset({"+", "-", "*", "/", "%", "//"})},
@@ -91,6 +98,7 @@ _ON_FLOATS = _bound("double")
 _ON_TEXT = _bound("text")
 _SAME_TYPE = _bound("same")
 _POSITIONS = _bound("positions")
+_ON_TIMES = _bound("time")
 _TABLE_SCAN = "seq_scan"
 
 
@@ -234,6 +242,8 @@ def total_cast(source: dict, target: dict) -> bool:
             t == "DECIMAL" and _width(target) - _scale(target) >= 1)
     if t == "BOOLEAN":
         return s in _NUMBERS
+    if s in _TIMES and t in _TIMES:  # within years 1 to 9999 (see "EXTRACT" above)
+        return True
     if s in _SIGNED:
         if t in _SIGNED:
             return _SIGNED[t] >= _SIGNED[s]
@@ -310,6 +320,13 @@ def _function_problem(node: dict) -> str | None:
     if name in _ON_TEXT:
         return None if all(k == "VARCHAR" for k in kinds) else \
             f"function {name}({', '.join(kinds)}) (total only on VARCHAR)"
+    if name in _ON_TIMES:
+        children = _children(node)
+        if all(_type(c)["id"] in _TIMES or (c.get("expression_class") == "BOUND_CONSTANT"
+                                            and _type(c)["id"] == "VARCHAR") for c in children) \
+                and any(_type(c)["id"] in _TIMES for c in children):
+            return None
+        return f"function {name}({', '.join(kinds)}) (total only on DATE or TIMESTAMP)"
     if name in _SAME_TYPE:
         return None if len(set(kinds)) == 1 else f"function {name}({', '.join(kinds)})"
     if name in _POSITIONS:
