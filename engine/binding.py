@@ -311,31 +311,57 @@ def _narrowed(column: ColumnSpec, where: exp.Expression | None) -> tuple[dt.date
 
 def _term_interval(term: exp.Expression, column: ColumnSpec
                    ) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """The interval a WHERE term holds the column in (None: no bound on that side)."""
+    """The interval a WHERE term holds the column in (None: no bound on that side), exact for
+    strict comparisons (a date column's next or previous day, a timestamp's microsecond)."""
     def is_column(node: exp.Expression) -> bool:
         return isinstance(node, exp.Column) and node.name.lower() == column.name.lower()
 
+    low: dt.datetime | None = None
+    high: dt.datetime | None = None
+    strict_low = strict_high = False
     if isinstance(term, exp.Between) and is_column(term.this):
-        return _time_constant(term.args["low"]), _time_constant(term.args["high"])
-    if isinstance(term, exp.In) and is_column(term.this) and not term.args.get("query"):
+        low, high = _time_constant(term.args["low"]), _time_constant(term.args["high"])
+    elif isinstance(term, exp.In) and is_column(term.this) and not term.args.get("query"):
         found = [_time_constant(e) for e in term.expressions]
-        if not found or any(v is None for v in found):
-            return None, None
         present = [v for v in found if v is not None]
-        return min(present), max(present)
-    if isinstance(term, exp.Binary) and type(term) in (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE):
-        left, right, kind = term.this, term.expression, type(term)
+        if not found or len(present) < len(found):
+            return None, None
+        low, high = min(present), max(present)
+    elif isinstance(term, exp.Binary) and type(term) in (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE):
+        left, right = term.this, term.expression
+        kind: type[exp.Expression] = type(term)
         if is_column(right) and not is_column(left):
             left, right, kind = right, left, _MIRROR[kind]
         value = _time_constant(right) if is_column(left) else None
         if value is None:
             return None, None
-        if kind in (exp.GT, exp.GTE):
-            return value, None
-        if kind in (exp.LT, exp.LTE):
-            return None, value
-        return value, value
-    return None, None
+        if kind in (exp.GT, exp.GTE, exp.EQ):
+            low = value
+        if kind in (exp.LT, exp.LTE, exp.EQ):
+            high = value
+        strict_low, strict_high = kind is exp.GT, kind is exp.LT
+    if column.type == "date":  # a date compares as its midnight: the days within the interval
+        day = dt.timedelta(days=1)
+        if low is not None:
+            low = _shift(_midnight(low), day) if strict_low or low != _midnight(low) else low
+        if high is not None:
+            high = _shift(high, -day) if strict_high and high == _midnight(high) else _midnight(high)
+        return low, high
+    tick = dt.timedelta(microseconds=1)
+    return (None if low is None else _shift(low, tick) if strict_low else low,
+            None if high is None else _shift(high, -tick) if strict_high else high)
+
+
+def _shift(value: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """value + delta; past the last (or first) representable moment, the empty side's end."""
+    try:
+        return value + delta
+    except OverflowError:
+        return dt.datetime.max if delta > dt.timedelta(0) else dt.datetime.min
+
+
+def _midnight(moment_: dt.datetime) -> dt.datetime:
+    return dt.datetime(moment_.year, moment_.month, moment_.day)
 
 
 def _time_constant(node: exp.Expression) -> dt.datetime | None:

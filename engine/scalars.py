@@ -715,16 +715,14 @@ def periods(first: dt.datetime, last: dt.datetime, unit: str, most: int) -> list
     """The starts of every period of `unit` that meets [first, last], in order; a refusal when
     there are more than `most`."""
     found: list[dt.datetime] = []
-    start = truncate(first, unit)
-    while start <= last:
+    start: dt.datetime | None = truncate(first, unit)
+    while start is not None and start <= last:
         if len(found) == most:
             raise QueryRefused(f"date_trunc('{unit.lower()}', ...) would have more than {most} "
                                f"periods from {first} to {last}; use a coarser unit or restrict "
                                "the dates in WHERE")
         found.append(start)
         start = _next_period(start, unit)
-        if start is None:
-            break
     return found
 
 
@@ -753,7 +751,8 @@ def _extract_range(node: exp.Expression, child: Callable[[exp.Expression], Range
     return float(moment(found[0]).year), float(moment(found[1]).year)
 
 
-_RANGES.update({kind: _extract_range for kind in (exp.Extract, *_PART_FUNCTIONS)})
+_RANGES[exp.Extract] = _extract_range
+_RANGES.update({kind: _extract_range for kind in _PART_FUNCTIONS})
 
 
 def normalize_times(tree: exp.Expression) -> exp.Expression:
