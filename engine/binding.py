@@ -199,7 +199,7 @@ def _group_key(node: exp.Expression, scope: _Scope, index: int,
         kind, values = _width_buckets(node, scope)
     elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         return _trunc_key(node, scope, index, where)
-    elif scope.scalar_type(node, "GROUP BY") == "int" and node.find(exp.Extract, *_PART_NODES):
+    elif node.find(exp.Extract, *_PART_NODES) and scope.scalar_type(node, "GROUP BY") == "int":
         kind, values = "int", _extract_values(node, scope, where)
     elif isinstance(node, exp.Div):
         raise QueryRefused(f"GROUP BY {short(node)} refused: `/` divides exactly; write "
