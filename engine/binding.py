@@ -197,7 +197,8 @@ def _group_key(node: exp.Expression, scope: _Scope, index: int,
         kind, values = _case_values(node, scope)
     elif isinstance(node, exp.Floor):
         kind, values = _width_buckets(node, scope)
-    elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+    elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or (
+            isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DATE):
         return _trunc_key(node, scope, index, where)
     elif node.find(exp.Extract, *_PART_NODES) and scope.scalar_type(node, "GROUP BY") == "int":
         kind, values = "int", _extract_values(node, scope, where)
@@ -243,11 +244,12 @@ def _time_column_key(column: ColumnSpec, scope: _Scope, where: exp.Expression | 
 
 def _trunc_key(node: exp.Expression, scope: _Scope, index: int,
                where: exp.Expression | None) -> GroupKey:
-    """GROUP BY date_trunc(unit, x): the start of every period meeting x's bounds (narrowed by
-    WHERE on a column); dates when x is a date and the unit a day or longer."""
+    """GROUP BY date_trunc(unit, x) or CAST(x AS DATE): the start of every period meeting x's
+    bounds (narrowed by WHERE on a column); dates when x is a date and the unit a day or longer
+    (a cast to a date is its day)."""
     operand = scope.scalar_type(node.this, "GROUP BY")
     scope.scalar_type(node, "GROUP BY")
-    unit = trunc_unit(node)
+    unit = "DAY" if isinstance(node, exp.Cast) else trunc_unit(node)
     found = time_range(node.this, lambda column: _key_range(column, scope, where, short(node)))
     if found is None:
         raise QueryRefused(f"GROUP BY {short(node)} refused: its value is always NULL")
@@ -255,10 +257,11 @@ def _trunc_key(node: exp.Expression, scope: _Scope, index: int,
     value = scope.rewrite_scalar(node)
     columns = tuple(dict.fromkeys(scope.column(c) for c in node.find_all(exp.Column)))
     label = node.sql(dialect="duckdb")
-    if operand == "date" and unit != "HOUR":
+    if isinstance(node, exp.Cast) or (operand == "date" and unit != "HOUR"):
         # DuckDB's date_trunc of a date is a timestamp: keys that are days are shown as dates.
-        return GroupKey(f"__k{index}", label, "date", tuple(s.date() for s in starts),
-                        exp.TryCast(this=value, to=exp.DataType.build("DATE")), columns)
+        if not isinstance(node, exp.Cast):
+            value = exp.TryCast(this=value, to=exp.DataType.build("DATE"))
+        return GroupKey(f"__k{index}", label, "date", tuple(s.date() for s in starts), value, columns)
     return GroupKey(f"__k{index}", label, "timestamp", tuple(starts), value, columns)
 
 

@@ -430,7 +430,7 @@ def parse_time(value: Any, ctype: str, path: str) -> dt.datetime:
     try:
         return dt.datetime.fromisoformat(value.strip())
     except ValueError:
-        raise PolicyError(f"{path}: {value!r} is not a calendar date (expected {want})") from None
+        raise PolicyError(f"{path}: {value!r} is not a valid date or time (expected {want})") from None
 
 
 def _bound(value: Any, path: str, ctype: str) -> float:

@@ -190,7 +190,7 @@ def _cast(node: exp.Expression, child: Typer) -> str:
     if target is None or to.expressions:
         raise QueryRefused(
             f"CAST to {to.sql(dialect='duckdb')} refused: cast to INTEGER, BIGINT, DOUBLE, "
-            "VARCHAR or BOOLEAN"
+            "VARCHAR, BOOLEAN, DATE or TIMESTAMP"
         )
     operand = child(node.this)
     if target in ("int", "float") and operand == "str":
@@ -485,9 +485,9 @@ def common(kinds: list[str], node: exp.Expression) -> str:
     if len(families) > 1:
         hint = "; write a date as DATE '2024-01-01' or a timestamp as TIMESTAMP " \
             "'2024-01-01 08:00:00'" if families == {"str", "time"} else ""
+        names = sorted("date/timestamp" if f == "time" else f for f in families)
         raise QueryRefused(
-            f"cannot compare or combine {' and '.join(sorted(families))} values in {short(node)}"
-            f"{hint}")
+            f"cannot compare or combine {' and '.join(names)} values in {short(node)}{hint}")
     if not families:
         return "null"
     family = families.pop()
