@@ -308,6 +308,23 @@ def test_refusals_name_what_is_accepted_and_charge_nothing(db, sql, fragment):
     assert db.budget().spent_ip == spent
 
 
+def test_the_gates_date_casts_and_functions_are_total_on_the_range_queries_read():
+    """The gate accepts DATE <-> TIMESTAMP casts, EXTRACT and date_trunc because every date a
+    query reads lies in years 1 to 9999 (NULL outside): at both ends of that range they run."""
+    parts = ("year", "quarter", "month", "day", "dow", "isodow", "doy", "week", "hour", "minute",
+             "second")
+    units = ("year", "quarter", "month", "week", "day", "hour")
+    conn = duckdb.connect()
+    for value in ("DATE '0001-01-01'", "DATE '9999-12-31'", "TIMESTAMP '0001-01-01 00:00:00'",
+                  "TIMESTAMP '9999-12-31 23:59:59.999999'"):
+        items = [f"CAST({value} AS {t})" for t in ("DATE", "TIMESTAMP", "VARCHAR")]
+        items += [f"EXTRACT({p} FROM {value})" for p in parts]
+        items += [f"date_trunc('{u}', {value})" for u in units]
+        row = conn.execute(f"SELECT {', '.join(items)}").fetchone()
+        assert row is not None and None not in row
+    conn.close()
+
+
 def test_explain_does_not_depend_on_the_dates_in_the_data(dates_db, tmp_path):
     other = tmp_path / "other.duckdb"
     with duckdb.connect(str(other)) as conn:
