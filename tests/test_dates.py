@@ -339,3 +339,14 @@ def test_explain_does_not_depend_on_the_dates_in_the_data(dates_db, tmp_path):
             texts.append(opened.explain(sql, epsilon=1.0).to_dict())
         assert charge_count(ledger) == 0
     assert texts[0] == texts[1]
+
+
+def test_spark_refuses_date_columns_by_name(spark, tmp_path):
+    frame = spark.createDataFrame([(1, dt.date(2024, 1, 5))], "person_id long, day date")
+    policy = write_policy(tmp_path / "policy.yaml", {"tables": {"visits": {
+        "privacy_unit": "person_id", "columns": {"day": {"type": "date"}}}}})
+    with pytest.raises(PolicyError, match=r"tables\.visits\.columns\.day\.type: date columns are not "
+                                          "supported on the Spark engine"):
+        PrivateDatabase.connect({"visits": frame}, policy, tmp_path / "l.sqlite", create=True,
+                                engine="spark", spark=spark)
+    assert not (tmp_path / "l.sqlite").exists()
