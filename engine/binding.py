@@ -24,10 +24,12 @@ from .scalars import (
     moment,
     normalize_times,
     numeric_literal,
+    part_values,
     periods,
     seconds,
     short,
     time_literal,
+    time_part,
     time_range,
     trunc_unit,
     type_of,
@@ -267,7 +269,15 @@ def _trunc_key(node: exp.Expression, scope: _Scope, index: int,
 
 def _extract_values(node: exp.Expression, scope: _Scope, where: exp.Expression | None) -> tuple:
     """GROUP BY an integer expression over EXTRACT (e.g. EXTRACT(month FROM day)): every whole
-    number in its range, a year's from the bounds of the column (narrowed by WHERE)."""
+    number in its range, a year's from the bounds of the column (narrowed by WHERE). A part
+    of a day of a column whose narrowed bounds span at most a year has the values it takes on
+    those days (WHERE day BETWEEN March and May: months 3 to 5)."""
+    inner = node.expression if isinstance(node, exp.Extract) else node.this
+    if isinstance(inner, exp.Column) and scope.column(inner).type in TIME_TYPES:
+        first, last = _narrowed(scope.column(inner), where)
+        values = part_values(time_part(node), first, last)
+        if values is not None:
+            return values
     found = value_range(node, lambda column: _key_range(column, scope, where, short(node)))
     if found is None:
         raise QueryRefused(f"GROUP BY {short(node)} refused: its value is always NULL")

@@ -738,6 +738,23 @@ def _next_period(start: dt.datetime, unit: str) -> dt.datetime | None:
         return None
 
 
+_DAY_PARTS: dict[str, Callable[[dt.datetime], int]] = {  # as DuckDB computes them
+    "YEAR": lambda d: d.year, "QUARTER": lambda d: (d.month - 1) // 3 + 1,
+    "MONTH": lambda d: d.month, "DAY": lambda d: d.day, "DAYOFWEEK": lambda d: d.isoweekday() % 7,
+    "ISODOW": lambda d: d.isoweekday(), "DAYOFYEAR": lambda d: d.timetuple().tm_yday,
+    "WEEK": lambda d: d.isocalendar()[1]}
+_ENUMERATED_DAYS = 400
+
+
+def part_values(part: str, first: dt.datetime, last: dt.datetime) -> tuple[int, ...] | None:
+    """The values a part of the day (not of the time) takes from `first` to `last`, in order,
+    when they span at most 400 days; else None (the part's whole range applies)."""
+    if part not in _DAY_PARTS or (last - first).days > _ENUMERATED_DAYS:
+        return None
+    days = periods(first, last, "DAY", _ENUMERATED_DAYS + 2)
+    return tuple(sorted({_DAY_PARTS[part](day) for day in days}))
+
+
 def _extract_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
     """EXTRACT's value range: fixed for every part but YEAR, whose range is the years of its
     argument's bounds (a refusal naming the column when it has none)."""
