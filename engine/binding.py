@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -14,8 +15,26 @@ from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
 from .plan import GroupKey, Measurement, OutputColumn, QueryPlan
-from .policy import ColumnSpec, Limits, Policy, TableSpec
-from .scalars import MAX_LITERAL, Range, check_args, int_literal, numeric_literal, short, type_of, value_range
+from .policy import TIME_TYPES, ColumnSpec, Limits, Policy, TableSpec
+from .scalars import (
+    MAX_LITERAL,
+    Range,
+    check_args,
+    int_literal,
+    moment,
+    normalize_times,
+    numeric_literal,
+    part_values,
+    periods,
+    seconds,
+    short,
+    time_literal,
+    time_part,
+    time_range,
+    trunc_unit,
+    type_of,
+    value_range,
+)
 
 MAX_GROUPS = 1_000_000
 MAX_LIMIT = 1_000_000_000
@@ -26,6 +45,9 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
                data_columns: Mapping[str, frozenset[str]] | None = None) -> QueryPlan:
     """Validate the SELECT against the policy and return its plan. `data_columns` (each table's
     column names in the data) lets a refusal say a column exists but is not in the policy."""
+    normalized = normalize_times(select)
+    assert isinstance(normalized, exp.Select)
+    select = normalized
     for key, value in select.args.items():
         if key not in _SELECT_ARGS and value not in (None, [], False):
             if key == "distinct":
@@ -126,8 +148,9 @@ def _bind_group(select: exp.Select, scope: _Scope) -> tuple[GroupKey, ...]:
     return tuple(keys)
 
 
-_GROUPABLE = ("group on a bool column, a column with a domain, a bounded int column, a CASE "
-              "with literal results or FLOOR(col / width) of a bounded int column")
+_GROUPABLE = ("group on a bool column, a column with a domain, a bounded int or date column, a "
+              "CASE with literal results, FLOOR(col / width) of a bounded int column, "
+              "EXTRACT(part FROM col) or date_trunc('month', col) of a date or timestamp column")
 
 
 def _group_target(item: exp.Expression, select: exp.Select, scope: _Scope) -> exp.Expression:
@@ -157,6 +180,8 @@ def _group_key(node: exp.Expression, scope: _Scope, index: int,
     on a grouped column, see `_pruned`)."""
     while isinstance(node, exp.Paren):
         node = node.this
+    if isinstance(node, exp.Column) and scope.column(node).type in TIME_TYPES:
+        return _time_column_key(scope.column(node), scope, where)
     if isinstance(node, exp.Column):
         column = scope.column(node)
         values = column.group_values
@@ -177,6 +202,11 @@ def _group_key(node: exp.Expression, scope: _Scope, index: int,
         kind, values = _case_values(node, scope)
     elif isinstance(node, exp.Floor):
         kind, values = _width_buckets(node, scope)
+    elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or (
+            isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DATE):
+        return _trunc_key(node, scope, index, where)
+    elif node.find(exp.Extract, *_PART_NODES) and scope.scalar_type(node, "GROUP BY") == "int":
+        kind, values = "int", _extract_values(node, scope, where)
     elif isinstance(node, exp.Div):
         raise QueryRefused(f"GROUP BY {short(node)} refused: `/` divides exactly; write "
                            f"FLOOR({short(node)}) for width buckets")
@@ -187,6 +217,181 @@ def _group_key(node: exp.Expression, scope: _Scope, index: int,
         raise QueryRefused(f"GROUP BY {short(node)} refused: its results must be literals of one type")
     columns = tuple(dict.fromkeys(scope.column(c) for c in node.find_all(exp.Column)))
     return GroupKey(f"__k{index}", label, kind, values, scope.rewrite_scalar(node), columns)
+
+
+_PART_NODES = (exp.Year, exp.Quarter, exp.Month, exp.Day, exp.DayOfMonth, exp.DayOfWeek,
+               exp.DayOfWeekIso, exp.DayOfYear, exp.Week, exp.WeekOfYear, exp.Hour, exp.Minute,
+               exp.Second)
+
+
+def _declared(column: ColumnSpec, scope: _Scope, what: str) -> tuple[dt.datetime, dt.datetime]:
+    """A date or timestamp column's declared bounds, or a refusal saying to declare them."""
+    if column.span is None:
+        raise QueryRefused(f"{what} refused: its values follow from the bounds of "
+                           f"{scope.table.name}.{column.name}, which the policy does not give; "
+                           f"declare lower and upper for {scope.table.name}.{column.name}")
+    return column.span
+
+
+def _time_column_key(column: ColumnSpec, scope: _Scope, where: exp.Expression | None) -> GroupKey:
+    """GROUP BY a date column: every day in its bounds (narrowed by WHERE), as dates."""
+    if column.type != "date":
+        raise QueryRefused(f"GROUP BY {column.name} refused: a timestamp has too many values to "
+                           f"group on; group on date_trunc('day', {column.name}), "
+                           f"CAST({column.name} AS DATE) or EXTRACT(hour FROM {column.name})")
+    _declared(column, scope, f"GROUP BY {column.name}")
+    first, last = _narrowed(column, where)
+    days = periods(first, last, "DAY", MAX_GROUPS)
+    values = _pruned(tuple(day.date() for day in days), column, where)
+    return GroupKey(column.name, column.name, "date", values, scope.rewrite_scalar(
+        exp.column(column.name)), (column,))
+
+
+def _trunc_key(node: exp.Expression, scope: _Scope, index: int,
+               where: exp.Expression | None) -> GroupKey:
+    """GROUP BY date_trunc(unit, x) or CAST(x AS DATE): the start of every period meeting x's
+    bounds (narrowed by WHERE on a column); dates when x is a date and the unit a day or longer
+    (a cast to a date is its day)."""
+    operand = scope.scalar_type(node.this, "GROUP BY")
+    scope.scalar_type(node, "GROUP BY")
+    unit = "DAY" if isinstance(node, exp.Cast) else trunc_unit(node)
+    found = time_range(node.this, lambda column: _key_range(column, scope, where, short(node)))
+    if found is None:
+        raise QueryRefused(f"GROUP BY {short(node)} refused: its value is always NULL")
+    starts = periods(moment(found[0]), moment(found[1]), unit, MAX_GROUPS)
+    value = scope.rewrite_scalar(node)
+    columns = tuple(dict.fromkeys(scope.column(c) for c in node.find_all(exp.Column)))
+    label = node.sql(dialect="duckdb")
+    if isinstance(node, exp.Cast) or (operand == "date" and unit != "HOUR"):
+        # DuckDB's date_trunc of a date is a timestamp: keys that are days are shown as dates.
+        if not isinstance(node, exp.Cast):
+            value = exp.TryCast(this=value, to=exp.DataType.build("DATE"))
+        return GroupKey(f"__k{index}", label, "date", tuple(s.date() for s in starts), value, columns)
+    return GroupKey(f"__k{index}", label, "timestamp", tuple(starts), value, columns)
+
+
+def _extract_values(node: exp.Expression, scope: _Scope, where: exp.Expression | None) -> tuple:
+    """GROUP BY an integer expression over EXTRACT (e.g. EXTRACT(month FROM day)): every whole
+    number in its range, a year's from the bounds of the column (narrowed by WHERE). A part
+    of a day of a column whose narrowed bounds span at most a year has the values it takes on
+    those days (WHERE day BETWEEN March and May: months 3 to 5)."""
+    inner = node.expression if isinstance(node, exp.Extract) else node.this
+    if isinstance(inner, exp.Column) and scope.column(inner).type in TIME_TYPES:
+        first, last = _narrowed(scope.column(inner), where)
+        values = part_values(time_part(node), first, last)
+        if values is not None:
+            return values
+    found = value_range(node, lambda column: _key_range(column, scope, where, short(node)))
+    if found is None:
+        raise QueryRefused(f"GROUP BY {short(node)} refused: its value is always NULL")
+    lo, hi = math.ceil(found[0]), math.floor(found[1])
+    if hi - lo + 1 > MAX_GROUPS:
+        raise QueryRefused(f"GROUP BY {short(node)} would produce {hi - lo + 1} groups; "
+                           f"at most {MAX_GROUPS}")
+    return tuple(range(lo, hi + 1))
+
+
+def _key_range(node: exp.Column, scope: _Scope, where: exp.Expression | None, what: str) -> Range:
+    """The range of a column inside a group key: a date or timestamp column's declared bounds
+    narrowed by WHERE; a number's bounds."""
+    column = scope.column(node)
+    if column.type not in TIME_TYPES:
+        if column.type == "bool":
+            return 0.0, 1.0
+        if not column.numeric or not column.bounded:
+            raise QueryRefused(f"GROUP BY {what} refused: declare lower and upper for "
+                               f"{scope.table.name}.{column.name}")
+        lo, hi = column.bounds
+        return float(lo), float(hi)
+    _declared(column, scope, f"GROUP BY {what}")
+    first, last = _narrowed(column, where)
+    return seconds(first), seconds(last)
+
+
+def _narrowed(column: ColumnSpec, where: exp.Expression | None) -> tuple[dt.datetime, dt.datetime]:
+    """A date or timestamp column's bounds, narrowed by top-level AND terms of WHERE that
+    compare the column itself with literals (>=, >, <=, <, =, BETWEEN, IN): no counted row
+    holds a value outside. Any other term narrows nothing."""
+    first, last = column.period
+    for term in _terms(where):
+        low, high = _term_interval(term, column)
+        if low is not None:
+            first = max(first, low)
+        if high is not None:
+            last = min(last, high)
+    if first > last:
+        raise QueryRefused(f"GROUP BY over {column.name} refused: the WHERE condition leaves "
+                           "none of its values possible, so there is no group to answer")
+    return first, last
+
+
+def _term_interval(term: exp.Expression, column: ColumnSpec
+                   ) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The interval a WHERE term holds the column in (None: no bound on that side), exact for
+    strict comparisons (a date column's next or previous day, a timestamp's microsecond)."""
+    def is_column(node: exp.Expression) -> bool:
+        return isinstance(node, exp.Column) and node.name.lower() == column.name.lower()
+
+    low: dt.datetime | None = None
+    high: dt.datetime | None = None
+    strict_low = strict_high = False
+    if isinstance(term, exp.Between) and is_column(term.this):
+        low, high = _time_constant(term.args["low"]), _time_constant(term.args["high"])
+    elif isinstance(term, exp.In) and is_column(term.this) and not term.args.get("query"):
+        found = [_time_constant(e) for e in term.expressions]
+        present = [v for v in found if v is not None]
+        if not found or len(present) < len(found):
+            return None, None
+        low, high = min(present), max(present)
+    elif isinstance(term, exp.Binary) and type(term) in (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE):
+        left, right = term.this, term.expression
+        kind: type[exp.Expression] = type(term)
+        if is_column(right) and not is_column(left):
+            left, right, kind = right, left, _MIRROR[kind]
+        value = _time_constant(right) if is_column(left) else None
+        if value is None:
+            return None, None
+        if kind in (exp.GT, exp.GTE, exp.EQ):
+            low = value
+        if kind in (exp.LT, exp.LTE, exp.EQ):
+            high = value
+        strict_low, strict_high = kind is exp.GT, kind is exp.LT
+    if column.type == "date":  # a date compares as its midnight: the days within the interval
+        day = dt.timedelta(days=1)
+        if low is not None:
+            low = _shift(_midnight(low), day) if strict_low or low != _midnight(low) else low
+        if high is not None:
+            high = _shift(high, -day) if strict_high and high == _midnight(high) else _midnight(high)
+        return low, high
+    tick = dt.timedelta(microseconds=1)
+    return (None if low is None else _shift(low, tick) if strict_low else low,
+            None if high is None else _shift(high, -tick) if strict_high else high)
+
+
+def _shift(value: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """value + delta; past the last (or first) representable moment, the empty side's end."""
+    try:
+        return value + delta
+    except OverflowError:
+        return dt.datetime.max if delta > dt.timedelta(0) else dt.datetime.min
+
+
+def _midnight(moment_: dt.datetime) -> dt.datetime:
+    return dt.datetime(moment_.year, moment_.month, moment_.day)
+
+
+def _time_constant(node: exp.Expression) -> dt.datetime | None:
+    """The value of a DATE or TIMESTAMP literal, else None."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, (exp.Cast, exp.TryCast)) and isinstance(node.this, exp.Literal) \
+            and node.this.is_string and node.args["to"].this in _TIME_CASTS:
+        return time_literal(node.this.this, _TIME_CASTS[node.args["to"].this])
+    return None
+
+
+_TIME_CASTS = {exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp",
+               exp.DataType.Type.TIMESTAMPNTZ: "timestamp"}
 
 
 def _case_values(node: exp.Case, scope: _Scope) -> tuple[str, tuple]:
@@ -246,6 +451,16 @@ def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None) -> 
     term comparing the grouped column itself with literals (=, <>, <, <=, >, >=, IN, BETWEEN,
     or the bare bool column, NOT included) is false for a row whose key is a pruned value,
     so no counted row has that key. Any other term prunes nothing."""
+    terms = _terms(where)
+    kept = tuple(v for v in values if all(_holds(term, column, v) for term in terms))
+    if not kept:
+        raise QueryRefused(f"GROUP BY {column.name} refused: the WHERE condition leaves none of "
+                           "its values possible, so there is no group to answer")
+    return kept
+
+
+def _terms(where: exp.Expression | None) -> list[exp.Expression]:
+    """The top-level AND terms of a WHERE condition."""
     terms: list[exp.Expression] = []
     pending = [where] if where is not None else []
     while pending:
@@ -256,11 +471,7 @@ def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None) -> 
             pending += [term.this, term.expression]
         else:
             terms.append(term)
-    kept = tuple(v for v in values if all(_holds(term, column, v) for term in terms))
-    if not kept:
-        raise QueryRefused(f"GROUP BY {column.name} refused: the WHERE condition leaves none of "
-                           "its values possible, so there is no group to answer")
-    return kept
+    return terms
 
 
 _COMPARE: dict[type[exp.Expression], Callable[[Any, Any], bool]] = {
@@ -272,6 +483,8 @@ _MIRROR: dict[type[exp.Expression], type[exp.Expression]] = {
 
 def _holds(term: exp.Expression, column: ColumnSpec, value) -> bool:
     """False only when `term` is certainly false (or NULL) on a row whose `column` is `value`."""
+    if column.type in TIME_TYPES:
+        return _time_holds(term, column, value)
     def is_column(node: exp.Expression) -> bool:
         return isinstance(node, exp.Column) and node.name.lower() == column.name.lower()
 
@@ -307,6 +520,21 @@ def _holds(term: exp.Expression, column: ColumnSpec, value) -> bool:
         low, high = constant(term.args["low"]), constant(term.args["high"])
         return low is None or high is None or low <= value <= high
     return True
+
+
+def _time_holds(term: exp.Expression, column: ColumnSpec, value: dt.date) -> bool:
+    """`_holds` for a date column's key (a day): by the interval a term holds the column in,
+    and by the literals of `<>` and IN."""
+    day = dt.datetime(value.year, value.month, value.day)
+    is_column = isinstance(term.this, exp.Column) and term.this.name.lower() == column.name.lower()
+    if isinstance(term, exp.In) and is_column and not term.args.get("query"):
+        found = [_time_constant(e) for e in term.expressions]
+        return any(v is None for v in found) or day in found
+    if isinstance(term, exp.NEQ) and is_column:
+        literal = _time_constant(term.expression)
+        return literal is None or literal != day
+    low, high = _term_interval(term, column)
+    return (low is None or low <= day) and (high is None or day <= high)
 
 
 def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
@@ -478,7 +706,10 @@ class _Scope:
 
     def _bind_names(self, node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column):
-            return exp.column(self.table.columns[node.name.lower()].name, quoted=True)
+            column = self.table.columns[node.name.lower()]
+            if column.type in TIME_TYPES:
+                return _guarded(column)
+            return exp.column(column.name, quoted=True)
         if isinstance(node, exp.Literal) and not node.is_string and not _is_round_digits(node) \
                 and not node.this.replace("_", "").isdigit():
             # DuckDB reads 1.5 as a DECIMAL, whose casts and arithmetic can overflow.
@@ -627,6 +858,11 @@ class _PostScope:
             found = Operand(name, "bool", value, columns, 0, 1)
         elif kind == "null":
             raise QueryRefused(f"{call}({name}) refused: the argument is always NULL")
+        elif kind in TIME_TYPES:
+            raise QueryRefused(
+                f"{call}({name}) refused: a {kind} is not a number; aggregate a number taken "
+                f"from it, e.g. {call}(EXTRACT(year FROM {name})) or {call}(EXTRACT(month FROM "
+                f"{name})), or count the rows with COUNT({name})")
         elif kind not in ("int", "float"):
             what = "column" if bare is not None else "argument"
             raise QueryRefused(f"{call}({name}) refused: the {what} is {kind}, not numeric "
@@ -663,6 +899,9 @@ class _PostScope:
         column = self.scope.column(node)
         if column.type == "bool":
             return 0.0, 1.0
+        if column.type in TIME_TYPES:  # inside EXTRACT(year FROM ...): its declared bounds
+            first, last = _declared(column, self.scope, f"{call}({name})")
+            return seconds(first), seconds(last)
         if not column.numeric:
             raise QueryRefused(f"{call}({name}) refused: column {column.name} is {column.type}, not "
                                f"numeric; COUNT({name}) counts its non-NULL values")
@@ -674,6 +913,21 @@ class _PostScope:
                 f"or use COUNT({name}){alternative}")
         lo, hi = column.bounds
         return float(lo), float(hi)
+
+
+def _guarded(column: ColumnSpec) -> exp.Expression:
+    """A date or timestamp column as queries read it: NULL outside the range it is read in
+    (its declared bounds, else years 1 to 9999), so every date function and cast is total on
+    it, EXTRACT and date_trunc stay within the ranges the plan derives, and a value outside the
+    bounds is never counted in a group (docs/theory.md §17)."""
+    first, last = column.period
+    kind = "DATE" if column.type == "date" else "TIMESTAMP"
+    text = first.date().isoformat() if column.type == "date" else first.isoformat(sep=" ")
+    end = last.date().isoformat() if column.type == "date" else last.isoformat(sep=" ")
+    raw = exp.column(column.name, quoted=True)
+    inside = exp.Between(this=raw, low=exp.TryCast(this=exp.Literal.string(text), to=exp.DataType.build(kind)),
+                         high=exp.TryCast(this=exp.Literal.string(end), to=exp.DataType.build(kind)))
+    return exp.Case(ifs=[exp.If(this=inside, true=raw.copy())])
 
 
 def _filtered(node: exp.Filter) -> exp.AggFunc:

@@ -41,6 +41,8 @@ _TYPE_FAMILIES = {
               "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL"),
     "str": ("VARCHAR",),
     "bool": ("BOOLEAN",),
+    "date": ("DATE",),
+    "timestamp": ("TIMESTAMP",),
 }
 
 
@@ -109,7 +111,8 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
 
 
 _LOADED = (".csv", ".tsv", ".parquet", ".pq")  # files loaded into memory, not opened
-_CSV_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN"}
+_CSV_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN",
+              "date": "DATE", "timestamp": "TIMESTAMP"}
 
 
 def _reader(path: Path, policy: Policy) -> str:
@@ -232,6 +235,12 @@ def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
             if col.name not in columns:
                 raise PolicyError(f"{path}: no such column in the data")
             data_type = columns[col.name].split("(")[0].upper()
+            if col.type == "timestamp" and data_type != "TIMESTAMP" and "TIMESTAMP" in data_type:
+                raise PolicyError(f"{path}.type: the data column is {columns[col.name]}; a "
+                                  "timestamp column must be TIMESTAMP (without time zone, "
+                                  "microseconds): EXTRACT and date_trunc of a time zone's "
+                                  "timestamps depend on the session, so store them as UTC "
+                                  "TIMESTAMP")
             if data_type not in _TYPE_FAMILIES[col.type]:
                 raise PolicyError(f"{path}.type: the policy says {col.type} but the data "
                                   f"column is {columns[col.name]}")

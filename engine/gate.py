@@ -13,7 +13,9 @@ alone; `explain` binds there too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 
 import duckdb
 from sqlglot import exp
@@ -28,7 +30,8 @@ _DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19, "HUGEINT": 
            "UTINYINT": 3, "USMALLINT": 5, "UINTEGER": 10, "UBIGINT": 20, "UHUGEINT": 39}
 _FLOATS = {"FLOAT", "DOUBLE"}
 _NUMBERS = set(_SIGNED) | set(_UNSIGNED) | _FLOATS | {"DECIMAL"}
-_TO_TEXT = _NUMBERS | {"BOOLEAN", "VARCHAR"}
+_TIMES = {"DATE", "TIMESTAMP"}
+_TO_TEXT = _NUMBERS | _TIMES | {"BOOLEAN", "VARCHAR"}
 # SUBSTRING is total for positions within 32-bit integers and fails beyond (measured).
 _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT"}
 
@@ -58,6 +61,12 @@ _BOUND_AS: dict[str, dict[str, frozenset[str]]] = {
     "GREATEST": {"same": frozenset({"greatest"})},
     "CAST": {"cast": frozenset({"OPERATOR_CAST"})},
     "CASE": {"class": frozenset({"BOUND_CASE"})},
+    # Total on dates and timestamps of years 1 to 9999 (and NULL), which the gate checks each
+    # argument holds (`_in_range`): binding reads every such column as NULL outside that range.
+    "EXTRACT": {"time": frozenset({"year", "quarter", "month", "day", "dayofmonth", "dayofweek",
+                                   "isodow", "dayofyear", "week", "weekofyear", "hour", "minute",
+                                   "second"})},
+    "DATE_TRUNC": {"time": frozenset({"date_trunc"})},
     "( )": {},
     "unary -": {"double": frozenset({"-"})},
     "arithmetic": {"double": frozenset({"+", "-", "*", "/", "%", "//"})},
@@ -91,6 +100,7 @@ _ON_FLOATS = _bound("double")
 _ON_TEXT = _bound("text")
 _SAME_TYPE = _bound("same")
 _POSITIONS = _bound("positions")
+_ON_TIMES = _bound("time")
 _TABLE_SCAN = "seq_scan"
 
 
@@ -200,6 +210,8 @@ def _cast_problem(node: dict) -> str | None:
     source, target = _type(operand), _type(node)
     if total_cast(source, target) or _constant_fits(operand, target):
         return None
+    if source["id"] in _TIMES and target["id"] in _TIMES and _in_range(operand):
+        return None  # DATE <-> TIMESTAMP is total on years 1 to 9999
     return f"cast from {_type_name(source)} to {_type_name(target)}"
 
 
@@ -310,6 +322,15 @@ def _function_problem(node: dict) -> str | None:
     if name in _ON_TEXT:
         return None if all(k == "VARCHAR" for k in kinds) else \
             f"function {name}({', '.join(kinds)}) (total only on VARCHAR)"
+    if name in _ON_TIMES:
+        children = _children(node)
+        times = [c for c in children if _type(c)["id"] in _TIMES]
+        if times and all(_in_range(c) for c in times) and all(
+                c in times or (c.get("expression_class") == "BOUND_CONSTANT"
+                               and _type(c)["id"] == "VARCHAR") for c in children):
+            return None
+        return (f"function {name}({', '.join(kinds)}) (total only on a DATE or TIMESTAMP known to "
+                "lie in years 1 to 9999)")
     if name in _SAME_TYPE:
         return None if len(set(kinds)) == 1 else f"function {name}({', '.join(kinds)})"
     if name in _POSITIONS:
@@ -318,6 +339,75 @@ def _function_problem(node: dict) -> str | None:
             return None
         return f"function substring({', '.join(kinds)}) (positions must be 32-bit integers)"
     return f"function {name}()"
+
+
+def _in_range(node: dict) -> bool:
+    """Whether a DATE or TIMESTAMP expression is NULL or in years 1 to 9999 on every row, from
+    its form alone: an ISO literal of that range, a column read through a CASE that keeps it
+    only between two such literals (binding's form, engine/binding.py `_guarded`), or casts,
+    date_trunc, CASE and COALESCE of such values. Anything else (a bare column, which may hold
+    'infinity' or year 5881580) is not known to be."""
+    cls, kind = node.get("expression_class"), node.get("type")
+    children = _children(node)
+    if cls == "BOUND_CONSTANT":  # DuckDB folds a literal's cast: days or microseconds
+        value = node.get("value") or {}
+        number, limits = value.get("value"), _CONSTANT_RANGE.get(_type(node)["id"])
+        return bool(value.get("is_null")) or (
+            limits is not None and isinstance(number, int) and not isinstance(number, bool)
+            and limits[0] <= number <= limits[1])
+    if kind == "OPERATOR_CAST" and children:
+        inner = children[0]
+        if inner.get("expression_class") == "BOUND_CONSTANT":
+            value = inner.get("value") or {}
+            return bool(value.get("is_null")) or (_type(inner)["id"] == "VARCHAR"
+                                                  and _iso_in_range(value.get("value")))
+        return _type(inner)["id"] in _TIMES and _in_range(inner)
+    if cls == "BOUND_CASE":
+        checks = node.get("case_checks") or []
+        return all(_in_range(c["then_expr"]) or _kept_between(c["when_expr"], c["then_expr"])
+                   for c in checks) and _in_range(node.get("else_expr") or {})
+    if cls == "BOUND_FUNCTION" and _name(node) == "date_trunc":
+        return all(_in_range(c) for c in children if _type(c)["id"] in _TIMES)
+    if kind == "OPERATOR_COALESCE" or (cls == "BOUND_FUNCTION" and _name(node) in _SAME_TYPE):
+        return bool(children) and all(_in_range(c) for c in children)
+    return False
+
+
+def _kept_between(when: dict, then: dict) -> bool:
+    """Whether `when` is `then >= low AND then <= high` with `low` and `high` in range, so that
+    CASE WHEN when THEN then holds only values in range."""
+    parts = _children(when) if when.get("type") == "CONJUNCTION_AND" else []
+    kinds = sorted(p.get("type", "") for p in parts)
+    if kinds != ["COMPARE_GREATERTHANOREQUALTO", "COMPARE_LESSTHANOREQUALTO"]:
+        return False
+    return all(len(_children(p)) == 2 and _same(_children(p)[0], then) and _in_range(_children(p)[1])
+               for p in parts)
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Two bound column references to the same column (their place in the text aside)."""
+    def key(node: dict) -> dict:
+        return {k: v for k, v in node.items() if not k.startswith("query_location")}
+    return a.get("expression_class") in ("BOUND_REF", "BOUND_COLUMN_REF") and key(a) == key(b)
+
+
+def _iso_in_range(text: object) -> bool:
+    """Whether a literal is an ISO date or timestamp of years 1 to 9999 without a time zone."""
+    if not isinstance(text, str) or _ISO.fullmatch(text) is None:
+        return False
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+_EPOCH = datetime(1970, 1, 1)
+_CONSTANT_RANGE = {  # years 1 to 9999 as DuckDB stores them: days and microseconds since 1970
+    "DATE": ((datetime(1, 1, 1) - _EPOCH).days, (datetime(9999, 12, 31) - _EPOCH).days),
+    "TIMESTAMP": ((datetime(1, 1, 1) - _EPOCH) // timedelta(microseconds=1),
+                  (datetime(9999, 12, 31, 23, 59, 59, 999999) - _EPOCH) // timedelta(microseconds=1))}
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?")
 
 
 def _small_int(node: dict) -> bool:

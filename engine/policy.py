@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,12 @@ calibration's MODE_CHOICES; the policy's base map under it is tight."""
 MAX_MODEL_SIZE = 64
 """Largest household a household model may give a probability to."""
 
-COLUMN_TYPES = ("int", "float", "str", "bool")
+COLUMN_TYPES = ("int", "float", "str", "bool", "date", "timestamp")
+TIME_TYPES = ("date", "timestamp")
+# Dates and timestamps a policy, a literal or a value read may hold: Python's and every DuckDB
+# date function's common range (values outside are read as NULL, see `ColumnSpec.period`).
+FIRST_DAY = dt.datetime(1, 1, 1)
+LAST_MOMENT = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
 MAX_QUANTILE_BINS = 4096  # a quantile's histogram releases bins x groups noisy counts
@@ -70,6 +77,15 @@ class ColumnSpec(Ranged):
     lower: float | None = None
     upper: float | None = None
     domain: tuple | None = None
+    span: tuple[dt.datetime, dt.datetime] | None = None  # a date/timestamp column's bounds
+
+    @property
+    def period(self) -> tuple[dt.datetime, dt.datetime]:
+        """The range a date or timestamp column's values are read in: its declared bounds, or
+        every supported date; values outside are read as NULL (engine/scalars.py)."""
+        if self.span is not None:
+            return self.span
+        return FIRST_DAY, (LAST_MOMENT if self.type == "timestamp" else dt.datetime(9999, 12, 31))
 
     @property
     def keys(self) -> tuple:
@@ -526,11 +542,14 @@ def _column(name: str, raw: Any, path: str) -> ColumnSpec:
         raise PolicyError(f"{path}.type: expected one of {', '.join(COLUMN_TYPES)}, got {ctype!r}")
     lower, upper, domain = spec.get("lower"), spec.get("upper"), spec.get("domain")
     if ctype in ("str", "bool") and (lower is not None or upper is not None):
-        raise PolicyError(f"{path}: lower/upper bounds are only allowed on int or float columns")
-    if ctype in ("float", "bool") and domain is not None:
+        raise PolicyError(f"{path}: lower/upper bounds are only allowed on int, float, date or "
+                          "timestamp columns")
+    if ctype not in ("int", "str") and domain is not None:
         raise PolicyError(f"{path}.domain: a public domain is only allowed on int or str columns")
     if (lower is None) != (upper is None):
         raise PolicyError(f"{path}: give both lower and upper, or neither")
+    if ctype in TIME_TYPES:
+        return ColumnSpec(name.lower(), ctype, span=None if lower is None else _span(lower, upper, path, ctype))
     if lower is not None:
         lower = _bound(lower, f"{path}.lower", ctype)
         upper = _bound(upper, f"{path}.upper", ctype)
@@ -539,6 +558,38 @@ def _column(name: str, raw: Any, path: str) -> ColumnSpec:
     if domain is not None:
         domain = _domain(domain, f"{path}.domain", ctype)
     return ColumnSpec(name.lower(), ctype, lower, upper, domain)
+
+
+def _span(lower: Any, upper: Any, path: str, ctype: str) -> tuple[dt.datetime, dt.datetime]:
+    first = parse_time(lower, ctype, f"{path}.lower")
+    last = parse_time(upper, ctype, f"{path}.upper")
+    if first > last:
+        raise PolicyError(f"{path}: lower ({lower}) is later than upper ({upper})")
+    return first, last
+
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?")
+
+
+def parse_time(value: Any, ctype: str, path: str) -> dt.datetime:
+    """A date ('YYYY-MM-DD') or timestamp ('YYYY-MM-DD[ HH:MM[:SS[.ffffff]]]', no time zone)
+    as a naive datetime (a date at midnight), or a PolicyError naming `path` and the format."""
+    want = "an ISO date 'YYYY-MM-DD'" if ctype == "date" else \
+        "an ISO timestamp 'YYYY-MM-DD HH:MM:SS' without a time zone"
+    if isinstance(value, dt.datetime):  # YAML reads an unquoted timestamp as a datetime
+        if value.tzinfo is not None or ctype == "date":
+            raise PolicyError(f"{path}: expected {want}, got {value!r}")
+        return value
+    if isinstance(value, dt.date):  # YAML reads an unquoted date as a date
+        return dt.datetime(value.year, value.month, value.day)
+    pattern = _ISO_DATE if ctype == "date" else _ISO_TIMESTAMP
+    if not isinstance(value, str) or pattern.fullmatch(value.strip()) is None:
+        raise PolicyError(f"{path}: expected {want}, got {value!r}")
+    try:
+        return dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise PolicyError(f"{path}: {value!r} is not a valid date or time (expected {want})") from None
 
 
 def _bound(value: Any, path: str, ctype: str) -> float:

@@ -20,8 +20,10 @@ from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
 
 ALPHA = 0.05  # 1 - the intervals' coverage
-_DTYPES = {"BOOLEAN": "bool", "BIGINT": "int64", "DOUBLE": "float64", "VARCHAR": "object"}
-_KEY_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "str": "VARCHAR"}
+_DTYPES = {"BOOLEAN": "bool", "BIGINT": "int64", "DOUBLE": "float64", "VARCHAR": "object",
+           "DATE": "object", "TIMESTAMP": "object"}  # dates as Python date / datetime objects
+_KEY_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "str": "VARCHAR", "date": "DATE",
+              "timestamp": "TIMESTAMP"}
 
 
 def noisy_columns(plan: QueryPlan) -> list[tuple[str, str]]:
@@ -128,7 +130,9 @@ def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
     simultaneous half-widths)."""
     conn.register("noisy", frame)
     try:
-        result = conn.execute(sql).fetchdf()
+        cursor = conn.execute(sql)
+        kinds = [str(column[1]) for column in cursor.description]
+        result = _python_times(cursor.fetchdf(), kinds)
     finally:
         conn.unregister("noisy")
     names = [out.name for out in plan.outputs]
@@ -162,7 +166,7 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     columns = {col.name: [key[i] for key in keys] for i, col in enumerate(plan.group_by)}
     columns.update(noisy)
     rows = len(keys) if plan.group_by else len(next(iter(noisy.values())))
-    fetched = _fetched_dtypes()
+    fetched = {**_fetched_dtypes(), "DATE": object, "TIMESTAMP": object}
     answer = pd.DataFrame({
         out.name: pd.Series(columns[source], dtype=fetched[types[source]]) if isinstance(source, str)
         else pd.Series(_ratio(source, noisy), dtype=fetched["DOUBLE"])
@@ -173,6 +177,17 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
                                 for out in plan.outputs}, index=range(rows))
                   for alpha in (ALPHA, ALPHA / groups)]
     return answer, *halfwidths
+
+
+def _python_times(frame: pd.DataFrame, kinds: list[str]) -> pd.DataFrame:
+    """DATE and TIMESTAMP columns as Python date and datetime objects (NULL as None), as the
+    answers without post-processing hold them (`fetchdf` gives pandas timestamps)."""
+    for name, kind in zip(list(frame.columns), kinds, strict=True):
+        if kind in ("DATE", "TIMESTAMP"):
+            values = [None if pd.isna(v) else v.date() if kind == "DATE" else v.to_pydatetime()
+                      for v in frame[name]]
+            frame[name] = pd.Series(values, index=frame.index, dtype=object)
+    return frame
 
 
 def _is_ratio(node: exp.Expression, noisy: set[str]) -> bool:

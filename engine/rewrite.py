@@ -9,6 +9,7 @@ is a function of the query text and the policy only, never of the data.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 
 from sqlglot import exp
@@ -140,6 +141,11 @@ def _domain(group_by: tuple[GroupKey, ...]) -> exp.Expression:
 
 
 def _literal(value) -> exp.Expression:
+    if isinstance(value, dt.datetime):
+        return exp.TryCast(this=exp.Literal.string(value.isoformat(sep=" ")),
+                           to=exp.DataType.build("TIMESTAMP"))
+    if isinstance(value, dt.date):
+        return exp.TryCast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     if isinstance(value, str):

@@ -3,11 +3,13 @@
 Each allowed scalar function or operator is one `Scalar`: the sqlglot nodes it is written as,
 the options each node may carry, and its type rule. Plan binding types expressions with it,
 the gate derives its allow-list of DuckDB functions from it (engine/gate.py), and refusals list
-its functions, so the three cannot disagree. Types are 'int', 'float', 'str', 'bool', 'null'.
+its functions, so the three cannot disagree. Types are 'int', 'float', 'str', 'bool', 'date',
+'timestamp' and 'null'.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from .errors import QueryRefused
+from .errors import PolicyError, QueryRefused
+from .policy import TIME_TYPES, parse_time
 
 MAX_LITERAL = 1e15
 
@@ -41,7 +44,23 @@ _CAST_TYPES = {
     exp.DataType.Type.FLOAT: "float", exp.DataType.Type.DOUBLE: "float",
     exp.DataType.Type.VARCHAR: "str", exp.DataType.Type.TEXT: "str",
     exp.DataType.Type.BOOLEAN: "bool",
+    exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp",
+    exp.DataType.Type.TIMESTAMPNTZ: "timestamp",
 }
+# EXTRACT's parts (and the functions YEAR(x), MONTH(x), ... that mean the same), each with
+# the range of its values; YEAR's follows from the bounds of its argument.
+_PARTS: dict[str, tuple[int, int] | None] = {
+    "YEAR": None, "QUARTER": (1, 4), "MONTH": (1, 12), "DAY": (1, 31), "DAYOFWEEK": (0, 6),
+    "ISODOW": (1, 7), "DAYOFYEAR": (1, 366), "WEEK": (1, 53), "HOUR": (0, 23),
+    "MINUTE": (0, 59), "SECOND": (0, 59)}
+_PART_ALIASES = {"DOW": "DAYOFWEEK", "DOY": "DAYOFYEAR", "WEEKOFYEAR": "WEEK"}
+_PART_FUNCTIONS: dict[type[exp.Expression], str] = {
+    exp.Year: "YEAR", exp.Quarter: "QUARTER", exp.Month: "MONTH", exp.Day: "DAY",
+    exp.DayOfMonth: "DAY", exp.DayOfWeek: "DAYOFWEEK", exp.DayOfWeekIso: "ISODOW",
+    exp.DayOfYear: "DAYOFYEAR", exp.Week: "WEEK", exp.WeekOfYear: "WEEK", exp.Hour: "HOUR",
+    exp.Minute: "MINUTE", exp.Second: "SECOND"}
+TRUNC_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR")
+_TRUNCS = (exp.TimestampTrunc, exp.DateTrunc)
 
 
 def _paren(node: exp.Expression, child: Typer) -> str:
@@ -171,12 +190,83 @@ def _cast(node: exp.Expression, child: Typer) -> str:
     if target is None or to.expressions:
         raise QueryRefused(
             f"CAST to {to.sql(dialect='duckdb')} refused: cast to INTEGER, BIGINT, DOUBLE, "
-            "VARCHAR or BOOLEAN"
+            "VARCHAR, BOOLEAN, DATE or TIMESTAMP"
         )
     operand = child(node.this)
     if target in ("int", "float") and operand == "str":
         _check_text_to_number(node.this)
+    if target in TIME_TYPES:
+        _check_to_time(node.this, operand, target)
+    elif operand in TIME_TYPES and target != "str":
+        raise QueryRefused(f"CAST of the {operand} {short(node.this)} to {target} refused: take a "
+                           "number from it with EXTRACT(year|month|day|dow|hour FROM ...)")
     return target
+
+
+def _check_to_time(operand: exp.Expression, kind: str, target: str) -> None:
+    """A date or timestamp comes from a column, another date or timestamp, or an ISO literal
+    (DATE '2024-01-01'): DuckDB also reads 'infinity', 'epoch' and years beyond 9999, and a
+    cast of text read from the data would be NULL or not depending on the values."""
+    while isinstance(operand, exp.Paren):
+        operand = operand.this
+    if kind in TIME_TYPES or kind == "null":
+        return
+    if isinstance(operand, exp.Literal) and operand.is_string:
+        time_literal(operand.this, target)
+        return
+    raise QueryRefused(f"CAST of {short(operand)} ({kind}) to {target} refused: write a literal "
+                       "such as DATE '2024-01-01' or TIMESTAMP '2024-01-01 08:00:00', or declare "
+                       "the column as date or timestamp in the policy")
+
+
+def time_literal(text_value: str, kind: str) -> dt.datetime:
+    """The value of a DATE or TIMESTAMP literal (ISO, years 1 to 9999, no time zone)."""
+    try:
+        return parse_time(text_value, kind, f"{kind.upper()} literal")
+    except PolicyError as exc:
+        raise QueryRefused(str(exc)) from None
+
+
+def time_part(node: exp.Expression) -> str:
+    """The part an EXTRACT (or YEAR(x), MONTH(x), ...) takes, by its canonical name."""
+    if not isinstance(node, exp.Extract):
+        return _PART_FUNCTIONS[type(node)]
+    part = node.this
+    name = part.this if isinstance(part, exp.Literal) and part.is_string else \
+        part.name if isinstance(part, exp.Var) else ""
+    name = _PART_ALIASES.get(name.upper(), name.upper())
+    if name not in _PARTS:
+        raise QueryRefused(f"EXTRACT({part.sql(dialect='duckdb')} FROM ...) refused: the parts "
+                           f"accepted are {', '.join(p.lower() for p in _PARTS)} (dow: 0 = "
+                           "Sunday; isodow: 1 = Monday)")
+    return name
+
+
+def trunc_unit(node: exp.Expression) -> str:
+    """The unit of a date_trunc: one of TRUNC_UNITS."""
+    unit = node.args.get("unit")
+    name = unit.name.upper() if isinstance(unit, (exp.Var, exp.Literal)) else ""
+    if name not in TRUNC_UNITS:
+        shown = unit.sql(dialect="duckdb") if unit is not None else "?"
+        raise QueryRefused(f"date_trunc({shown}, ...) refused: the units accepted are "
+                           f"{', '.join(repr(u.lower()) for u in TRUNC_UNITS)}")
+    return name
+
+
+def _extract(node: exp.Expression, child: Typer) -> str:
+    time_part(node)
+    operand = child(node.expression if isinstance(node, exp.Extract) else node.this)
+    if operand not in TIME_TYPES and operand != "null":
+        raise QueryRefused(f"{short(node)} refused: it takes a date or timestamp, not a {operand}")
+    return "int"
+
+
+def _trunc(node: exp.Expression, child: Typer) -> str:
+    trunc_unit(node)
+    operand = child(node.this)
+    if operand not in TIME_TYPES and operand != "null":
+        raise QueryRefused(f"{short(node)} refused: it takes a date or timestamp, not a {operand}")
+    return "timestamp"
 
 
 def _all(kinds: tuple[type[exp.Expression], ...], options: frozenset[str]) -> dict:
@@ -205,6 +295,9 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("CAST", {exp.Cast: frozenset({"this", "to"}),
                     exp.TryCast: frozenset({"this", "to", "safe"})}, _cast, True),
     Scalar("CASE", {exp.Case: frozenset({"this", "ifs", "default"})}, _case, True),
+    Scalar("EXTRACT", {exp.Extract: _BINARY, **_all(tuple(_PART_FUNCTIONS), _ONE_ARG)}, _extract,
+           True),
+    Scalar("DATE_TRUNC", _all(_TRUNCS, frozenset({"this", "unit"})), _trunc, True),
     Scalar("( )", {exp.Paren: _ONE_ARG}, _paren, False),
     Scalar("unary -", {exp.Neg: _ONE_ARG}, _negation, False),
     Scalar("arithmetic", _all((exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv), _BINARY),
@@ -387,16 +480,21 @@ def text(kind: str, node: exp.Expression) -> str:
 
 def common(kinds: list[str], node: exp.Expression) -> str:
     """The common type of comparable operands; numbers compare with numbers only, and so on."""
-    families = {"float" if k in ("int", "float") else k for k in kinds if k != "null"}
+    families = {"float" if k in ("int", "float") else "time" if k in TIME_TYPES else k
+                for k in kinds if k != "null"}
     if len(families) > 1:
+        hint = "; write a date as DATE '2024-01-01' or a timestamp as TIMESTAMP " \
+            "'2024-01-01 08:00:00'" if families == {"str", "time"} else ""
+        names = sorted("date/timestamp" if f == "time" else f for f in families)
         raise QueryRefused(
-            f"cannot compare or combine {' and '.join(sorted(families))} values in {short(node)}"
-        )
+            f"cannot compare or combine {' and '.join(names)} values in {short(node)}{hint}")
     if not families:
         return "null"
     family = families.pop()
     if family == "float":
         return "int" if all(k in ("int", "null") for k in kinds) else "float"
+    if family == "time":  # DuckDB compares a date with a timestamp as midnight of that day
+        return "date" if all(k in ("date", "null") for k in kinds) else "timestamp"
     return family
 
 
@@ -433,8 +531,8 @@ def value_range(node: exp.Expression, leaf: RangeLeaf) -> Range | None:
         raise QueryRefused(
             f"{short(node)} refused in an aggregate: no bound follows from the policy for "
             f"{node.key.upper()}; bounds follow through bounded columns, conditions (0/1), "
-            "literals, arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, COALESCE, CASE and "
-            "numeric CAST")
+            "literals, arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, COALESCE, CASE, "
+            "numeric CAST and EXTRACT")
     return rule(node, lambda child: value_range(child, leaf))
 
 
@@ -546,3 +644,142 @@ _RANGES: dict[type[exp.Expression], Callable[[exp.Expression, Callable[[exp.Expr
     exp.Least: _extreme, exp.Greatest: _extreme, exp.Coalesce: _extreme, exp.Case: _case_range,
     exp.Cast: _cast_range, exp.TryCast: _cast_range,
 }
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def seconds(moment: dt.datetime) -> float:
+    """A date or timestamp as seconds since 1970-01-01 (how ranges carry dates)."""
+    return (moment - _EPOCH).total_seconds()
+
+
+def moment(value: float) -> dt.datetime:
+    """The inverse of `seconds`."""
+    return _EPOCH + dt.timedelta(seconds=value)
+
+
+def time_range(node: exp.Expression, leaf: RangeLeaf) -> Range | None:
+    """Public bounds (as `seconds`) of a type-checked date or timestamp expression: a column's
+    from `leaf` (the values it is read in), a literal's its value; a cast or date_trunc stays
+    within its operand's bounds once truncated. None when it is always NULL."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return leaf(node)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        operand = node.this
+        while isinstance(operand, exp.Paren):
+            operand = operand.this
+        if isinstance(operand, exp.Literal) and operand.is_string:
+            value = seconds(time_literal(operand.this, _CAST_TYPES[node.args["to"].this]))
+            return value, value
+        return time_range(operand, leaf)
+    if isinstance(node, _TRUNCS):
+        found = time_range(node.this, leaf)
+        unit = trunc_unit(node)
+        return None if found is None else \
+            (seconds(truncate(moment(found[0]), unit)), seconds(truncate(moment(found[1]), unit)))
+    if isinstance(node, exp.Case):
+        results = [branch.args["true"] for branch in node.args.get("ifs") or []]
+        if node.args.get("default") is not None:
+            results.append(node.args["default"])
+        return _hull([time_range(r, leaf) for r in results])
+    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
+        return _hull([time_range(c, leaf) for c in [node.this, *node.expressions]])
+    raise QueryRefused(f"{short(node)} refused: no bound on its dates follows from the policy; "
+                       "bounds follow through date and timestamp columns, literals, CAST, "
+                       "date_trunc, CASE and COALESCE")
+
+
+def truncate(value: dt.datetime, unit: str) -> dt.datetime:
+    """The start of the period of `unit` (TRUNC_UNITS) holding `value`, as DuckDB's date_trunc
+    computes it (weeks start on Monday)."""
+    day = dt.datetime(value.year, value.month, value.day)
+    if unit == "HOUR":
+        return day.replace(hour=value.hour)
+    if unit == "DAY":
+        return day
+    if unit == "WEEK":
+        return day - dt.timedelta(days=day.weekday())
+    if unit == "MONTH":
+        return day.replace(day=1)
+    if unit == "QUARTER":
+        return day.replace(month=(day.month - 1) // 3 * 3 + 1, day=1)
+    return day.replace(month=1, day=1)
+
+
+def periods(first: dt.datetime, last: dt.datetime, unit: str, most: int) -> list[dt.datetime]:
+    """The starts of every period of `unit` that meets [first, last], in order; a refusal when
+    there are more than `most`."""
+    found: list[dt.datetime] = []
+    start: dt.datetime | None = truncate(first, unit)
+    while start is not None and start <= last:
+        if len(found) == most:
+            raise QueryRefused(f"date_trunc('{unit.lower()}', ...) would have more than {most} "
+                               f"periods from {first} to {last}; use a coarser unit or restrict "
+                               "the dates in WHERE")
+        found.append(start)
+        start = _next_period(start, unit)
+    return found
+
+
+def _next_period(start: dt.datetime, unit: str) -> dt.datetime | None:
+    try:
+        if unit in ("HOUR", "DAY", "WEEK"):
+            return start + {"HOUR": dt.timedelta(hours=1), "DAY": dt.timedelta(days=1),
+                            "WEEK": dt.timedelta(days=7)}[unit]
+        months = {"MONTH": 1, "QUARTER": 3, "YEAR": 12}[unit]
+        index = start.year * 12 + start.month - 1 + months
+        return start.replace(year=index // 12, month=index % 12 + 1)
+    except (OverflowError, ValueError):  # past 9999-12-31
+        return None
+
+
+_DAY_PARTS: dict[str, Callable[[dt.datetime], int]] = {  # as DuckDB computes them
+    "YEAR": lambda d: d.year, "QUARTER": lambda d: (d.month - 1) // 3 + 1,
+    "MONTH": lambda d: d.month, "DAY": lambda d: d.day, "DAYOFWEEK": lambda d: d.isoweekday() % 7,
+    "ISODOW": lambda d: d.isoweekday(), "DAYOFYEAR": lambda d: d.timetuple().tm_yday,
+    "WEEK": lambda d: d.isocalendar()[1]}
+_ENUMERATED_DAYS = 400
+
+
+def part_values(part: str, first: dt.datetime, last: dt.datetime) -> tuple[int, ...] | None:
+    """The values a part of the day (not of the time) takes from `first` to `last`, in order,
+    when they span at most 400 days; else None (the part's whole range applies)."""
+    if part not in _DAY_PARTS or (last - first).days > _ENUMERATED_DAYS:
+        return None
+    days = periods(first, last, "DAY", _ENUMERATED_DAYS + 2)
+    return tuple(sorted({_DAY_PARTS[part](day) for day in days}))
+
+
+def _extract_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
+    """EXTRACT's value range: fixed for every part but YEAR, whose range is the years of its
+    argument's bounds (a refusal naming the column when it has none)."""
+    fixed = _PARTS[time_part(node)]
+    if fixed is not None:
+        return float(fixed[0]), float(fixed[1])
+    argument = node.expression if isinstance(node, exp.Extract) else node.this
+    found = time_range(argument, lambda column: _needed(child(column), column))
+    if found is None:
+        return None
+    return float(moment(found[0]).year), float(moment(found[1]).year)
+
+
+_RANGES[exp.Extract] = _extract_range
+_RANGES.update({kind: _extract_range for kind in _PART_FUNCTIONS})
+
+
+def normalize_times(tree: exp.Expression) -> exp.Expression:
+    """A copy of `tree` with date_part('part', x) written as EXTRACT(part FROM x), the one form
+    the whitelist types (sqlglot reads DuckDB's date_part as an unknown function)."""
+    def rewrite_one(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.lower() in ("date_part", "datepart") \
+                and len(node.expressions) == 2:
+            part, value = node.expressions
+            if isinstance(part, exp.Literal) and part.is_string:
+                return exp.Extract(this=exp.var(part.this.upper()), expression=value)
+        return node
+    return tree.transform(rewrite_one)

@@ -3,7 +3,8 @@
 Every dataset is a DuckDB file with the same `people` table, so one accepted query text can be
 run on all of them. Each holds values an analyst's expression might trip over at run time:
 NULL, NaN, infinities, INT64 extremes, values far outside the policy bounds, text that reads as
-a boolean or a number, very long and non-ASCII text, heavy and NULL privacy units, no rows.
+a boolean or a number, very long and non-ASCII text, infinite dates and DuckDB's extreme years,
+heavy and NULL privacy units, no rows.
 """
 
 from __future__ import annotations
@@ -33,14 +34,16 @@ POLICY = {
                 "state": {"type": "str", "domain": STATES},
                 "note": {"type": "str"},
                 "sick": {"type": "bool"},
+                "visit": {"type": "date", "lower": "2020-01-01", "upper": "2024-12-31"},
+                "seen": {"type": "timestamp"},
             },
         }
     },
 }
 
-COLUMNS = ("person_id", "age", "level", "income", "state", "note", "sick")
+COLUMNS = ("person_id", "age", "level", "income", "state", "note", "sick", "visit", "seen")
 SCHEMA = ("CREATE TABLE people (person_id BIGINT, age BIGINT, level BIGINT, income DOUBLE, "
-          "state VARCHAR, note VARCHAR, sick BOOLEAN)")
+          "state VARCHAR, note VARCHAR, sick BOOLEAN, visit DATE, seen TIMESTAMP)")
 
 ODD_INTS = [INT64_MIN, INT64_MAX, INT64_MIN + 1, INT64_MAX - 1, -1, 0, 1, 37, 100, 101, -(2**31) - 1,
             2**31, 2**53 + 1, 10**15, 10**18, -(10**18), 255, 127, -128]
@@ -50,13 +53,21 @@ ODD_STRINGS = ["true", "false", "TRUE", "t", "f", "x", "1e999", "-1e999", "0x7F"
                "9223372036854775808", "", " ", " 1 ", "NaN", "inf", "-inf", "Infinity", "-1", "1", "0",
                "1.5", "37", "CA", "ca", "ZZ", "é", "\u00e9t\u00e9 \U0001f4a5", "\u200b", "%", "_", "\\",
                "'", "a" * 10_000, "\U0001f600" * 3000]
+# Dates at and beyond the policy's bounds, infinite, and DuckDB's extreme years (inserted as text).
+ODD_DATES = ["infinity", "-infinity", "5881580-07-10", "-5877641-06-25", "0001-01-01", "9999-12-31",
+             "1970-01-01", "2019-12-31", "2020-01-01", "2024-02-29", "2024-12-31", "2025-01-01"]
+ODD_MOMENTS = ["infinity", "-infinity", "294247-01-10 04:00:54", "-290308-12-22 00:00:00",
+               "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", "1970-01-01 00:00:00",
+               "2024-02-29 23:59:59", "2024-03-10 02:30:00"]
 
 
 def _ordinary(rng: np.random.Generator, n: int) -> list[tuple]:
     """Rows within the policy: ages 0..100 (37 included), incomes in bounds, in-domain keys."""
     return [(i // 2, int(rng.integers(0, 101)), int(rng.choice(LEVELS)), round(float(rng.uniform(0, 1000)), 2),
-             str(rng.choice(STATES)), "row", bool(rng.random() < 0.3)) for i in range(n)] + \
-        [(n, 37, 2, 37.0, "CA", "x", True)]
+             str(rng.choice(STATES)), "row", bool(rng.random() < 0.3),
+             str(np.datetime64("2020-01-01") + int(rng.integers(0, 1827))),
+             str(np.datetime64("2024-01-01T00:00:00") + int(rng.integers(0, 366 * 86400))).replace("T", " "))
+            for i in range(n)] + [(n, 37, 2, 37.0, "CA", "x", True, "2024-02-29", "2024-02-29 12:00:00")]
 
 
 def _column_pools() -> dict[str, list]:
@@ -67,6 +78,8 @@ def _column_pools() -> dict[str, list]:
         "state": ODD_STRINGS + [None] + STATES,
         "note": ODD_STRINGS + [None, "row"],
         "sick": [True, False, None],
+        "visit": ODD_DATES + [None],
+        "seen": ODD_MOMENTS + [None],
     }
 
 
@@ -87,9 +100,10 @@ def datasets(rng_seed: int = 7) -> dict[str, list[tuple]]:
     rng = np.random.default_rng(rng_seed)
     base = _ordinary(rng, 120)
     pools = _column_pools()
-    extremes = _replace(_replace(_replace(_replace(_replace(
+    extremes = _replace(_replace(_replace(_replace(_replace(_replace(_replace(
         base, "income", ODD_FLOATS + [None]), "age", ODD_INTS + [None]), "level", ODD_INTS[::-1]),
-        "note", ODD_STRINGS), "state", ODD_STRINGS[::-1] + STATES)
+        "note", ODD_STRINGS), "state", ODD_STRINGS[::-1] + STATES), "visit", ODD_DATES + [None]),
+        "seen", ODD_MOMENTS[::-1] + [None])
     nulls = [tuple(None if j == k else v for j, v in enumerate(row))
              for k in range(len(COLUMNS)) for row in base[:5]] + [(None,) * len(COLUMNS)] * 3
     extremes = [(i, *row[1:]) for i, row in enumerate(extremes + nulls)]
@@ -106,7 +120,8 @@ def datasets(rng_seed: int = 7) -> dict[str, list[tuple]]:
 # then inserts other implicit casts (HUGEINT meeting DECIMAL becomes DECIMAL(38, 2), which cannot
 # hold every HUGEINT), so type rules that only know the policy's int and float are not enough.
 WIDE_SCHEMA = ("CREATE TABLE people (person_id VARCHAR, age HUGEINT, level UBIGINT, "
-               "income DECIMAL(18, 2), state VARCHAR, note VARCHAR, sick BOOLEAN)")
+               "income DECIMAL(18, 2), state VARCHAR, note VARCHAR, sick BOOLEAN, visit DATE, "
+               "seen TIMESTAMP)")
 HUGEINT_MAX = 2**127 - 1
 DECIMAL_MAX = "9999999999999999.99"
 
@@ -115,14 +130,15 @@ def wide_rows() -> list[tuple]:
     """Rows for WIDE_SCHEMA (numbers as text, cast on insert): ordinary values, then each wide
     type's extremes, with odd text and NULLs."""
     rng = np.random.default_rng(11)
-    ordinary = [(f"u{i // 2}", str(v[1]), str(v[2]), str(v[3]), v[4], v[5], v[6])
+    ordinary = [(f"u{i // 2}", str(v[1]), str(v[2]), str(v[3]), v[4], v[5], v[6], v[7], v[8])
                 for i, v in enumerate(_ordinary(rng, 40))]
     ages = [str(HUGEINT_MAX), str(-HUGEINT_MAX), str(10**37), str(INT64_MAX + 1), "37", None]
     levels = [str(2**64 - 1), "0", str(2**63), "1", "2", None]
     incomes = [DECIMAL_MAX, "-" + DECIMAL_MAX, "0.01", "-0.01", "1000.00", None]
     extremes = [(f"x{i}", ages[i % len(ages)], levels[(i + 1) % len(levels)],
                  incomes[(i + 2) % len(incomes)], ODD_STRINGS[i % len(ODD_STRINGS)],
-                 ODD_STRINGS[-1 - i % len(ODD_STRINGS)], [True, False, None][i % 3]) for i in range(36)]
+                 ODD_STRINGS[-1 - i % len(ODD_STRINGS)], [True, False, None][i % 3],
+                 ODD_DATES[i % len(ODD_DATES)], ODD_MOMENTS[i % len(ODD_MOMENTS)]) for i in range(36)]
     return ordinary + extremes
 
 

@@ -26,23 +26,29 @@ from engine import DpsqlError, PrivateDatabase
 from tests import adversarial
 
 EPSILON = 2.0  # noisy counts within a few units of the exact ones, so HAVING sees real magnitudes
-TYPES = ("int", "float", "str", "bool")
+TYPES = ("int", "float", "str", "bool", "date", "timestamp")
 MAX_DEPTH = 3
 ILL_TYPED_PERCENT = 4  # how often a child of the wrong type is drawn on purpose
 
 ROW_LEAVES = {"int": ["age", "level", "people.age"], "float": ["income", "people.income"],
-              "str": ["state", "note", "people.note"], "bool": ["sick"]}
+              "str": ["state", "note", "people.note"], "bool": ["sick"],
+              "date": ["visit", "people.visit"], "timestamp": ["seen"]}
 AGGREGATES = {
     "int": ["COUNT(*)", "COUNT(age)", "COUNT(note)", "COUNT(sick)", "COUNT(DISTINCT person_id)",
-            "SUM(age)", "SUM(level)"],
+            "SUM(age)", "SUM(level)", "COUNT(visit)", "SUM(YEAR(visit) - 2020)",
+            "COUNT(*) FILTER (WHERE seen < TIMESTAMP '2024-03-10 02:30:00')"],
     "float": ["SUM(income)", "AVG(income)", "AVG(age)", "AVG(level)", "AVG(sick)",
               "SUM(CASE WHEN age > 30 THEN income / 2 ELSE -income END)", "VAR_POP(age)",
               "STDDEV(income - 500)", "MEDIAN(income)", "QUANTILE_CONT(age - level, 0.9)",
-              "PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY income)"],
+              "PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY income)",
+              "AVG(EXTRACT(hour FROM seen))", "AVG(EXTRACT(dow FROM visit))"],
 }
-EXPRESSION_KEYS = {"FLOOR(age / 10)": "int", "CASE WHEN income < 500 THEN 'low' ELSE 'high' END": "str"}
+EXPRESSION_KEYS = {"FLOOR(age / 10)": "int", "CASE WHEN income < 500 THEN 'low' ELSE 'high' END": "str",
+                   "EXTRACT(month FROM visit)": "int", "date_trunc('year', visit)": "date",
+                   "date_trunc('month', seen)": "timestamp"}
 GROUPINGS = [(), (), (), ("state",), ("sick",), ("level",), ("state", "sick"), ("age",),
-             ("FLOOR(age / 10)",), ("CASE WHEN income < 500 THEN 'low' ELSE 'high' END", "sick")]
+             ("FLOOR(age / 10)",), ("CASE WHEN income < 500 THEN 'low' ELSE 'high' END", "sick"),
+             ("EXTRACT(month FROM visit)",), ("date_trunc('year', visit)", "state"), ("visit",)]
 INT_LITERALS = ["0", "1", "-1", "2", "37", "100", "101", "-5", "127", "128", "255", "32768",
                 "2147483648", "1000000000000000", "9223372036854775807"]
 FLOAT_LITERALS = ["0.5", "-0.0", "1.5", "37.0", "999.999", "1e15", "1e-300", "3.14159", "2.5e3", "1e16"]
@@ -51,7 +57,16 @@ TEXT_LITERALS = ["true", "false", "t", "x", "1e999", "0x7F", "0x7FFFFFFFFFFFFFFF
                  "\\", "%\\", "\u00e9t\u00e9", "\U0001f4a5", "it's", "b" * 300]
 INT_CASTS = ["INTEGER", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "UBIGINT"]
 FLOAT_CASTS = ["DOUBLE", "FLOAT", "REAL", "DECIMAL(18, 3)", "DECIMAL(4, 1)"]
-CASTS = {"int": INT_CASTS, "float": FLOAT_CASTS, "str": ["VARCHAR", "TEXT"], "bool": ["BOOLEAN"]}
+DATE_LITERALS = ["2020-01-01", "2024-02-29", "2024-12-31", "2019-12-31", "2025-01-01", "0001-01-01",
+                 "9999-12-31", "infinity", "-infinity", "epoch", "2024-02-30", "99999-01-01", "today"]
+TIMESTAMP_LITERALS = ["2024-03-10 02:30:00", "2024-02-29 23:59:59", "1970-01-01 00:00:00",
+                      "9999-12-31 23:59:59.999999", "infinity", "2024-01-01 00:00:00+05",
+                      "2024-01-01T10:00", "allballs", "2024-01-01 24:00:00"]
+PARTS = ["year", "quarter", "month", "day", "dow", "isodow", "doy", "week", "hour", "minute",
+         "second", "epoch", "millisecond", "century"]
+UNITS = ["year", "quarter", "month", "week", "day", "hour", "minute", "millennium"]
+CASTS = {"int": INT_CASTS, "float": FLOAT_CASTS, "str": ["VARCHAR", "TEXT"], "bool": ["BOOLEAN"],
+         "date": ["DATE"], "timestamp": ["TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMP_NS"]}
 
 
 @dataclass(frozen=True)
@@ -81,7 +96,10 @@ def post_context(group: tuple[str, ...]) -> Context:
 
 def _peer(typ: str):
     """A type DuckDB must unify with `typ`: either number type for a number (so int and float
-    columns meet, whatever their physical types), else `typ` itself."""
+    columns meet, whatever their physical types), either time type for a date or timestamp,
+    else `typ` itself."""
+    if typ in ("date", "timestamp"):
+        return st.sampled_from(["date", "timestamp"])
     return st.sampled_from(["int", "float"]) if typ in ("int", "float") else st.just(typ)
 
 
@@ -100,6 +118,10 @@ def literal(draw, typ: str) -> str:
         return draw(st.sampled_from(FLOAT_LITERALS))
     if typ == "str":
         return _text(draw(st.sampled_from(TEXT_LITERALS)))
+    if typ == "date":
+        return f"DATE {_text(draw(st.sampled_from(DATE_LITERALS)))}"
+    if typ == "timestamp":
+        return f"TIMESTAMP {_text(draw(st.sampled_from(TIMESTAMP_LITERALS)))}"
     return draw(st.sampled_from(["TRUE", "FALSE"]))
 
 
@@ -114,7 +136,8 @@ def expression(draw, typ: str, ctx: Context, depth: int = MAX_DEPTH) -> str:
             return draw(st.sampled_from(leaves))
         return draw(literal(typ))
     sub = lambda t: expression(t, ctx, depth - 1)  # noqa: E731
-    builders = {"int": _integer, "float": _float, "str": _string, "bool": _boolean}
+    builders = {"int": _integer, "float": _float, "str": _string, "bool": _boolean, "date": _date,
+                "timestamp": _timestamp}
     generic = draw(st.integers(0, 9))
     if generic == 0:
         return draw(_case(typ, sub))
@@ -145,7 +168,9 @@ def _case(draw, typ: str, sub) -> str:
 @st.composite
 def _integer(draw, sub) -> str:
     """Integer-valued forms (addition drawn most often, as it is the commonest in practice)."""
-    kind = draw(st.integers(0, 5))
+    kind = draw(st.integers(0, 6))
+    if kind == 6:
+        return draw(_part(sub))
     if kind == 0:
         op = draw(st.sampled_from(["+", "-", "*", "//", "%"]))
         return f"({draw(sub('int'))} {op} {draw(sub('int'))})"
@@ -156,6 +181,48 @@ def _integer(draw, sub) -> str:
     if kind == 3:
         return f"{draw(st.sampled_from(['ABS', 'FLOOR', 'CEIL', 'ROUND']))}({draw(sub('int'))})"
     return f"({draw(sub('int'))} + {draw(sub('int'))})"
+
+
+@st.composite
+def _part(draw, sub) -> str:
+    """A part of a date or timestamp: EXTRACT, its function forms and date_part (some parts
+    are refused)."""
+    part = draw(st.sampled_from(PARTS))
+    value = draw(sub(draw(st.sampled_from(["date", "timestamp"]))))
+    form = draw(st.integers(0, 2))
+    if form == 0:
+        return f"EXTRACT({part} FROM {value})"
+    if form == 1:
+        return f"date_part('{part}', {value})"
+    return f"{draw(st.sampled_from(['YEAR', 'MONTH', 'DAY', 'HOUR', 'DAYOFWEEK', 'WEEK']))}({value})"
+
+
+@st.composite
+def _date(draw, sub) -> str:
+    """Date-valued forms: a cast of a date or timestamp (or, refused, of text), date_trunc cast
+    back to a date, and (refused) date arithmetic."""
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return f"CAST({draw(sub(draw(st.sampled_from(['date', 'timestamp', 'timestamp', 'str']))))} AS DATE)"
+    if kind == 1:
+        return f"CAST(date_trunc('{draw(st.sampled_from(UNITS))}', {draw(sub('date'))}) AS DATE)"
+    if kind == 2:
+        return f"({draw(sub('date'))} + {draw(st.sampled_from(['1', 'INTERVAL 1 DAY', 'age']))})"
+    return draw(sub("date"))
+
+
+@st.composite
+def _timestamp(draw, sub) -> str:
+    """Timestamp-valued forms: date_trunc of either time type, casts, and a refused time zone."""
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        unit = draw(st.sampled_from(UNITS))
+        return f"date_trunc('{unit}', {draw(sub(draw(st.sampled_from(['date', 'timestamp']))))})"
+    if kind == 1:
+        return f"CAST({draw(sub('date'))} AS TIMESTAMP)"
+    if kind == 2:
+        return f"({draw(sub('timestamp'))} AT TIME ZONE {draw(sub('str'))})"
+    return draw(sub("timestamp"))
 
 
 @st.composite

@@ -21,9 +21,12 @@ NUMERIC = ["age", "income"]
 COLUMNS = ["age", "income", "state", "sick", "note", "person_id", "rowid", "nosuch"]
 FUNCTIONS = ["ABS", "ROUND", "FLOOR", "CEIL", "LOWER", "UPPER", "TRIM", "LENGTH", "SUBSTRING",
              "COALESCE", "LEAST", "GREATEST", "RANDOM", "HASH", "ERROR", "READ_CSV", "NOW",
-             "REGEXP_MATCHES", "CURRENT_SETTING", "MD5"]
+             "REGEXP_MATCHES", "CURRENT_SETTING", "MD5", "DATE_PART", "STRFTIME", "STRPTIME",
+             "MAKE_DATE", "TO_TIMESTAMP", "DATE_DIFF", "TIMEZONE", "LAST_DAY"]
 CAST_TYPES = ["INTEGER", "BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "TINYINT", "DECIMAL(38, 2)",
-              "BLOB"]
+              "BLOB", "DATE", "TIMESTAMP", "TIMESTAMPTZ"]
+DATE_TEXT = ["2024-02-29", "0001-01-01", "9999-12-31", "infinity", "-infinity", "epoch",
+             "2024-02-30", "99999-01-01", "2024-01-01 10:00:00", "2024-01-01 00:00:00+05"]
 TEXT = st.text(alphabet=st.sampled_from("aZ%_'\"\\;-*/ \u00e9\u200b0."), max_size=8)
 
 literals = st.one_of(
@@ -34,6 +37,8 @@ literals = st.one_of(
     st.sampled_from(["nan", "inf", "-Infinity", "1e400", "CA", "NY"]).map(exp.Literal.string),
     st.booleans().map(lambda b: exp.Boolean(this=b)),
     st.just(exp.Null()),
+    st.builds(lambda text, to: exp.cast(exp.Literal.string(text), to), st.sampled_from(DATE_TEXT),
+              st.sampled_from(["DATE", "TIMESTAMP"])),
 )
 columns = st.sampled_from(COLUMNS).map(lambda name: exp.column(name))
 
@@ -55,6 +60,10 @@ def _combine(children):
                   st.lists(children, min_size=1, max_size=3)),
         st.builds(lambda a, to: exp.cast(a, to), children, st.sampled_from(CAST_TYPES)),
         st.builds(lambda c, a, b: exp.Case().when(c, a).else_(b), children, children, children),
+        st.builds(lambda part, a: exp.Extract(this=exp.var(part), expression=a),
+                  st.sampled_from(["YEAR", "MONTH", "DOW", "HOUR", "EPOCH", "CENTURY"]), children),
+        st.builds(lambda unit, a: exp.TimestampTrunc(this=a, unit=exp.var(unit)),
+                  st.sampled_from(["MONTH", "WEEK", "MILLENNIUM", "X"]), children),
     )
 
 

@@ -54,8 +54,9 @@ def test_every_possible_key_follows_from_the_policy_and_the_query_text(sql, keys
 @pytest.mark.parametrize("sql, fragment", [
     ("SELECT COUNT(*) FROM people GROUP BY income",
      "GROUP BY income refused: the column has no public domain in the policy (group on a bool "
-     "column, a column with a domain, a bounded int column, a CASE with literal results or "
-     "FLOOR(col / width) of a bounded int column)"),
+     "column, a column with a domain, a bounded int or date column, a CASE with literal results, "
+     "FLOOR(col / width) of a bounded int column, EXTRACT(part FROM col) or "
+     "date_trunc('month', col) of a date or timestamp column)"),
     ("SELECT COUNT(*) FROM people GROUP BY age / 10", "write FLOOR(age / 10) for width buckets"),
     ("SELECT COUNT(*) FROM people GROUP BY FLOOR(income / 10)", "needs a bounded int column"),
     ("SELECT COUNT(*) FROM people GROUP BY CASE WHEN sick THEN note END", "must be a text, whole number"),

@@ -20,7 +20,7 @@ REQUIRED_CATEGORIES = {
     "file_reader", "statement", "multi", "subquery", "cte", "setop", "window", "nondeterministic",
     "catalog", "star", "raw_column", "probing", "group_by", "unit_aggregate", "clamp_literal",
     "nan_inf", "identifier", "join", "misc", "garbage", "implicit_cast", "text_to_number",
-    "post_oracle", "ignored_option", "missing_argument",
+    "post_oracle", "ignored_option", "missing_argument", "dates",
 }
 
 

@@ -54,7 +54,7 @@ def test_base_policy_loads_with_lowercased_names():
         ("tables.people.columns.income.upper", -1, "tables.people.columns.income: lower (0.0) is greater"),
         ("tables.people.columns.income.lower", _DELETE, "columns.income: give both lower and upper"),
         ("tables.people.columns.age.upper", 10.5, "tables.people.columns.age.upper: expected an integer bound"),
-        ("tables.people.columns.age.type", "date", "tables.people.columns.age.type: expected one of"),
+        ("tables.people.columns.age.type", "datetime", "tables.people.columns.age.type: expected one of"),
         ("tables.people.columns.state.domain", [], "tables.people.columns.state.domain: expected a non-empty"),
         ("tables.people.columns.state.domain", ["CA", "CA"], "values must be distinct"),
         ("tables.people.columns.state.lower", 1, "lower/upper bounds are only allowed"),

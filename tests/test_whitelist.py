@@ -30,11 +30,13 @@ EXAMPLES = {
     "GREATEST": "GREATEST(income, 5.5) > 6",
     "CAST": "CAST(age AS DOUBLE) > 2",
     "CASE": "CASE WHEN sick THEN age ELSE 0 END > 3",
+    "EXTRACT": "EXTRACT(year FROM DATE '2024-03-05') = 2024",
+    "DATE_TRUNC": "DATE_TRUNC('month', DATE '2024-03-05') = DATE '2024-03-01'",
 }
 
 
 def _listed(message: str) -> list[str]:
-    found = re.search(r"(?:allowed|whitelist): ([A-Z, ]+)[;)]", message)
+    found = re.search(r"(?:allowed|whitelist): ([A-Z_, ]+)[;)]", message)
     assert found is not None, message
     return found.group(1).split(", ")
 

@@ -26,7 +26,7 @@ from sqlglot import exp
 from ..errors import DataFailure, InputError, PolicyError, QueryRefused, ResourceLimitExceeded
 from ..gate import SchemaGate
 from ..plan import ExactAnswer
-from ..policy import Policy, TableSpec
+from ..policy import TIME_TYPES, Policy, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_columns, readable_tables
 from .bounding import kept_rows
 from .spark_sql import to_spark
@@ -317,6 +317,10 @@ def _check_schema(table: TableSpec, frame: DataFrame) -> dict[str, str]:
         path = f"tables.{table.name}.columns.{col.name}"
         if col.name not in types:
             raise PolicyError(f"{path}: no such column in the data")
+        if col.type in TIME_TYPES:
+            raise PolicyError(f"{path}.type: {col.type} columns are not supported on the Spark "
+                              "engine (its date functions and time zones differ from DuckDB's); "
+                              "use the DuckDB engine, or leave the column out of the policy")
         if col.type not in _TYPES.get(_family(types[col.name]), (frozenset(), ""))[0]:
             raise PolicyError(f"{path}.type: the policy says {col.type} but the data column is "
                               f"{types[col.name]}")

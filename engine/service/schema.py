@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..aggregates import supported
-from ..policy import Policy
+from ..policy import ColumnSpec, Policy
 from ..scalars import SCALARS
 
 SQL_SHAPE = ("one SELECT over one table of the policy: aggregates (listed) over a WHERE of "
@@ -19,7 +19,7 @@ def public_schema(policy: Policy) -> dict:
     """The policy as an analyst may see it (JSON-ready)."""
     tables = {}
     for name, table in policy.tables.items():
-        columns = {c.name: {"type": c.type, "lower": c.lower, "upper": c.upper,
+        columns = {c.name: {"type": c.type, **_bounds(c),
                             "domain": None if c.domain is None else list(c.domain)}
                    for c in table.columns.values()}
         tables[name] = {"privacy_unit": table.privacy_unit,
@@ -27,3 +27,12 @@ def public_schema(policy: Policy) -> dict:
     return {"budget": policy.budget_epsilon, "k": policy.k, "eta": policy.eta, "mode": policy.mode,
             "limits": asdict(policy.limits), "tables": tables, "sql": SQL_SHAPE,
             "aggregates": supported(), "functions": sorted({s.name for s in SCALARS})}
+
+
+def _bounds(column: ColumnSpec) -> dict:
+    """A column's lower and upper bounds: numbers, or ISO text for a date or timestamp."""
+    if column.span is None:
+        return {"lower": column.lower, "upper": column.upper}
+    if column.type == "date":
+        return {"lower": column.span[0].date().isoformat(), "upper": column.span[1].date().isoformat()}
+    return {"lower": column.span[0].isoformat(sep=" "), "upper": column.span[1].isoformat(sep=" ")}
