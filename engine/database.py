@@ -168,6 +168,7 @@ class PrivateDatabase:
             eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
             transcript_eta=self.accountant.scope(union(books.read, prepared.columns)).eta,
             largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns),
+            flattened_sql=plan.flattened_sql,
         )
 
     @_serialized

@@ -74,6 +74,7 @@ class QueryPlan:
     order: tuple[exp.Ordered, ...]
     limit: int | None
     offset: int | None
+    flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/flatten.py)
 
     @property
     def group_count(self) -> int:

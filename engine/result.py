@@ -226,6 +226,7 @@ class Explanation:
     columns_read: tuple[str, ...] = ()  # the policy columns the exact query reads
     transcript_eta: float | None = None  # the transcript's eta once this answer is charged
     largest_epsilon: float | None = None  # the largest epsilon this query can still ask
+    flattened_sql: str = ""  # the one-table SELECT the query's CTEs/subqueries flatten to
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -247,6 +248,7 @@ class Explanation:
         ) + html_table(headers, rows, caption=self.sql) + html_paragraphs(
             f"transcript level {number(self.level_before)} -> {number(self.level_after)} of budget "
             f"{number(self.budget.total)}: {verdict}",
+            *([f"flattened SQL: {self.flattened_sql}"] if self.flattened_sql else []),
             f"rewritten SQL: {self.rewritten_sql}",
         )
 

@@ -12,6 +12,7 @@ import pytest
 import sqlglot
 import yaml
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlglot import exp
 
 from calibration import DependenceModel, calibrate, transcript_level
@@ -261,20 +262,29 @@ def row_level_fuzz_db(tmp_path_factory):
 
 
 def _named_in_reads(sql: str) -> set[str]:
-    """Policy columns the analyst's text names in WHERE, GROUP BY or an aggregate's argument."""
+    """Policy columns the analyst's text names in WHERE, GROUP BY or an aggregate's argument,
+    in the query or in a CTE or subquery it reads."""
     tree = sqlglot.parse_one(sql, read="duckdb")
-    parts = [tree.args.get("where"), tree.args.get("group"), *tree.find_all(exp.AggFunc)]
+    parts = [*tree.find_all(exp.Where), *tree.find_all(exp.Group), *tree.find_all(exp.AggFunc)]
     return {f"people.{col.name.lower()}" for part in parts if part is not None
             for col in part.find_all(exp.Column)
             if col.name.lower() in adversarial.POLICY["tables"]["people"]["columns"]}
 
 
+# How the query reaches the table: directly, or through CTEs named t that filter it.
+SOURCES = ["", "WITH t AS (SELECT * FROM people) ", "WITH t AS (SELECT * FROM people WHERE level > 1) ",
+           "WITH u AS (SELECT * FROM people WHERE NOT sick), t AS (SELECT * FROM u) "]
+
+
 @settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(sql=differential.queries())
-def test_every_column_a_query_names_where_it_reads_data_is_counted(row_level_fuzz_db, sql):
-    """Random queries of the fuzzer's grammar: every policy column named in WHERE, GROUP BY or
-    an aggregate is among the columns read, so no column can pick a smaller eta unseen."""
+@given(sql=differential.queries(), source=st.sampled_from(SOURCES))
+def test_every_column_a_query_names_where_it_reads_data_is_counted(row_level_fuzz_db, sql, source):
+    """Random queries of the fuzzer's grammar, on the table or through a CTE or FROM-subquery
+    that filters it: every policy column named in WHERE, GROUP BY or an aggregate is among the
+    columns read, so no column can pick a smaller eta unseen."""
+    if source:
+        sql = source + sql.replace(" FROM people", " FROM t", 1)
     try:
         plan = row_level_fuzz_db.explain(sql, epsilon=1.0)
     except DpsqlError:

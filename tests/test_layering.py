@@ -13,7 +13,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
     ("values", frozenset({"policy", "result", "accounting"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
-    ("query", frozenset({"parse", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess",
+    ("query", frozenset({"parse", "flatten", "gate", "binding", "rewrite", "sensitivity", "noise", "postprocess",
                         "columns"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare", "bounded_store"})),

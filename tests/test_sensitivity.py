@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from engine.binding import build_plan
 from engine.execute import bound_units, run
+from engine.flatten import flatten
 from engine.parse import parse_select
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
@@ -36,8 +37,14 @@ QUERIES = [
     # VAR and STDDEV: COUNT, SUM and SUM of squares of the clamped values.
     "SELECT VAR_POP(age), STDDEV_SAMP(income - 500), VARIANCE(sick) FROM people",
     "SELECT state, STDDEV_POP(age - 50), VAR_SAMP(income) FROM people GROUP BY state",
+    # CTEs and FROM-subqueries, flattened into one SELECT on the table (docs/theory.md §16).
+    "WITH adults AS (SELECT * FROM people WHERE age >= 18), rich AS (SELECT income * 2 AS twice, "
+    "state AS s, sick, person_id AS pid FROM adults WHERE income > 100) "
+    "SELECT s, COUNT(*), SUM(twice), AVG(sick), COUNT(DISTINCT pid) FROM rich GROUP BY s",
+    "SELECT band, COUNT(*), SUM(x) FROM (SELECT FLOOR(age / 20) AS band, income - 500 AS x "
+    "FROM (SELECT * FROM people WHERE NOT sick) AS healthy) AS t GROUP BY band",
 ]
-PLANS = [build_plan(parse_select(q), POLICY, q) for q in QUERIES]
+PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 
 row = st.tuples(
     st.sampled_from(STATES + ["ZZ", None]),
