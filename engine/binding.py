@@ -13,13 +13,14 @@ from sqlglot import exp
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
-from .plan import GroupKey, Measurement, OutputColumn, QueryPlan
+from .join import bind_join, public_column
+from .plan import GroupKey, Measurement, OutputColumn, PublicJoin, QueryPlan
 from .policy import ColumnSpec, Limits, Policy, TableSpec
 from .scalars import MAX_LITERAL, Range, check_args, int_literal, numeric_literal, short, type_of, value_range
 
 MAX_GROUPS = 1_000_000
 MAX_LIMIT = 1_000_000_000
-_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+_SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "offset"}
 
 
 def build_plan(select: exp.Select, policy: Policy, sql: str,
@@ -32,7 +33,9 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
                 raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
     table, aliases = _bind_table(select, policy)
-    scope = _Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()))
+    join, public_aliases = bind_join(select, policy, table, aliases)
+    scope = _Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), join,
+                   public_aliases)
     where = None
     if select.args.get("where") is not None:
         condition = select.args["where"].this
@@ -52,7 +55,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     limit = _bind_count(select.args.get("limit"), "LIMIT")
     offset = _bind_count(select.args.get("offset"), "OFFSET")
     plan = QueryPlan(sql, table, where, group_by, tuple(post.measurements.values()),
-                     tuple(outputs), having, order, limit, offset)
+                     tuple(outputs), having, order, limit, offset, join=join)
     if plan.group_by and plan.group_count > MAX_GROUPS:
         raise QueryRefused(f"GROUP BY would produce {plan.group_count} groups; at most {MAX_GROUPS}")
     return plan
@@ -96,6 +99,9 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
         check_args(alias, "FROM")
     name = table.name.lower()
     spec = policy.tables.get(name)
+    if name in policy.public_tables:
+        raise QueryRefused(f"table {name} is public: it is not answered on its own (read it "
+                           "directly, it is not protected); a private table may JOIN it on its key")
     if spec is None:
         if any(mark in table.name for mark in "/\\:.*"):
             raise QueryRefused(f"file path or URL {table.name!r} refused in FROM: files are never "
@@ -141,7 +147,7 @@ def _group_target(item: exp.Expression, select: exp.Select, scope: _Scope) -> ex
             raise QueryRefused(f"GROUP BY {position} refused: item {position} is an aggregate; "
                                "group on a key (a public column or bucket)")
         return target
-    if isinstance(item, exp.Column) and not item.table and item.name.lower() not in scope.table.columns:
+    if isinstance(item, exp.Column) and not item.table and not scope.has_column(item):
         named = [o.this for o in outputs if isinstance(o, exp.Alias) and o.alias.lower() == item.name.lower()]
         if len(named) == 1 and not named[0].find(exp.AggFunc):
             return named[0]
@@ -406,10 +412,18 @@ def _bind_count(clause: exp.Expression | None, what: str) -> int | None:
 class _Scope:
     """Name resolution and type checking for row-level (pre-aggregation) expressions."""
 
-    def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset()) -> None:
+    def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset(),
+                 join: PublicJoin | None = None, public_aliases: set[str] | None = None) -> None:
         self.table = table
         self.aliases = aliases
         self.data_columns = data_columns
+        self.join = join
+        self.public_aliases = public_aliases or set()
+
+    def has_column(self, node: exp.Column) -> bool:
+        """Whether `node` names a policy column of the private or the joined public table."""
+        name = node.name.lower()
+        return name in self.table.columns or (self.join is not None and name in self.join.public.columns)
 
     def column(self, node: exp.Expression) -> ColumnSpec:
         if not isinstance(node, exp.Column):
@@ -418,6 +432,12 @@ class _Scope:
             )
         self._check_qualifier(node)
         name = node.name.lower()
+        if self.join is not None and self._is_public(node):
+            public = self.join.public
+            if name not in public.columns:
+                raise QueryRefused(f"unknown column {node.name!r} in table {public.name} "
+                                   f"(columns: {', '.join(sorted(public.columns))})")
+            return public_column(public, name)
         if name == self.table.privacy_unit:
             raise QueryRefused(
                 f"column {node.name} is the privacy unit: it may only appear as "
@@ -439,13 +459,30 @@ class _Scope:
     def _check_qualifier(self, node: exp.Column) -> None:
         if node.args.get("catalog") or node.args.get("db"):
             raise QueryRefused(f"qualified column {node.sql()} refused: use table.column at most")
-        if node.table and node.table.lower() not in self.aliases:
+        if node.table and node.table.lower() not in self.aliases | self.public_aliases:
             raise QueryRefused(f"unknown table qualifier {node.table!r} in {node.sql()}")
+
+    def _is_public(self, node: exp.Column) -> bool:
+        """Whether a column reference names the joined public table's column: qualified by its
+        name or alias, or unqualified and not a column of the private table (a name both tables
+        have must be qualified)."""
+        if self.join is None:
+            return False
+        name, public = node.name.lower(), self.join.public
+        if node.table:
+            return node.table.lower() in self.public_aliases
+        in_private = name in self.table.columns or name == self.table.privacy_unit
+        if in_private and name in public.columns:
+            raise QueryRefused(f"column {node.name} is in both {self.table.name} and {public.name}: "
+                               f"write {self.table.name}.{name} or {public.name}.{name}")
+        return name in public.columns
 
     def is_unit(self, node: exp.Expression) -> bool:
         if not isinstance(node, exp.Column) or self.table.privacy_unit is None:
             return False
         self._check_qualifier(node)
+        if self._is_public(node):
+            return False
         return node.name.lower() == self.table.privacy_unit
 
     def scalar_type(self, node: exp.Expression, where: str) -> str:
@@ -471,7 +508,7 @@ class _Scope:
 
     def _bind_names(self, node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column):
-            return exp.column(self.table.columns[node.name.lower()].name, quoted=True)
+            return exp.column(self.column(node).name, quoted=True)
         if isinstance(node, exp.Literal) and not node.is_string and not _is_round_digits(node) \
                 and not node.this.replace("_", "").isdigit():
             # DuckDB reads 1.5 as a DECIMAL, whose casts and arithmetic can overflow.

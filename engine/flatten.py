@@ -19,6 +19,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
 from .errors import QueryRefused
+from .join import ACCEPTED as JOIN_ACCEPTED
 from .policy import Policy
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR"}
@@ -32,7 +33,6 @@ _BODY_CLAUSES = {
     "limit": "LIMIT",
     "offset": "OFFSET",
     "order": "ORDER BY",
-    "joins": "JOIN",
 }
 
 
@@ -74,7 +74,8 @@ def flatten(select: exp.Select, policy: Policy) -> exp.Select:
             or any(node is not merged for node in merged.find_all(exp.Select)):
         raise QueryRefused(f"CTE or subquery refused: it does not flatten into one SELECT on the "
                            f"table ({_ONE_ROW_PER_ROW})")
-    _unqualify(merged)
+    if not merged.args.get("joins"):
+        _unqualify(merged)
     return merged
 
 
@@ -110,6 +111,10 @@ def _check_bodies(select: exp.Select, policy: Policy) -> None:
         _check_body(source, "subquery in FROM", visible, None, policy)
     else:
         _check_source(source, "the query", visible, None, policy)
+    for join in select.args.get("joins") or []:
+        if not isinstance(join.this, exp.Table) or join.this.name.lower() not in policy.public_tables:
+            raise QueryRefused(f"JOIN refused: {join.this.sql(dialect='duckdb')} is not a public "
+                               f"table of the policy ({JOIN_ACCEPTED})")
 
 
 def _check_body(body: exp.Expression, what: str, visible: set[str], own: str | None,
@@ -144,6 +149,9 @@ def _check_source(source: exp.Expression, what: str, visible: set[str], own: str
     if source.args.get("catalog") or source.args.get("db"):
         raise QueryRefused(f"qualified table name {source.sql()} refused: name the table alone")
     name = source.name.lower()
+    if name in policy.public_tables:
+        raise QueryRefused(f"public table {source.name} refused in {what}: join it in the outer "
+                           f"query ({JOIN_ACCEPTED})")
     if own is not None and name == own:
         raise QueryRefused(f"{what} reads itself: a CTE may only read a table or an earlier CTE")
     if name not in visible and name not in policy.tables:
@@ -152,8 +160,11 @@ def _check_source(source: exp.Expression, what: str, visible: set[str], own: str
 
 
 def _schema(policy: Policy) -> MappingSchema:
-    """The policy's tables as sqlglot knows them: the privacy unit and the policy columns."""
-    tables: dict[str, object] = {}
+    """The policy's tables as sqlglot knows them: the privacy unit and the policy columns, and
+    each public table's columns."""
+    tables: dict[str, object] = {
+        name: {col: _SQL_TYPES.get(spec.type, "UNKNOWN") for col, spec in public.columns.items()}
+        for name, public in policy.public_tables.items()}
     for name, table in policy.tables.items():
         columns = {col: _SQL_TYPES.get(spec.type, "UNKNOWN") for col, spec in table.columns.items()}
         if table.privacy_unit is not None:

@@ -21,7 +21,6 @@ MAX_DEPTH = 100  # deeper expressions are refused before any recursive step can 
 
 # Statement and clause shapes that are refused outright, with a name and an alternative.
 _REFUSED_NODES: dict[type, str] = {
-    exp.Join: "JOIN (queries read one private table; join public data before loading it)",
     exp.Union: "UNION (run each SELECT as its own query)",
     exp.Intersect: "INTERSECT (run each SELECT as its own query)",
     exp.Except: "EXCEPT (run each SELECT as its own query)",
@@ -76,6 +75,9 @@ def parse_select(sql: str) -> exp.Select:
         if isinstance(node, exp.Select) and node is not statement and not _flattenable(node):
             raise QueryRefused("subquery refused (outside FROM and WITH; filter on the table's "
                                "columns directly)")
+        if isinstance(node, exp.Join) and node.parent is not statement:
+            raise QueryRefused("JOIN refused here (only the outer query may join: FROM <private "
+                               "table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>)")
         if isinstance(node, exp.With) and node is not statement.args.get("with_"):
             raise QueryRefused("WITH refused here (declare every CTE in the top-level WITH)")
         for node_type, name in _REFUSED_NODES.items():
