@@ -214,3 +214,12 @@ def test_a_repeated_key_would_break_the_bound_which_is_why_opening_refuses_it():
     count = next(m for m in plan.measurements if m.label.startswith("COUNT"))
     before, after = _exact({}, regions)[2], _exact({9: [("CA", 30, 10.0, True)] * 2}, regions)[2]
     assert after[count.name][0] - before[count.name][0] == 4 > sensitivity(count, plan)
+
+
+def test_the_schema_shown_to_analysts_lists_public_tables_and_their_keys():
+    from engine.service.schema import public_schema
+
+    schema = public_schema(POLICY)
+    assert schema["public_tables"]["regions"]["key"] == "state"
+    assert schema["public_tables"]["regions"]["columns"]["region"]["domain"] == ["East", "South", "West"]
+    assert "regions" not in schema["tables"] and "joined to one public table on its key" in schema["sql"]
