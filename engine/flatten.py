@@ -99,7 +99,7 @@ def _check_bodies(select: exp.Select, policy: Policy) -> None:
             name = cte.alias_or_name.lower()
             if name in visible:
                 raise QueryRefused(f"CTE {cte.alias_or_name} is defined twice: give each CTE its own name")
-            if name in policy.tables:
+            if name in policy.tables or name in policy.public_tables:
                 raise QueryRefused(f"CTE {cte.alias_or_name} has the name of a table: rename the CTE")
             if cte.args.get("materialized") is not None:
                 raise QueryRefused(f"MATERIALIZED on CTE {cte.alias_or_name} refused: write "
