@@ -172,7 +172,7 @@ def _group_key(node: exp.Expression, scope: _Scope, index: int,
         if values is None:
             raise QueryRefused(f"GROUP BY {column.name} refused: the column has no public domain in "
                                f"the policy ({_GROUPABLE})")
-        values = _pruned(values, column, where)
+        values = _pruned(values, column, where, scope)
         return GroupKey(column.name, column.name, column.type, values,
                         exp.column(column.name, quoted=True), (column,))
     label = node.sql(dialect="duckdb")
@@ -244,7 +244,7 @@ def _width_buckets(node: exp.Floor, scope: _Scope) -> tuple[str, tuple]:
     return "int", tuple(range(lo, hi + 1))
 
 
-def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None) -> tuple:
+def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None, scope: _Scope) -> tuple:
     """The key values a WHERE leaves possible, read from the query text alone: a top-level AND
     term comparing the grouped column itself with literals (=, <>, <, <=, >, >=, IN, BETWEEN,
     or the bare bool column, NOT included) is false for a row whose key is a pruned value,
@@ -259,7 +259,7 @@ def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None) -> 
             pending += [term.this, term.expression]
         else:
             terms.append(term)
-    kept = tuple(v for v in values if all(_holds(term, column, v) for term in terms))
+    kept = tuple(v for v in values if all(_holds(term, column, v, scope) for term in terms))
     if not kept:
         raise QueryRefused(f"GROUP BY {column.name} refused: the WHERE condition leaves none of "
                            "its values possible, so there is no group to answer")
@@ -273,10 +273,10 @@ _MIRROR: dict[type[exp.Expression], type[exp.Expression]] = {
     exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
 
-def _holds(term: exp.Expression, column: ColumnSpec, value) -> bool:
+def _holds(term: exp.Expression, column: ColumnSpec, value, scope: _Scope) -> bool:
     """False only when `term` is certainly false (or NULL) on a row whose `column` is `value`."""
     def is_column(node: exp.Expression) -> bool:
-        return isinstance(node, exp.Column) and node.name.lower() == column.name.lower()
+        return scope.refers_to(node, column)
 
     def constant(node: exp.Expression):
         if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
@@ -419,6 +419,16 @@ class _Scope:
         self.data_columns = data_columns
         self.join = join
         self.public_aliases = public_aliases or set()
+
+    def refers_to(self, node: exp.Expression, column: ColumnSpec) -> bool:
+        """Whether `node` names the policy column `column` (of the private table or, joined, of
+        the public one: a private and a public column of one name are different columns)."""
+        if not isinstance(node, exp.Column):
+            return False
+        try:
+            return self.column(node) == column
+        except QueryRefused:
+            return False
 
     def has_column(self, node: exp.Column) -> bool:
         """Whether `node` names a policy column of the private or the joined public table."""

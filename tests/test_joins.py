@@ -223,3 +223,17 @@ def test_the_schema_shown_to_analysts_lists_public_tables_and_their_keys():
     assert schema["public_tables"]["regions"]["key"] == "state"
     assert schema["public_tables"]["regions"]["columns"]["region"]["domain"] == ["East", "South", "West"]
     assert "regions" not in schema["tables"] and "joined to one public table on its key" in schema["sql"]
+
+
+@pytest.mark.parametrize("where, group, keys", [
+    ("region = 'West'", "region", ("West",)),
+    ("regions.region IN ('East', 'South')", "regions.region", ("East", "South")),
+    ("people.state = 'CA'", "people.state", ("CA",)),
+    # The public key is another column than the private one of the same name: no pruning.
+    ("regions.state = 'CA'", "people.state", ("CA", "NY", "TX", "WA")),
+])
+def test_a_where_on_a_grouped_column_prunes_its_keys_by_the_column_it_names(where, group, keys):
+    sql = (f"SELECT {group}, COUNT(*) FROM people JOIN regions ON people.state = regions.state "
+           f"WHERE {where} GROUP BY {group}")
+    (key,) = build_plan(parse_select(sql), POLICY, sql).group_by
+    assert key.keys == keys
