@@ -2,7 +2,8 @@
 DuckDB work is negligible, so what is measured is parse, plan, calibration, admission, the
 durable charge, noise and post-processing.
 
-Run: `python -m benchmarks.fixed_cost [--repeats 400]`. Prints a Markdown section.
+Run: `python -m benchmarks.fixed_cost [--repeats 400]`. Prints a Markdown section, with the
+post-processing of AVG answers timed both ways (the query in the second DuckDB, and numpy).
 """
 
 from __future__ import annotations
@@ -16,9 +17,17 @@ from pathlib import Path
 
 import duckdb
 import yaml
+from dpsql.engine import postprocess
+from dpsql.engine.noise import release
+from dpsql.engine.prepare import _all_keys
 
 from benchmarks.workload import policy_dict
 from dpsql import PrivateDatabase
+
+POST = {
+    "avg": "SELECT AVG(income) AS mean FROM people",
+    "grouped_avg": "SELECT region, AVG(income) AS mean, COUNT(*) AS n FROM people GROUP BY region",
+}
 
 QUERIES = {
     "count": "SELECT COUNT(*) AS n FROM people",
@@ -40,7 +49,7 @@ def main() -> None:
                          "(i % 997) * 13.0 AS income FROM range(10000) t(i)")
         copy = Path(work) / "plain.duckdb"
         shutil.copyfile(data, copy)
-        rows = []
+        rows, post = [], []
         for policy_name in ("row_level", "per_unit"):
             policy = Path(work) / f"{policy_name}.yaml"
             policy.write_text(yaml.safe_dump(policy_dict(policy_name)))
@@ -60,6 +69,8 @@ def main() -> None:
                     raw.append(time.perf_counter() - start)
                 e, p = statistics.median(engine) * 1000, statistics.median(raw) * 1000
                 rows.append(f"| {policy_name} | {name} | {p:.2f} | {e:.2f} | {e - p:.2f} |")
+            if policy_name == "row_level":
+                post = [_post_row(private, name, sql, args.repeats) for name, sql in POST.items()]
             private.close()
             plain.close()
     print("### Fixed cost per query on a warm connection (10,000 rows)\n")
@@ -68,6 +79,34 @@ def main() -> None:
     print("|---|---|---:|---:|---:|")
     print("\n".join(rows))
     print(f"\nMedians of {args.repeats} alternating runs; dpsql's time includes the durable sqlite charge.")
+    print("\nPost-processing one answer's noisy values (row_level), the two ways alternating:\n")
+    print("| template | post-processing query (second DuckDB) ms | numpy (`direct`) ms |")
+    print("|---|---:|---:|")
+    print("\n".join(post))
+
+
+def _post_row(private: PrivateDatabase, name: str, sql: str, repeats: int) -> str:
+    """Median ms of `postprocess.finish` (the frame and the query) and of `postprocess.direct`
+    on the same noisy values, alternating."""
+    prepared = private._preparer.prepare(sql, 1.0, None)
+    plan, mechanisms = prepared.plan, prepared.mechanisms
+    keys = _all_keys(plan)
+    rows = len(keys) if plan.group_by else 1
+    noisy = {name: release(mech, [1000] * rows) for name, mech in mechanisms.items()}
+
+    def query() -> object:
+        frame = postprocess.noisy_frame(plan, keys, noisy, mechanisms)
+        return postprocess.finish(private._post, plan, prepared.post_sql, frame)
+
+    timed: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for spent, call in zip(timed, (query, lambda: postprocess.direct(plan, keys, noisy, mechanisms)),
+                               strict=True):
+            start = time.perf_counter()
+            call()
+            spent.append((time.perf_counter() - start) * 1000)
+    return (f"| {name} | {statistics.median(timed[0]):.2f} | "
+            f"{statistics.median(timed[1]):.2f} |")
 
 
 if __name__ == "__main__":

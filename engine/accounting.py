@@ -15,22 +15,34 @@ epsilon; what a user can spend is expressed here:
 With column-scoped eta the map depends on the columns read: a transcript whose answers read
 the columns U is L(S; k, eta_U)-private (docs/theory.md §11). `ScopedAccountant` holds a
 binding's declarations and gives the `Accountant` of any column set.
+
+A declared model (docs/theory.md §14) is one more guarantee map for the transcripts it covers
+(every answer read only the model's columns; for a chain, each answer also read one time point
+per released value): their level is min(L_mode, L_model), with the model's map counted only up
+to its cap (max(L_model(S), L_tight(S / cap))), so the DP budget stays finite.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..calibration import (
     CalibrationError,
     DependenceModel,
-    admits,
     dp_budget,
     guarantee,
     only_residue,
     transcript_level,
+    within_budget,
 )
+from ..calibration.model_maps import capped_inverse
+from .declared_models import DeclaredModel, tight_level
 from .policy import EtaDeclaration, ScopedEta, scoped_eta
+
+TimeSpend = Mapping[int, float]
+"""eps_dp spent per time point by the answers charged per time point (chains, §14)."""
 
 
 @dataclass(frozen=True)
@@ -40,31 +52,52 @@ class Accountant:
     budget: float
     model: DependenceModel
     mode: str
+    exact: tuple[DeclaredModel, ...] = ()  # declared models covering the transcript
+    spend: tuple[float, ...] | None = None  # a covering chain's per-time spending (with the new)
 
     def level(self, spent_dp: float) -> float:
-        """L(S): the information-privacy level of a transcript that spent S in DP terms."""
-        return transcript_level(spent_dp, self.model, self.mode)
+        """L(S): the information-privacy level of a transcript that spent S in DP terms (the
+        smallest of the mode's map and each covering model's capped map)."""
+        level = transcript_level(spent_dp, self.model, self.mode)
+        for declared in self.exact:
+            capped = max(declared.level(spent_dp, self.spend),
+                         tight_level(spent_dp / declared.cap, self.model))
+            level = min(level, capped)
+        return level
 
     def dp_budget(self) -> float:
-        """L^-1(B): the most DP level the whole transcript may spend (0 if L cannot reach B)."""
-        return inverse(self.budget, self.model, self.mode)
+        """L^-1(B): the most DP level the whole transcript may spend (0 if L cannot reach B).
+        A chain's level depends on the spending per time point, not on S alone, so its model
+        only widens the budget of a household model's transcript."""
+        total = inverse(self.budget, self.model, self.mode)
+        tight = inverse(self.budget, self.model, "tight")
+        for declared in self.exact:
+            if declared.household is not None:
+                total = max(total, capped_inverse(declared.level, self.budget, tight,
+                                                  declared.cap))
+        return total
 
     def admits(self, spent_dp: float, new_dp: float) -> bool:
         """True if an answer of new_dp keeps the transcript level within the budget."""
-        return admits(spent_dp, new_dp, self.budget, self.model, self.mode)
+        total = spent_dp + new_dp
+        return not math.isinf(total) and within_budget(self.level(total), self.budget)
 
     def cost(self, spent_dp: float, new_dp: float) -> float:
         """How much an answer of new_dp raises the transcript level: L(S + new) - L(S)."""
         return self.level(spent_dp + new_dp) - self.level(spent_dp)
 
     def largest_epsilon(self, spent_dp: float, mode: str | None = None,
-                        query: DependenceModel | None = None) -> float:
+                        query: DependenceModel | None = None,
+                        answer: Callable[[float], float] | None = None) -> float:
         """The largest epsilon a query calibrated under `mode` (default: the policy's) and the
-        model `query` (default: this accountant's) can ask."""
+        model `query` (default: this accountant's) can ask; under a declared model, `answer`
+        is the query's own level at an eps_dp (its eps_dp is the inverse of it)."""
         total = self.dp_budget()
         room = total - spent_dp
         if only_residue(room, total):
             return 0.0
+        if answer is not None:
+            return answer(room)
         return guarantee(self.mode if mode is None else mode, room,
                          self.model if query is None else query)
 
@@ -94,6 +127,7 @@ class ScopedAccountant:
     eta: float
     mode: str
     eta_by_columns: tuple[EtaDeclaration, ...] = ()
+    models: tuple[DeclaredModel, ...] = ()
 
     def scope(self, columns: frozenset[str] | None) -> ScopedEta:
         """The eta that applies to `columns` (None: every column) and where it comes from."""
@@ -102,9 +136,21 @@ class ScopedAccountant:
     def model(self, columns: frozenset[str] | None) -> DependenceModel:
         return DependenceModel(self.k, self.scope(columns).eta)
 
-    def at(self, columns: frozenset[str] | None) -> Accountant:
-        """The accountant of a transcript whose answers read `columns`."""
-        return Accountant(self.budget, self.model(columns), self.mode)
+    def at(self, columns: frozenset[str] | None, times: TimeSpend | None = None) -> Accountant:
+        """The accountant of a transcript whose answers read `columns` and, when every answer
+        reading a column was charged per time point, spent `times` (None otherwise)."""
+        exact = tuple(m for m in self.models if m.covers(columns)
+                      and (m.household is not None or times is not None))
+        households = tuple(m for m in exact if m.household is not None)
+        # A charged time point was read through its chain's time column, so a chain covering
+        # the columns is the chain of every time point (several only when none was charged).
+        chain = next((m for m in exact if m.chain is not None), None)
+        if chain is None or times is None or any(not chain.first <= t <= chain.last
+                                                 for t in times):
+            return Accountant(self.budget, self.model(columns), self.mode, households)
+        spend = tuple(times.get(t, 0.0) for t in range(chain.first, chain.last + 1))
+        return Accountant(self.budget, self.model(columns), self.mode, households + (chain,),
+                          spend)
 
 
 def union(read: frozenset[str] | None, more: frozenset[str] | None) -> frozenset[str] | None:

@@ -728,3 +728,17 @@ def _filtered(node: exp.Filter) -> exp.AggFunc:
 
 def _is_round_digits(node: exp.Expression) -> bool:
     return isinstance(node.parent, exp.Round) and node.arg_key == "decimals"
+
+
+def time_points(plan: QueryPlan, column: str, first: int, last: int) -> tuple[int, ...] | None:
+    """The time points the released values of `plan` read, when each value reads one: the keys
+    of a GROUP BY on the time column itself (pruned by WHERE), or the one value a top-level
+    WHERE term pins it to. None otherwise (an answer over several time points together)."""
+    for key in plan.group_by:
+        if key.columns and key.columns[0].name == column and key.name == column:
+            return tuple(int(v) for v in key.keys)
+    try:
+        kept = _pruned(tuple(range(first, last + 1)), plan.table.columns[column], plan.where)
+    except QueryRefused:
+        return None
+    return kept if len(kept) == 1 else None

@@ -6,34 +6,34 @@ import functools
 import json
 import sys
 from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
 from .bounded_store import store_dir
 from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
-from .dependence_data import check_groups, fit_sets, open_owner_data
-from .dependence_model import load_model
-from .dependence_report import column_sets, eta_report, fittable, print_checks, print_report
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
 from .execute import prepare_copies
 from .ledger import ROLES, Ledger, read_history
-from .policy import load_policy
+from .policy import MODEL_MODE, load_policy
 from .progress_bar import progress_bar
 from .report import Report, build_report
-from .report_plot import plot_png
-from .report_render import render_html, render_markdown, render_table
 from .result import Explanation, HistoryEntry, QueryResult, from_clause
 from .service.auth import check_cap, check_name, new_analyst
 from .service.client import remote_query
 from .service.limits import Limits
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# rich, the owner's dependence tools and the report renderers are imported by the commands that
+# use them, so a `dpsql query --format json` process does not load them (measured start-up cost:
+# benchmarks/RESULTS.md, "A CLI call").
 
 QUERY_FORMATS = click.Choice(["table", "json", "csv"])
 EXPLAIN_FORMATS = click.Choice(["table", "json"])
@@ -56,8 +56,8 @@ def _common(func, local: bool = True):
         click.option("--cost", type=float, default=None,
                      help="Instead of --epsilon: the most the transcript's level may rise (> 0); "
                           "the answer alone is then at most this private too."),
-        click.option("--mode", type=click.Choice(MODE_CHOICES), default=None,
-                     help="Calibration mode (default: the policy's)."),
+        click.option("--mode", type=click.Choice(MODE_CHOICES + (MODEL_MODE,)), default=None,
+                     help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
         click.argument("sql"),
@@ -158,6 +158,9 @@ def _show_entry(entry: HistoryEntry, fmt: str) -> None:
 
 
 def _print_history(entries: tuple[HistoryEntry, ...]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title="Released answers (dpsql history --id N prints one again)")
     for name in ("id", "time", "sql", "epsilon", "epsilon_dp", "cost"):
         table.add_column(name)
@@ -180,8 +183,9 @@ def ledger_group() -> None:
 def ledger_init(path, policy_path) -> None:
     policy = load_policy(policy_path)
     Ledger(path, binding_of(policy), create=True).close()
+    models = f", {len(policy.models)} declared model(s)" if policy.models else ""
     click.echo(f"created ledger {path}: budget {policy.budget_epsilon:g}, k={policy.k}, "
-               f"eta={policy.eta:g}, mode {policy.mode}")
+               f"eta={policy.eta:g}, mode {policy.mode}{models}")
 
 
 @cli.command(help="Owner: bound every table with a privacy unit once and keep the kept rows beside "
@@ -192,6 +196,9 @@ def ledger_init(path, policy_path) -> None:
 @click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
 @click.option("--ledger", "path", required=True, help="The ledger whose queries will use the copies.")
 def prepare(db, policy_path, path) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     policy = load_policy(policy_path)
     book = Ledger(path, binding_of(policy))
     try:
@@ -213,6 +220,8 @@ def prepare(db, policy_path, path) -> None:
 @click.option("--ledger", "path", required=True, help="The halted sqlite ledger.")
 @click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
 def ledger_resume(path, policy_path) -> None:
+    from rich.text import Text
+
     book = Ledger(path, binding_of(load_policy(policy_path)))
     try:
         reason = book.resume()
@@ -252,6 +261,9 @@ def analyst_add(name, path, cap, role) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def analyst_list(path, fmt) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     with Ledger.reopen(path) as book:
         accounts = [book.account(a.name) for a in book.analysts()]
     rows = [{**asdict(a.analyst), "spent_dp": a.spent_dp} for a in accounts if a is not None]
@@ -273,6 +285,8 @@ def analyst_list(path, fmt) -> None:
 @click.argument("name")
 @click.option("--ledger", "path", required=True, help="The sqlite ledger the service uses.")
 def analyst_revoke(name, path) -> None:
+    from rich.text import Text
+
     with Ledger.reopen(path) as book:
         analyst = book.update_analyst(name, revoke=True)
     _console().print(Text(visible(f"revoked {analyst.name!r} at {analyst.revoked}")))
@@ -284,6 +298,8 @@ def analyst_revoke(name, path) -> None:
 @click.argument("epsilon")
 @click.option("--ledger", "path", required=True, help="The sqlite ledger the service uses.")
 def analyst_cap(name, epsilon, path) -> None:
+    from rich.text import Text
+
     try:
         cap = None if epsilon.lower() == "none" else float(epsilon)
     except ValueError:
@@ -321,6 +337,8 @@ def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst) -
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def calibrate(epsilon, k, eta, fmt) -> None:
+    from rich.table import Table
+
     try:
         options = compare_modes(epsilon, DependenceModel(k, eta))
     except CalibrationError as exc:
@@ -359,6 +377,9 @@ def dependence_group() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def dependence_check(db, policy_path, fmt) -> None:
+    from .dependence_data import check_groups, open_owner_data
+    from .dependence_report import print_checks
+
     policy = load_policy(policy_path)
     tables = [t for t in policy.tables.values() if t.dependence_group is not None]
     if not tables:
@@ -401,6 +422,10 @@ def dependence_check(db, policy_path, fmt) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def dependence_eta(policy_path, table_name, model_path, db, asked, epsilon, confidence, fmt) -> None:
+    from .dependence_data import fit_sets, open_owner_data
+    from .dependence_model import load_model
+    from .dependence_report import column_sets, eta_report, fittable, print_report
+
     policy = load_policy(policy_path)
     if model_path is None and db is None:
         raise InputError("give --model (a household model file), --db (data to fit), or both")
@@ -437,6 +462,8 @@ def dependence_eta(policy_path, table_name, model_path, db, asked, epsilon, conf
 @click.option("--output", default=None, help="Write the report to this file instead of standard output.")
 @click.option("--plot", "plot_path", default=None, help="Also write the cumulative spend plot (.png).")
 def report_command(ledger, policy_path, analyst, fmt, output, plot_path) -> None:
+    from .report_plot import plot_png
+
     if plot_path is not None and not plot_path.lower().endswith(".png"):
         raise InputError(f"--plot must name a .png file, got {plot_path!r}")
     policy = None if policy_path is None else load_policy(policy_path)
@@ -452,6 +479,10 @@ def report_command(ledger, policy_path, analyst, fmt, output, plot_path) -> None
 
 def _render_report(report: Report, fmt: str, output: str | None) -> str:
     """The report as text; a file gets a fixed width, a terminal its own."""
+    from rich.console import Console
+
+    from .report_render import render_html, render_markdown, render_table
+
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"
     if fmt == "markdown":
@@ -471,6 +502,9 @@ def _write(path: str, data: bytes) -> None:
 
 
 def _print_result(result: QueryResult) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table()
     for name in result.df.columns:
         table.add_column(Text(visible(str(name))), justify="right")
@@ -500,6 +534,9 @@ def _print_result(result: QueryResult) -> None:
 
 
 def _print_explanation(ex: Explanation) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     console = _console()
     unit = f"privacy unit {ex.privacy_unit}, at most {ex.max_rows_per_unit} row(s) each" \
         if ex.privacy_unit else "each row is one individual"
@@ -510,6 +547,11 @@ def _print_explanation(ex: Explanation) -> None:
                        f"{from_clause(ex.eta_from)}"))
     console.print(Text(f"columns read: {', '.join(ex.columns_read) or 'none'}; the transcript's "
                        f"eta once answered: {_number(ex.transcript_eta)}"))
+    if ex.model:
+        moved = "; ".join(f"{c.change}: {_number(c.level)}" for c in ex.model_checks)
+        console.print(Text(f"declared model: {ex.model}; epsilon_dp {_number(ex.epsilon_dp)} "
+                           f"against the tight map's {_number(ex.tight_epsilon_dp)}; the "
+                           f"answer's level if the model is off: {moved}"))
     console.print("noisy aggregates:")
     items = Table.grid(padding=(0, 1))  # a list with hanging indents: wraps between words at 80
     items.add_column(no_wrap=True)
@@ -542,6 +584,8 @@ def _csv(result: QueryResult) -> str:
 
 def _console() -> Console:
     """The terminal's own width (80 when it cannot be told), so lines wrap between words."""
+    from rich.console import Console
+
     return Console(highlight=False)
 
 

@@ -14,22 +14,32 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 from ..calibration import (
     Calibration,
     CalibrationError,
+    DependenceModel,
     calibrate,
     guarantee,
 )
+from ..calibration.model_exact import largest_within
 from . import postprocess
-from .accounting import ScopedAccountant, inverse, union
+from .accounting import ScopedAccountant, TimeSpend, inverse, union
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
+from .declared_models import models_json
 from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release
 from .plan import QueryPlan
 from .policy import Policy, declarations_json, load_policy
-from .prepare import PreparedQuery, Preparer
+from .prepare import PreparedQuery, Preparer, model_calibration
 from .report import Report, build_report
-from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
+from .result import (
+    AggregateInfo,
+    BudgetStatus,
+    Explanation,
+    HistoryEntry,
+    ModelCheck,
+    QueryResult,
+)
 
 DEFAULT_ANALYST = "analyst"
 
@@ -59,7 +69,7 @@ class PrivateDatabase:
         self.ledger = ledger
         self.analyst = _check_analyst(analyst)
         self.accountant = ScopedAccountant(policy.budget_epsilon, policy.k, policy.eta, policy.mode,
-                                           policy.eta_by_columns)
+                                           policy.eta_by_columns, policy.models)
         self._post = postprocess.connect()
         self._preparer = Preparer(policy, backend, self._post)
         self._halted = False
@@ -104,8 +114,8 @@ class PrivateDatabase:
     @_serialized
     def budget(self) -> BudgetStatus:
         """What the ledger has spent and what is left, including the largest epsilon to ask."""
-        spent, stored, read = self.ledger.state()
-        return self._status(_Books(spent, read, self._accountants(stored)))
+        spent, stored, read, times = self.ledger.state()
+        return self._status(_Books(spent, read, self._accountants(stored), times))
 
     @_serialized
     def cap_status(self, analyst: str) -> BudgetStatus | None:
@@ -114,7 +124,7 @@ class PrivateDatabase:
         account = self.ledger.account(analyst)
         if account is None or account.analyst.cap is None:
             return None
-        _, stored, _ = self.ledger.state()
+        _, stored, _, _ = self.ledger.state()
         return self._status(_cap_books(account, account.analyst.cap, self._accountants(stored)))
 
     @_serialized
@@ -154,7 +164,7 @@ class PrivateDatabase:
         books = _Books(*self._state())
         cal = self._price(prepared, books)
         mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
-        before, after = books.levels(cal.epsilon_dp, prepared.columns)
+        before, after = books.levels(cal.epsilon_dp, prepared.columns, prepared.times)
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
             max_rows_per_unit=plan.table.max_rows_per_unit,
@@ -164,10 +174,11 @@ class PrivateDatabase:
             mode=cal.mode, justification=cal.justification, k=self.policy.k,
             eta=prepared.scope.eta, aggregates=_aggregate_infos(plan, mechanisms),
             budget=self._status(books), level_before=before, level_after=after,
-            cost=after - before, admissible=books.admits(cal.epsilon_dp, prepared.columns),
+            cost=after - before, admissible=books.admits(cal.epsilon_dp, prepared.columns, prepared.times),
             eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
             transcript_eta=self.accountant.scope(union(books.read, prepared.columns)).eta,
-            largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns),
+            largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared)),
+            **_model_fields(prepared, cal.epsilon_dp),
             flattened_sql=plan.flattened_sql,
         )
 
@@ -197,16 +208,16 @@ class PrivateDatabase:
         except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
 
-        def settle(spent: float, stored: LedgerBinding,
-                   read: frozenset[str] | None) -> tuple[Charge, QueryResult]:
-            books = _Books(spent, read, self._accountants(stored))
+        def settle(spent: float, stored: LedgerBinding, read: frozenset[str] | None,
+                   times: TimeSpend | None) -> tuple[Charge, QueryResult]:
+            books = _Books(spent, read, self._accountants(stored), times)
             cal = self._price(prepared, books)
             self._admit(prepared, cal, books)
             self._admit_analyst(prepared, cal, analyst, books.accountants)
             mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
             infos = _aggregate_infos(plan, mechanisms)
-            before, after = books.levels(cal.epsilon_dp, prepared.columns)
-            charged = _Books(spent + cal.epsilon_dp, union(read, prepared.columns), books.accountants)
+            before, after = books.levels(cal.epsilon_dp, prepared.columns, prepared.times)
+            charged = books.after(cal.epsilon_dp, prepared.columns, prepared.times)
             try:
                 noisy = {name: release(mech, exact.values[name])
                          for name, mech in mechanisms.items()}
@@ -223,12 +234,13 @@ class PrivateDatabase:
                     eta=prepared.scope.eta, aggregates=infos, budget=self._status(charged),
                     level_before=before, level_after=after, cost=after - before,
                     eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
+                    **_model_fields(prepared, cal.epsilon_dp),
                 )
                 stored_answer = result.to_dict()
             except Exception as exc:
                 raise _PostProcessingFailed from exc
             charge = Charge(analyst, sql, result.answer_cost, infos, stored_answer,
-                            prepared.columns)
+                            prepared.columns, prepared.times)
             return charge, result
 
         try:
@@ -244,10 +256,12 @@ class PrivateDatabase:
             raise EngineHalted
         return self._preparer.prepare(sql, epsilon, mode, cost)
 
-    def _state(self) -> tuple[float, frozenset[str] | None, tuple[ScopedAccountant, ...]]:
-        """The ledger's spending, the columns read so far and who must admit a charge."""
-        spent, stored, read = self.ledger.state()
-        return spent, read, self._accountants(stored)
+    def _state(self) -> tuple[float, frozenset[str] | None, tuple[ScopedAccountant, ...],
+                              TimeSpend | None]:
+        """The ledger's spending, the columns read so far, who must admit a charge and the
+        spending per time point."""
+        spent, stored, read, times = self.ledger.state()
+        return spent, read, self._accountants(stored), times
 
     def _accountants(self, stored: LedgerBinding) -> tuple[ScopedAccountant, ...]:
         """Who must admit a charge: this connection's policy and, if the owner has changed the
@@ -261,6 +275,13 @@ class PrivateDatabase:
         accountant allows, under the asked mode and each accountant's own mode, each with the
         eta it gives the columns the query reads."""
         cal, mode, columns = prepared.calibration, prepared.mode, prepared.columns
+        if prepared.declared is not None:  # every binding holds the same models (ledger.py),
+            for a in books.accountants:     # but a tightened one has a smaller tight floor
+                if a is not self.accountant:
+                    other, _ = model_calibration(prepared.declared, cal.epsilon,
+                                                 a.model(columns), prepared.times or ())
+                    cal = other if other.epsilon_dp < cal.epsilon_dp else cal
+            return cal
         if prepared.cost is None:
             for a in books.accountants:
                 if a is not self.accountant:
@@ -290,16 +311,16 @@ class PrivateDatabase:
 
     def _admit(self, prepared: PreparedQuery, cal: Calibration, books: _Books) -> None:
         """Raise BudgetExhausted unless every accountant admits eps_dp on top of the ledger."""
-        if books.admits(cal.epsilon_dp, prepared.columns):
+        if books.admits(cal.epsilon_dp, prepared.columns, prepared.times):
             return
         status = self._status(books)
-        before, after = books.levels(cal.epsilon_dp, prepared.columns)
+        before, after = books.levels(cal.epsilon_dp, prepared.columns, prepared.times)
         cost = after - before
         if prepared.cost is None:
             asked, what = cal.epsilon, f"epsilon {cal.epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g})"
         else:
             asked, what = prepared.cost, f"cost {prepared.cost:g}"
-        largest = books.largest_epsilon(prepared.mode, prepared.columns)
+        largest = books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared))
         room = max(0.0, status.total - status.spent_ip)
         left = (f"the largest epsilon you can still ask is {largest:.4g} (or a cost of at most "
                 f"{room:.4g})" if largest > 0 else "nothing more can be asked: the budget is "
@@ -325,10 +346,10 @@ class PrivateDatabase:
         if cap is None:
             return
         books = _cap_books(account, cap, accountants)
-        if books.admits(cal.epsilon_dp, prepared.columns):
+        if books.admits(cal.epsilon_dp, prepared.columns, prepared.times):
             return
-        before, after = books.levels(cal.epsilon_dp, prepared.columns)
-        largest = books.largest_epsilon(prepared.mode, prepared.columns)
+        before, after = books.levels(cal.epsilon_dp, prepared.columns, prepared.times)
+        largest = books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared))
         asked = cal.epsilon if prepared.cost is None else prepared.cost
         left = (f"the largest epsilon you can still ask is {largest:.4g}" if largest > 0
                 else "nothing more can be asked: your cap is used up")
@@ -353,7 +374,7 @@ class PrivateDatabase:
         """What is spent and left, under the strictest of the accountants; what is left is for
         queries that read no column beyond those already read."""
         spent, nothing = books.spent, frozenset[str]()
-        now = [a.at(books.read) for a in books.accountants]
+        now = [a.at(books.read, books.times) for a in books.accountants]
         scope = self.accountant.scope(books.read)
         return BudgetStatus(
             total=min(a.budget for a in now),
@@ -361,7 +382,8 @@ class PrivateDatabase:
             spent_dp=spent,
             remaining=max(0.0, min(a.budget - a.level(spent) for a in now)),
             remaining_dp=max(0.0, min(a.dp_budget() - spent for a in now)),
-            largest_epsilon=min(a.at(books.read).largest_epsilon(spent, query=a.model(nothing))
+            largest_epsilon=min(a.at(books.read, books.times).largest_epsilon(
+                spent, query=a.model(nothing))
                                 for a in books.accountants),
             mode=self.policy.mode, eta=scope.eta, eta_from=scope.source,
         )
@@ -402,7 +424,7 @@ def binding_of(policy: Policy) -> LedgerBinding:
     units = json.dumps({name: table.privacy_unit for name, table in policy.tables.items()},
                        sort_keys=True)
     return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode, units,
-                         declarations_json(policy.eta_by_columns))
+                         declarations_json(policy.eta_by_columns), models_json(policy.models))
 
 
 @dataclass(frozen=True)
@@ -413,31 +435,89 @@ class _Books:
     spent: float
     read: frozenset[str] | None
     accountants: tuple[ScopedAccountant, ...]
+    # eps_dp per time point of the answers charged per time point; None once an answer that
+    # read a column was not (docs/theory.md §14: a chain then no longer covers the transcript)
+    times: TimeSpend | None = None
 
-    def levels(self, new: float, columns: frozenset[str]) -> tuple[float, float]:
+    def after(self, new: float, columns: frozenset[str],
+              times: tuple[int, ...] | None) -> _Books:
+        """The books once an answer of eps_dp `new` reading `columns` (at the time points
+        `times`, for a chain answer) is charged."""
+        spend = self.times
+        if spend is not None and times is not None:
+            spend = {t: spend.get(t, 0.0) + (new if t in times else 0.0)
+                     for t in set(spend) | set(times)}
+        elif columns:
+            spend = None
+        return _Books(self.spent + new, union(self.read, columns), self.accountants, spend)
+
+    def level(self) -> float:
+        """The transcript's level, the strictest count."""
+        return max(a.at(self.read, self.times).level(self.spent) for a in self.accountants)
+
+    def levels(self, new: float, columns: frozenset[str],
+               times: tuple[int, ...] | None = None) -> tuple[float, float]:
         """The transcript level before, and after an answer of eps_dp `new` reading `columns`,
         the strictest count."""
-        after = union(self.read, columns)
-        return (max(a.at(self.read).level(self.spent) for a in self.accountants),
-                max(a.at(after).level(self.spent + new) for a in self.accountants))
+        return self.level(), self.after(new, columns, times).level()
 
-    def admits(self, new: float, columns: frozenset[str]) -> bool:
+    def admits(self, new: float, columns: frozenset[str],
+               times: tuple[int, ...] | None = None) -> bool:
         """True if every accountant admits an answer of eps_dp `new` reading `columns`."""
-        after = union(self.read, columns)
-        return all(a.at(after).admits(self.spent, new) for a in self.accountants)
-
-    def largest_epsilon(self, mode: str, columns: frozenset[str]) -> float:
-        """The largest epsilon a query reading `columns`, calibrated under `mode`, can ask."""
-        after = union(self.read, columns)
-        return min(a.at(after).largest_epsilon(self.spent, mode, a.model(columns))
+        after = self.after(new, columns, times)
+        return all(a.at(after.read, after.times).admits(self.spent, new)
                    for a in self.accountants)
+
+    def largest_epsilon(self, mode: str, columns: frozenset[str],
+                        answer: Callable[[DependenceModel], Callable[[float], float]] | None = None,
+                        chain: tuple[float, tuple[int, ...]] | None = None) -> float:
+        """The largest epsilon a query reading `columns`, calibrated under `mode` (under a
+        declared model: `answer(query model)` its level at an eps_dp), can ask. A chain
+        answer (`chain`: the model's cap and the answer's time points) raises the level
+        through its time points, not through S alone: its largest eps_dp is found by bisection
+        on the level after it (non-decreasing in it), below cap times the tight DP budget."""
+        after = union(self.read, columns)
+        if answer is not None and chain is not None:
+            cap, times = chain
+            ceiling = cap * min(inverse(a.budget, a.model(after), "tight") for a in self.accountants)
+            budget = min(a.budget for a in self.accountants)
+            room = largest_within(lambda x: self.after(x, columns, times).level(), budget, 0.0,
+                                  ceiling)
+            return 0.0 if room <= 0.0 else min(answer(a.model(columns))(room)
+                                                for a in self.accountants)
+        return min(a.at(after, self.times).largest_epsilon(
+            self.spent, mode, a.model(columns), None if answer is None else answer(a.model(columns)))
+            for a in self.accountants)
+
+
+def _model_fields(prepared: PreparedQuery, epsilon_dp: float) -> dict:
+    """What a result or explanation says of the declared model that calibrated it (if any)."""
+    declared = prepared.declared
+    if declared is None:
+        return {}
+    checks = declared.checks(epsilon_dp, prepared.times or ())
+    return {"model": declared.describe(), "tight_epsilon_dp": prepared.tight_dp,
+            "model_checks": tuple(ModelCheck(change, level) for change, level in checks)}
+
+
+def _answer(prepared: PreparedQuery
+            ) -> tuple[Callable[[DependenceModel], Callable[[float], float]] | None,
+                       tuple[float, tuple[int, ...]] | None]:
+    """Under a declared model, the answer's own level at an eps_dp (for a query model) and,
+    for a chain, its cap and time points (what `_Books.largest_epsilon` needs)."""
+    declared = prepared.declared
+    if declared is None:
+        return None, None
+    times = prepared.times or ()
+    chain = None if declared.chain is None else (declared.cap, times)
+    return (lambda query: lambda eps_dp: declared.answer_level(eps_dp, query, times)), chain
 
 
 def _cap_books(account: AnalystAccount, cap: float,
                accountants: tuple[ScopedAccountant, ...]) -> _Books:
     """An analyst's own answers as the accountants see them, with their cap as the budget."""
     return _Books(account.spent_dp, account.read,
-                  tuple(replace(a, budget=cap) for a in accountants))
+                  tuple(replace(a, budget=cap) for a in accountants), account.times)
 
 
 def _aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[AggregateInfo, ...]:

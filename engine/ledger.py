@@ -18,8 +18,10 @@ before the owner tightened the policy is held to the tighter one too.
 Each charge stores the answer it released (the JSON form of the result), so a client that
 lost an answer can fetch it again without a second charge or fresh noise. Each charge also
 records the columns its answer read, since the transcript's level depends on their union
-(column-scoped eta, docs/theory.md §11). Ledgers of schema versions 2 and 3 are migrated in
-place, in one transaction; their past charges are read as having read every column.
+(column-scoped eta, docs/theory.md §11), and a chain answer the time points it read (a declared
+Markov chain accounts per time point, §14). Ledgers of schema versions 2 to 4 are migrated in
+place, in one transaction; their past charges are read as having read every column, and as
+read at no single time point.
 
 The analysts of `dpsql serve` live in their own table, made on the first `dpsql analyst add`
 (a ledger without it has no analysts): a name, the HMAC of the token under the ledger's own
@@ -42,14 +44,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..calibration import DependenceModel, mode_dominates
-from .accounting import ScopedAccountant
+from .accounting import ScopedAccountant, TimeSpend
+from .declared_models import models_from_json
 from .errors import EngineHalted, LedgerError
 from .policy import EtaDeclaration, declarations_from_json
 from .result import AggregateRecord, AnswerCost, HistoryEntry
 
 ROLES = ("analyst", "accountant")
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 HALT_ATTEMPTS = 5  # busy timeouts (60 s each) a halt waits for a locked ledger
 LEGACY_MODE = "auto"
 """Version 2 ledgers always accounted with the tightest map, which is auto's."""
@@ -67,7 +70,8 @@ CREATE TABLE charges (
     eta REAL NOT NULL,
     aggregates TEXT NOT NULL,
     answer TEXT,
-    columns TEXT
+    columns TEXT,
+    times TEXT
 );
 CREATE TABLE bindings (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -90,7 +94,12 @@ _MIGRATE_3_TO_4 = (
     "ALTER TABLE bindings ADD COLUMN eta_by_columns TEXT NOT NULL DEFAULT ''",
     "UPDATE meta SET value = '4' WHERE key = 'schema_version'",
 )
-_MIGRATIONS = {"2": _MIGRATE_2_TO_3 + _MIGRATE_3_TO_4, "3": _MIGRATE_3_TO_4}
+_MIGRATE_4_TO_5 = (
+    "ALTER TABLE charges ADD COLUMN times TEXT",
+    "UPDATE meta SET value = '5' WHERE key = 'schema_version'",
+)
+_MIGRATIONS = {"2": _MIGRATE_2_TO_3 + _MIGRATE_3_TO_4 + _MIGRATE_4_TO_5,
+               "3": _MIGRATE_3_TO_4 + _MIGRATE_4_TO_5, "4": _MIGRATE_4_TO_5}
 _TABLES = {"meta", "charges", "bindings"}
 # The service's analysts, made on the first `dpsql analyst add` (a ledger without it has none).
 _ANALYSTS = """
@@ -115,6 +124,7 @@ class Charge:
     aggregates: tuple[AggregateRecord, ...]
     answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
     columns: frozenset[str] | None = None  # the columns the answer read (None: every column)
+    times: tuple[int, ...] | None = None  # a chain answer's time points (None: not per time)
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,7 @@ class LedgerBinding:
     # every epsilon spent is about those individuals, so it never changes under a ledger.
     units: str = ""
     eta_by_columns: str = ""  # declarations_json of the policy's eta per column set
+    models: str = ""  # models_json of the policy's declared models: never changes under a ledger
 
     @property
     def model(self) -> DependenceModel:
@@ -140,7 +151,8 @@ class LedgerBinding:
 
     def accountant(self) -> ScopedAccountant:
         """The accountant this binding defines."""
-        return ScopedAccountant(self.budget, self.k, self.eta, self.mode, self.declarations)
+        return ScopedAccountant(self.budget, self.k, self.eta, self.mode, self.declarations,
+                                models_from_json(self.models))
 
     def lenient_fields(self, other: LedgerBinding) -> list[str]:
         """The fields in which `other` is more lenient than self (more budget, smaller k or eta,
@@ -171,12 +183,13 @@ class Analyst:
 
 @dataclass(frozen=True)
 class AnalystAccount:
-    """A registered analyst with the DP epsilon their own answers have spent so far and the
-    columns those answers read (None: every column)."""
+    """A registered analyst with the DP epsilon their own answers have spent so far, the
+    columns those answers read (None: every column) and their spending per time point."""
 
     analyst: Analyst
     spent_dp: float
     read: frozenset[str] | None
+    times: TimeSpend | None = None  # their spending per time point (`Ledger.state`)
 
 
 class Ledger:
@@ -305,11 +318,12 @@ class Ledger:
             "schema_version")
 
     def _migrate(self) -> None:
-        """Bring a version 2 or 3 ledger to version 4 in one transaction: version 3 added the
+        """Bring a version 2 to 4 ledger to version 5 in one transaction: version 3 added the
         stored answers (empty for past charges) and the binding's mode (auto, what version 2
         accounted with); version 4 the columns each answer read (unknown, so every column, for
-        past charges) and the binding's eta per column set. Concurrent openers are serialised;
-        whoever comes second finds version 4 and does nothing."""
+        past charges) and the binding's eta per column set; version 5 the time points of each
+        chain answer (none for past charges). Concurrent openers are serialised; whoever comes
+        second finds version 5 and does nothing."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -332,6 +346,7 @@ class Ledger:
         try:
             stored = self._stored_binding()
             self._check_units(stored)
+            self._check_models(stored)
             lenient = stored.lenient_fields(self.binding)
             if lenient:
                 detail = ", ".join(f"{name} {getattr(stored, name)!r} -> "
@@ -359,6 +374,20 @@ class Ledger:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _check_models(self, stored: LedgerBinding) -> None:
+        """Refuse a policy whose declared models differ from those the ledger has spent under.
+
+        Past answers were calibrated and admitted by the model's map; another model is another
+        claim about the data, not an order of strictness, so past spending has no level under
+        it that can be checked (and dropping the model would count those answers past the
+        budget): start a new ledger."""
+        if stored.models != self.binding.models:
+            raise LedgerError(
+                f"ledger {self.path} was charged under the declared models "
+                f"{stored.models or 'none'}, and this policy declares "
+                f"{self.binding.models or 'none'}; answers calibrated by a model are accounted by "
+                "it, so a ledger's models never change: keep them, or start a new ledger")
 
     def _check_units(self, stored: LedgerBinding) -> None:
         """Refuse a policy whose privacy units differ from those the ledger has spent on."""
@@ -388,15 +417,15 @@ class Ledger:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
         return self._total(rows)
 
-    def state(self) -> tuple[float, LedgerBinding, frozenset[str] | None]:
-        """The DP spending, the ledger's binding and the columns read so far (None: every
-        column), read together in one transaction."""
+    def state(self) -> tuple[float, LedgerBinding, frozenset[str] | None, TimeSpend | None]:
+        """The DP spending, the ledger's binding, the columns read so far (None: every
+        column) and the spending per time point (`time_spending`), read in one transaction."""
         conn = self._conn
         try:
             conn.execute("BEGIN")
             try:
                 spent, read = self._spending()
-                return spent, self._stored_binding(), read
+                return spent, self._stored_binding(), read, self._time_spending()
             finally:
                 conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
@@ -415,6 +444,29 @@ class Ledger:
             read = read | self._columns(text)
         return total, read
 
+    def _time_spending(self, analyst: str | None = None) -> TimeSpend | None:
+        """eps_dp per time point of the answers (or one analyst's) charged per time point, or
+        None if an answer that read a column was not (a chain then does not cover them, §14)."""
+        conn = self._conn
+        mine, args = ("", []) if analyst is None else (" AND analyst = ?", [analyst])
+        (untimed,) = conn.execute("SELECT COUNT(*) FROM charges WHERE times IS NULL AND "
+                                  f"(columns IS NULL OR columns != '[]'){mine}", args).fetchone()
+        if untimed:
+            return None
+        spend: dict[int, float] = {}
+        for text, eps_dp in conn.execute("SELECT times, epsilon_dp FROM charges "
+                                         f"WHERE times IS NOT NULL{mine}", args).fetchall():
+            try:
+                points = json.loads(text)
+                if not isinstance(points, list) or not all(type(t) is int for t in points):
+                    raise ValueError
+            except ValueError:
+                raise LedgerError(f"ledger {self.path} holds a charge whose time points are "
+                                  "not a JSON list of integers; restore it from a backup") from None
+            for t in points:
+                spend[t] = spend.get(t, 0.0) + eps_dp
+        return spend
+
     def _columns(self, text: str) -> frozenset[str]:
         try:
             names = json.loads(text)
@@ -432,13 +484,13 @@ class Ledger:
                               "from a backup")
         return total
 
-    def charge(self, settle: Callable[[float, LedgerBinding, frozenset[str] | None],
-                                      tuple[Charge, T]]) -> tuple[int, T]:
-        """Charge what `settle(spent_dp, binding, read)` decides, in one transaction.
+    def charge(self, settle: Callable[[float, LedgerBinding, frozenset[str] | None,
+                                       TimeSpend | None], tuple[Charge, T]]) -> tuple[int, T]:
+        """Charge what `settle(spent_dp, binding, read, times)` decides, in one transaction.
 
-        `settle` gets the DP spending, the ledger's binding and the columns read so far as they
-        are now, under the write lock; it admits or refuses (raising), draws the noise and
-        builds the complete answer.
+        `settle` gets the DP spending, the ledger's binding, the columns read so far and the
+        spending per time point as they are now, under the write lock; it admits or refuses
+        (raising), draws the noise and builds the complete answer.
         The charge and its answer are then inserted and committed together; if anything
         raises, the transaction rolls back and nothing is charged. Returns the charge's id and
         what `settle` returned. Concurrent processes are serialised by sqlite's write lock."""
@@ -451,18 +503,19 @@ class Ledger:
                 stored = self._stored_binding()
                 self._check_units(stored)  # the owner may have changed them since we opened
                 spent, read = self._spending()
-                charge, extra = settle(spent, stored, read)
+                charge, extra = settle(spent, stored, read, self._time_spending())
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
                 columns = None if charge.columns is None else json.dumps(sorted(charge.columns))
+                times = None if charge.times is None else json.dumps(list(charge.times))
                 cost = charge.cost
                 (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
-                    "aggregates, answer, columns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "aggregates, answer, columns, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "RETURNING id",
                     [_now(), charge.analyst, charge.sql, cost.epsilon, cost.epsilon_dp, cost.mode,
                      cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]), answer,
-                     columns],
+                     columns, times],
                 ).fetchone()
                 conn.execute("COMMIT")
             except BaseException:
@@ -586,7 +639,7 @@ class Ledger:
         row = self._analyst_row(name) if self._has_analysts() else None
         if row is None:
             return None
-        return AnalystAccount(Analyst(*row), *self._spending(name))
+        return AnalystAccount(Analyst(*row), *self._spending(name), self._time_spending(name))
 
     def _analyst(self, name: str) -> Analyst:
         row = self._analyst_row(name) if self._has_analysts() else None
@@ -688,7 +741,8 @@ def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
         declared = meta.get("eta_by_columns", "")
         declarations_from_json(declared)  # refuse a record that does not parse
         return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
-                             meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared)
+                             meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared,
+                             meta.get("models", ""))
     except (KeyError, ValueError, TypeError):
         raise LedgerError(f"ledger {path} has no valid budget, k and eta; restore it "
                           "from a backup") from None
@@ -696,7 +750,8 @@ def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
 
 def _binding_meta(binding: LedgerBinding) -> dict[str, str]:
     meta = {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
-            "mode": binding.mode, "eta_by_columns": binding.eta_by_columns}
+            "mode": binding.mode, "eta_by_columns": binding.eta_by_columns,
+            "models": binding.models}
     return meta | ({"units": binding.units} if binding.units else {})
 
 

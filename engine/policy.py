@@ -12,8 +12,24 @@ from typing import Any
 
 import yaml
 
-from ..calibration import MAX_K, MODE_CHOICES, CalibrationError, DependenceModel, applies, require_budget
+from ..calibration import (
+    MAX_K,
+    MODE_CHOICES,
+    CalibrationError,
+    DependenceModel,
+    HouseholdModel,
+    MarkovModel,
+    applies,
+    require_budget,
+)
+from .declared_models import DEFAULT_CAP, DeclaredModel, models_json
 from .errors import PolicyError
+
+MODEL_MODE = "model"
+"""The engine's mode for declared models: not a guarantee map of (k, eta) alone, so not one of
+calibration's MODE_CHOICES; the policy's base map under it is tight."""
+MAX_MODEL_SIZE = 64
+"""Largest household a household model may give a probability to."""
 
 COLUMN_TYPES = ("int", "float", "str", "bool")
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
@@ -145,12 +161,15 @@ class Policy:
     tables: Mapping[str, TableSpec]
     limits: Limits = Limits()
     eta_by_columns: tuple[EtaDeclaration, ...] = ()
+    models: tuple[DeclaredModel, ...] = ()  # dependence.models: declared models of columns
+    prefer_model: bool = False  # dependence.mode is `model`: queries a model covers use it
     public_tables: Mapping[str, PublicTableSpec] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         """A stable digest of what makes spending comparable: budget and dependence model."""
         text = json.dumps({"budget": self.budget_epsilon, "k": self.k, "eta": self.eta,
-                           "eta_by_columns": declarations_json(self.eta_by_columns)})
+                           "eta_by_columns": declarations_json(self.eta_by_columns),
+                           "models": models_json(self.models)})
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def eta_for(self, columns: frozenset[str] | None) -> ScopedEta:
@@ -226,7 +245,7 @@ def parse_policy(raw: Any) -> Policy:
     except CalibrationError as exc:
         raise PolicyError(str(exc)) from exc
     dep = _mapping(top["dependence"], "dependence", required={"k", "eta"},
-                   optional={"mode", "eta_by_columns"})
+                   optional={"mode", "eta_by_columns", "models"})
     k = dep["k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise PolicyError(f"dependence.k: expected an integer >= 1, got {k!r}")
@@ -236,8 +255,15 @@ def parse_policy(raw: Any) -> Policy:
     if not 0 <= eta <= 1:
         raise PolicyError(f"dependence.eta: expected a number in [0, 1], got {eta!r}")
     mode = dep.get("mode", "auto")
+    prefer_model = mode == MODEL_MODE
+    if prefer_model:
+        if not dep.get("models"):
+            raise PolicyError("dependence.mode: 'model' needs at least one entry in "
+                              "dependence.models")
+        mode = "tight"
     if mode not in MODE_CHOICES:
-        raise PolicyError(f"dependence.mode: expected one of {', '.join(MODE_CHOICES)}, got {mode!r}")
+        raise PolicyError(f"dependence.mode: expected one of {', '.join(MODE_CHOICES)} or "
+                          f"{MODEL_MODE}, got {mode!r}")
     if not applies(mode, DependenceModel(k, eta)):
         valid = [m for m in MODE_CHOICES if applies(m, DependenceModel(k, eta))]
         raise PolicyError(
@@ -261,8 +287,134 @@ def parse_policy(raw: Any) -> Policy:
         raise PolicyError("tables: expected at least one private table (without public: true)")
     limits = _limits(top["limits"]) if "limits" in top else Limits()
     declarations = _eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables)
+    models = _models(dep.get("models", []), tables, k, float(eta), declarations)
     return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
-                  limits=limits, eta_by_columns=declarations, public_tables=public)
+                  limits=limits, eta_by_columns=declarations, models=models,
+                  prefer_model=prefer_model, public_tables=public)
+
+
+def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
+            declarations: tuple[EtaDeclaration, ...]) -> tuple[DeclaredModel, ...]:
+    """Validate `dependence.models`: household models of a two-valued column and Markov chains
+    of a column over an int time column, each on a row-level table and each implying a (k, eta)
+    the policy declares at least (docs/theory.md §14)."""
+    path = "dependence.models"
+    if not isinstance(raw, list):
+        raise PolicyError(f"{path}: expected a list of models (kind: household or markov), "
+                          f"got {type(raw).__name__}")
+    models: list[DeclaredModel] = []
+    for i, item in enumerate(raw):
+        where = f"{path}[{i}]"
+        kind = _mapping(item, where, required={"kind"}).get("kind")
+        if kind == "household":
+            spec = _mapping(item, where, required={"kind", "table", "column", "sizes", "marginal",
+                                                   "rho"}, optional={"cap"})
+        elif kind == "markov":
+            spec = _mapping(item, where, required={"kind", "table", "column", "time", "initial",
+                                                   "transition"}, optional={"cap"})
+        else:
+            raise PolicyError(f"{where}.kind: expected household or markov, got {kind!r}")
+        table = _model_table(spec["table"], f"{where}.table", tables)
+        column = _model_column(spec["column"], f"{where}.column", table)
+        values = column.group_values
+        cap = _number(spec.get("cap", DEFAULT_CAP), f"{where}.cap")
+        if cap < 1:
+            raise PolicyError(f"{where}.cap: expected a number >= 1 (1: never less noise than "
+                              f"the tight map), got {cap!r}")
+        try:
+            if kind == "household":
+                if values is None or len(values) != 2:
+                    raise PolicyError(
+                        f"{where}.column: household models need a two-valued column (bool, or a "
+                        f"domain of 2 values); {table.name}.{column.name} has "
+                        f"{'no public domain' if values is None else f'{len(values)} values'}; "
+                        "for more values declare eta_by_columns")
+                model = DeclaredModel(kind, table.name, column.name, values, float(cap),
+                                      household=_household(spec, where))
+            else:
+                if values is None:
+                    raise PolicyError(f"{where}.column: a chain's column needs a public domain "
+                                      f"(bool, or an int or str domain)")
+                time = _model_column(spec["time"], f"{where}.time", table)
+                if time.type != "int" or not time.bounded or time.name == column.name:
+                    raise PolicyError(f"{where}.time: expected another int column with lower "
+                                      f"and upper bounds (the time points), got {time.name!r}")
+                first, last = time.bounds
+                initial = _floats(spec["initial"], f"{where}.initial")
+                if len(initial) != len(values):
+                    raise PolicyError(f"{where}.initial: expected {len(values)} probabilities, "
+                                      f"one per value of {column.name} {list(values)}")
+                chain = MarkovModel(initial, tuple(_floats(row, f"{where}.transition")
+                                                   for row in _list(spec["transition"],
+                                                                    f"{where}.transition")))
+                model = DeclaredModel(kind, table.name, column.name, values, float(cap),
+                                      chain=chain, time=time.name, first=int(first),
+                                      last=int(last))
+            implied = model.own_eta()
+        except CalibrationError as exc:
+            raise PolicyError(f"{where}: {exc}") from None
+        declared = scoped_eta(eta, declarations, model.columns).eta
+        if implied.k > k or implied.eta > declared + 1e-12:
+            raise PolicyError(
+                f"{where}: the model implies k={implied.k} and eta={implied.eta:.6g} for "
+                f"{sorted(model.columns)}, but the policy declares k={k} and eta={declared:g} "
+                "there; the declared (k, eta) must hold whatever the model, so raise them",
+                k=implied.k, eta=implied.eta, declared_k=k, declared_eta=declared)
+        if any(other.columns & model.columns for other in models):
+            raise PolicyError(f"{where}: {table.name}.{column.name} is already in another model")
+        models.append(model)
+    return tuple(models)
+
+
+def _household(spec: dict, where: str) -> HouseholdModel:
+    """The household part of a model: sizes {size: probability}, marginal and rho."""
+    sizes = _mapping(spec["sizes"], f"{where}.sizes")
+    if not sizes:
+        raise PolicyError(f"{where}.sizes: expected a mapping of household size to probability")
+    pmf = [0.0] * MAX_MODEL_SIZE
+    for size, p in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_MODEL_SIZE:
+            raise PolicyError(f"{where}.sizes: expected sizes from 1 to {MAX_MODEL_SIZE}, "
+                              f"got {size!r}")
+        pmf[size - 1] = float(_number(p, f"{where}.sizes.{size}"))
+    while pmf and pmf[-1] == 0.0:
+        pmf.pop()
+    rho = spec["rho"]
+    low, high = (rho, rho) if not isinstance(rho, list) else (
+        tuple(rho) if len(rho) == 2 else (None, None))
+    if low is None:
+        raise PolicyError(f"{where}.rho: expected a number or a range [low, high], got {rho!r}")
+    return HouseholdModel(tuple(pmf), _floats(spec["marginal"], f"{where}.marginal"),
+                          _number(low, f"{where}.rho"), _number(high, f"{where}.rho"))
+
+
+def _model_table(name: Any, path: str, tables: Mapping[str, TableSpec]) -> TableSpec:
+    """A policy table whose rows are each one individual (a model describes individuals)."""
+    table = tables.get(str(name).lower()) if isinstance(name, str) else None
+    if table is None:
+        raise PolicyError(f"{path}: unknown table {name!r} (tables: {', '.join(sorted(tables))})")
+    if table.privacy_unit is not None:
+        raise PolicyError(f"{path}: {table.name} has a privacy_unit; a model describes a table "
+                          "whose rows are each one individual")
+    return table
+
+
+def _model_column(name: Any, path: str, table: TableSpec) -> ColumnSpec:
+    column = table.columns.get(str(name).lower()) if isinstance(name, str) else None
+    if column is None:
+        raise PolicyError(f"{path}: unknown column {name!r} of {table.name} (columns: "
+                          f"{', '.join(sorted(table.columns))})")
+    return column
+
+
+def _list(value: Any, path: str) -> list:
+    if not isinstance(value, list) or not value:
+        raise PolicyError(f"{path}: expected a non-empty list, got {value!r}")
+    return value
+
+
+def _floats(value: Any, path: str) -> tuple[float, ...]:
+    return tuple(float(_number(v, path)) for v in _list(value, path))
 
 
 def _eta_by_columns(raw: Any, default: float,

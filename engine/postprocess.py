@@ -1,8 +1,9 @@
 """Post-processing on noisy values only: outputs (AVG = SUM/COUNT), HAVING, ORDER BY, LIMIT.
 
 Runs in a separate in-memory DuckDB that sees nothing but the noisy table, so everything
-here is post-processing and costs no privacy. An answer that is nothing but group keys and
-noisy measurements, as they are, skips it (`direct`): the same table, built without a query.
+here is post-processing and costs no privacy. An answer that is nothing but group keys, noisy
+measurements as they are and AVG's clamped ratios skips it (`direct`): the same table, built
+without a query.
 """
 
 from __future__ import annotations
@@ -114,30 +115,102 @@ def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
 def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
            mechanisms: dict[str, Mechanism]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
     """The answer and its half-widths (as `finish` returns them) built directly when every
-    output is a group key or one noisy measurement as it is, and nothing is filtered, ordered
-    or cut; None when the post-processing query is needed."""
+    output is a group key, one noisy measurement as it is, or a clamped ratio of two (AVG), and
+    nothing is filtered, ordered or cut; None when the post-processing query is needed. Which
+    path runs is a function of the plan alone."""
     if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None:
         return None
     types = dict(noisy_columns(plan))
-    sources = []
+    ratios = set(noisy) - {col.name for col in plan.group_by}
+    sources: list[str | exp.Expression] = []
     for out in plan.outputs:
         name = out.expression.name if isinstance(out.expression, exp.Column) else None
-        if name is None or name not in types or (name in noisy and out.measurements != (name,)):
+        if name is not None and name in types and (name not in noisy or out.measurements == (name,)):
+            sources.append(name)
+        elif name is None and _is_ratio(out.expression, ratios):
+            sources.append(out.expression)
+        else:
             return None
-        sources.append(name)
     columns = {col.name: [key[i] for key in keys] for i, col in enumerate(plan.group_by)}
     columns.update(noisy)
     rows = len(keys) if plan.group_by else len(next(iter(noisy.values())))
     fetched = _fetched_dtypes()
-    answer = pd.DataFrame({out.name: pd.Series(columns[source], dtype=fetched[types[source]])
-                           for out, source in zip(plan.outputs, sources, strict=True)},
-                          index=range(rows))
+    answer = pd.DataFrame({
+        out.name: pd.Series(columns[source], dtype=fetched[types[source]]) if isinstance(source, str)
+        else pd.Series(_ratio(source, noisy), dtype=fetched["DOUBLE"])
+        for out, source in zip(plan.outputs, sources, strict=True)}, index=range(rows))
     measured = pd.DataFrame(noisy, index=range(rows))
     groups = max(rows, 1)
     halfwidths = [pd.DataFrame({out.name: _halfwidths(out, measured, mechanisms, alpha).astype(float)
                                 for out in plan.outputs}, index=range(rows))
                   for alpha in (ALPHA, ALPHA / groups)]
     return answer, *halfwidths
+
+
+def _is_ratio(node: exp.Expression, noisy: set[str]) -> bool:
+    """Whether `node` is a noisy value divided by GREATEST(noisy value, c >= 1), inside any
+    GREATEST/LEAST with number literals (AVG's clamped mean): over finite noisy values DuckDB
+    computes it in DOUBLE, never divides by zero and never overflows, so `_ratio` gives the
+    same bits."""
+    while isinstance(node, (exp.Greatest, exp.Least)) and node.args.get("ignore_nulls"):
+        if not all(_number(arg) is not None for arg in node.expressions):
+            return False
+        node = node.this
+    if not isinstance(node, exp.Div) or node.args.get("typed") or node.args.get("safe"):
+        return False
+    divisor = _as_double(node.expression)
+    return (_noisy_name(_as_double(node.this), noisy) and isinstance(divisor, exp.Greatest)
+            and bool(divisor.args.get("ignore_nulls")) and _noisy_name(divisor.this, noisy)
+            and len(divisor.expressions) == 1 and (_number(divisor.expressions[0]) or 0.0) >= 1.0)
+
+
+def _as_double(node: exp.Expression) -> exp.Expression:
+    """What a (TRY_)CAST to DOUBLE converts, which over a number is DOUBLE conversion; else
+    the node itself."""
+    if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this == exp.DataType.Type.DOUBLE:
+        return node.this
+    return node
+
+
+def _ratio(node: exp.Expression, noisy: dict[str, list]) -> np.ndarray:
+    """The value of an expression `_is_ratio` accepts, in float64 as DuckDB evaluates it:
+    both sides converted to DOUBLE, then divided, then clamped by each GREATEST/LEAST."""
+    if isinstance(node, (exp.Greatest, exp.Least)):
+        value = _ratio(node.this, noisy)
+        for arg in node.expressions:
+            value = (np.maximum if isinstance(node, exp.Greatest) else np.minimum)(value, _bound(arg))
+        return value
+    if isinstance(node, exp.Div):
+        divisor = _as_double(node.expression)
+        return (np.asarray(noisy[_as_double(node.this).name], dtype=np.float64)
+                / np.maximum(np.asarray(noisy[divisor.this.name], dtype=np.float64),
+                             _bound(divisor.expressions[0])))
+    raise TypeError(f"not a ratio of noisy values: {node.sql()}")
+
+
+def _bound(node: exp.Expression) -> float:
+    """A literal `_is_ratio` accepted, as a DOUBLE."""
+    value = _number(node)
+    if value is None:
+        raise TypeError(f"not a number literal: {node.sql()}")
+    return value
+
+
+def _noisy_name(node: exp.Expression, noisy: set[str]) -> bool:
+    return isinstance(node, exp.Column) and not node.table and node.name in noisy
+
+
+def _number(node: exp.Expression) -> float | None:
+    """A number literal's value as a DOUBLE (None for anything else)."""
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        value = _number(node.this)
+        return None if value is None else -value
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return float(node.this)
+        except ValueError:
+            return None
+    return None
 
 
 @functools.cache

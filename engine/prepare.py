@@ -8,6 +8,7 @@ decides. Repeated texts reuse their plan and checked SQL, like a prepared statem
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import duckdb
 
@@ -21,21 +22,23 @@ from ..calibration import (
 )
 from . import postprocess
 from .backends import Backend
-from .binding import build_plan, check_size
+from .binding import build_plan, check_size, time_points
 from .columns import columns_read
+from .declared_models import DeclaredModel
 from .errors import InputError
 from .flatten import flatten
 from .gate import SchemaGate
 from .noise import Mechanism, build_mechanism
 from .parse import parse_select
 from .plan import QueryPlan
-from .policy import Policy, ScopedEta
+from .policy import MODEL_MODE, Policy, ScopedEta
 from .rewrite import rewrite
 from .sensitivity import sensitivity
 
 PLAN_CACHE_SIZE = 256
 MECHANISM_CACHE_SIZE = 256
 POST_GATES = 16
+CALIBRATION_CACHE_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class PreparedQuery:
     columns: frozenset[str]  # the policy columns the exact query reads (table.column)
     scope: ScopedEta  # the eta of those columns under the policy, and its declaration
     model: DependenceModel  # what the answer is calibrated under: k and the columns' eta
+    declared: DeclaredModel | None = None  # the declared model that calibrated it (mode model)
+    times: tuple[int, ...] | None = None  # a chain answer's time points (charged per time point)
+    tight_dp: float | None = None  # the tight map's eps_dp, when a declared model calibrated it
 
 
 class Preparer:
@@ -74,17 +80,55 @@ class Preparer:
                              f"rise), exactly one of them; got epsilon={epsilon!r}, cost={cost!r}")
         target = check_level("epsilon" if cost is None else "cost",
                              epsilon if cost is None else cost)
+        wants_model = mode == MODEL_MODE or (mode is None and self.policy.prefer_model)
         mode = self.policy.mode if mode is None else mode
-        if mode not in MODE_CHOICES:
-            raise InputError(f"mode must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
+        if mode not in MODE_CHOICES + (MODEL_MODE,):
+            raise InputError(f"mode must be one of {', '.join(MODE_CHOICES)} or {MODEL_MODE}, "
+                             f"got {mode!r}")
         plan, rewritten, post_sql, columns = self._plan(sql)
         scope = self.policy.eta_for(columns)
         model = DependenceModel(self.policy.k, scope.eta)
-        cal = self.calibrate(target, mode, model)
+        declared, times, why = self._covering(plan, columns)
+        if cost is not None and declared is not None:
+            declared, times, why = None, None, "a cost was asked (a model calibrates an epsilon)"
+        tight_dp = None
+        if wants_model and declared is not None:
+            mode = MODEL_MODE
+            cal, tight_dp = model_calibration(declared, target, model, times or ())
+        elif mode == MODEL_MODE:
+            raise InputError(f"mode model cannot calibrate this query: {why}; ask mode "
+                             f"{', '.join(m for m in MODE_CHOICES if m != 'auto')} or auto")
+        else:
+            cal = self.calibrate(target, mode, model)
+            if wants_model:
+                cal = replace(cal, justification=f"{cal.justification}; no declared model: {why}")
         mechanisms = self.mechanisms(plan, cal.epsilon_dp)
         self._check_post_processing(plan, post_sql, mechanisms)
         return PreparedQuery(plan, cal, mechanisms, rewritten, post_sql, mode,
-                             None if cost is None else target, columns, scope, model)
+                             None if cost is None else target, columns, scope, model,
+                             declared if mode == MODEL_MODE else None,
+                             times if declared is not None else None, tight_dp)
+
+    def _covering(self, plan: QueryPlan, columns: frozenset[str]
+                  ) -> tuple[DeclaredModel | None, tuple[int, ...] | None, str]:
+        """The declared model covering a query (with a chain answer's time points), or None
+        and why not: a function of the query text and the policy only."""
+        models = [m for m in self.policy.models if m.table == plan.table.name]
+        if not models:
+            return None, None, f"no model is declared for table {plan.table.name}"
+        for declared in models:
+            if not declared.covers(columns):
+                continue
+            if declared.chain is None:
+                return declared, None, ""
+            assert declared.time is not None
+            times = time_points(plan, declared.time, declared.first, declared.last)
+            if times is None:
+                return None, None, (f"its values do not each read one time point (GROUP BY "
+                                    f"{declared.time}, or WHERE {declared.time} = a value)")
+            return declared, times, ""
+        return None, None, (f"it reads {', '.join(sorted(columns))}, beyond the columns of "
+                            f"{' or '.join(sorted(m.describe() for m in models))}")
 
     def calibrate(self, epsilon: float, mode: str, model: DependenceModel) -> Calibration:
         """Calibrate under `mode` and `model` (k and the eta of the columns read); the mode may
@@ -173,6 +217,25 @@ class Preparer:
     def close(self) -> None:
         for gate in self._post_gates.values():
             gate.close()
+
+
+@lru_cache(maxsize=CALIBRATION_CACHE_SIZE)
+def model_calibration(declared: DeclaredModel, epsilon: float, model: DependenceModel,
+                      times: tuple[int, ...]) -> tuple[Calibration, float]:
+    """A declared model's calibration of one answer and the tight map's eps_dp (cached: a
+    repeated query does not pay the bisection twice)."""
+    try:
+        eps_dp, tight = declared.calibrate(epsilon, model, times)
+    except CalibrationError as exc:
+        raise InputError(str(exc)) from None
+    level = declared.answer_level(eps_dp, model, times)
+    capped = eps_dp >= tight * declared.cap * (1 - 1e-9)
+    note = f"capped at {declared.cap:g} x the tight map's" if capped else "the model's level"
+    return Calibration(
+        epsilon=epsilon, epsilon_dp=eps_dp, mode=MODEL_MODE, requested_mode=MODEL_MODE,
+        level=level, model=model, options=(),
+        justification=(f"{declared.describe()}: epsilon_dp {eps_dp:.4g} against the tight "
+                       f"map's {tight:.4g} ({note})")), tight
 
 
 def _all_keys(plan: QueryPlan) -> list[tuple]:

@@ -11,11 +11,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
 from . import progress
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 SHOW_AFTER = 1.0  # seconds a step runs before its bar appears
 REFRESH = 0.1  # seconds between updates
@@ -38,7 +39,11 @@ def progress_bar(wanted: bool) -> Iterator[None]:
 
 
 def _draw(stop: threading.Event) -> None:
-    """Follow the current step until `stop`; the bar disappears when the block ends."""
+    """Follow the current step until `stop`; the bar disappears when the block ends. rich's
+    progress module is imported here, so a command that never draws a bar never loads it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                    TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                    console=Console(file=sys.stderr), transient=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..calibration import mutual_information_bound, within_budget
-from .accounting import ScopedAccountant, union
+from .accounting import ScopedAccountant, TimeSpend, union
 from .errors import InputError, LedgerError
 from .policy import Policy, declarations_json
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger
@@ -188,27 +188,36 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
         analyst=analyst,
         answers=answers,
         cumulative_dp=cumulative,
-        levels=tuple(scoped.at(read).level(s)
-                     for s, read in zip(cumulative, _reads(answers), strict=True)),
+        levels=tuple(scoped.at(read, times).level(s) for s, (read, times)
+                     in zip(cumulative, _reads(answers), strict=True)),
         totals=_totals(snapshot, scoped),
         subtotals=_subtotals(answers, scoped),
     )
 
 
-def _reads(answers: tuple[LedgerAnswer, ...]) -> tuple[frozenset[str] | None, ...]:
-    """The union of the columns read by the answers up to each one (None: every column)."""
-    reads: list[frozenset[str] | None] = []
+def _reads(answers: tuple[LedgerAnswer, ...]
+           ) -> tuple[tuple[frozenset[str] | None, TimeSpend | None], ...]:
+    """The union of the columns read by the answers up to each one (None: every column), and
+    their spending per time point (None once an answer that read a column had no time points,
+    as the engine's accountant counts it, docs/theory.md §14)."""
+    reads: list[tuple[frozenset[str] | None, TimeSpend | None]] = []
     read: frozenset[str] | None = frozenset()
+    spend: dict[int, float] | None = {}
     for answer in answers:
         read = union(read, answer.columns)
-        reads.append(read)
+        if spend is not None and answer.times is not None:
+            for t in answer.times:
+                spend[t] = spend.get(t, 0.0) + answer.cost.epsilon_dp
+        elif answer.columns is None or answer.columns:
+            spend = None
+        reads.append((read, None if spend is None else dict(spend)))
     return tuple(reads)
 
 
 def _totals(snapshot: LedgerSnapshot, scoped: ScopedAccountant) -> ReportTotals:
     answers, budget = snapshot.answers, scoped.budget
-    read = _reads(answers)[-1] if answers else frozenset[str]()
-    accountant, scope = scoped.at(read), scoped.scope(read)
+    read, times = _reads(answers)[-1] if answers else (frozenset[str](), {})
+    accountant, scope = scoped.at(read, times), scoped.scope(read)
     spent = math.fsum(a.cost.epsilon_dp for a in answers)
     asked = math.fsum(a.cost.epsilon for a in answers)
     level = accountant.level(spent)
@@ -251,7 +260,7 @@ def _subtotals(answers: tuple[LedgerAnswer, ...],
     for name in names:
         own = tuple(a for a in answers if a.analyst == name)
         spent = math.fsum(a.cost.epsilon_dp for a in own)
-        accountant = scoped.at(_reads(own)[-1])
+        accountant = scoped.at(*_reads(own)[-1])
         subtotals.append(AnalystTotals(
             analyst=name, answers=len(own), epsilon_asked=math.fsum(a.cost.epsilon for a in own),
             spent_dp=spent, own_level=accountant.level(spent),

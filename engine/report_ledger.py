@@ -20,7 +20,7 @@ from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
 from .policy import declarations_from_json
 from .result import AggregateRecord, AnswerCost
 
-READABLE_VERSIONS = ("2", "3", SCHEMA_VERSION)
+READABLE_VERSIONS = ("2", "3", "4", SCHEMA_VERSION)
 """Reports read older ledgers as they are (a report never migrates): version 2 accounted with
 auto, and answers before version 4 are read as having read every column."""
 
@@ -35,6 +35,7 @@ class LedgerAnswer:
     cost: AnswerCost
     aggregates: tuple[AggregateRecord, ...]
     columns: frozenset[str] | None = None  # the columns the answer read (None: every column)
+    times: tuple[int, ...] | None = None  # a chain answer's time points (None: not per time)
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,11 @@ def read_ledger(path: str | Path) -> LedgerSnapshot:
         if not {"meta", "charges"} <= tables:
             raise LedgerError(f"{path} is not a dpsql ledger: it has no meta and charges tables")
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        columns = "columns" if meta.get("schema_version") == SCHEMA_VERSION else "NULL"
+        columns = "columns" if meta.get("schema_version") in ("4", SCHEMA_VERSION) else "NULL"
+        times = "times" if meta.get("schema_version") == SCHEMA_VERSION else "NULL"
         rows = conn.execute(
             "SELECT id, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates, "
-            f"{columns} FROM charges ORDER BY id"
+            f"{columns}, {times} FROM charges ORDER BY id"
         ).fetchall()
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
@@ -89,12 +91,13 @@ def _binding(path: Path, meta: dict) -> LedgerBinding:
         raise LedgerError(f"ledger {path} has an unreadable eta_by_columns binding") from None
     if any(not 0 <= d.eta <= eta for d in declarations):
         raise LedgerError(f"ledger {path} is bound to an impossible eta_by_columns: {declared}")
-    return LedgerBinding(budget=budget, k=k, eta=eta, mode=mode, eta_by_columns=declared)
+    return LedgerBinding(budget=budget, k=k, eta=eta, mode=mode, eta_by_columns=declared,
+                         models=meta.get("models", ""))
 
 
 def _answer(path: Path, row: tuple) -> LedgerAnswer:
     """One charges row, checked, so a damaged row is named rather than misreported."""
-    ident, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates, columns = row
+    ident, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates, columns, times = row
     where = f"ledger {path}, answer {ident}"
     for name, value in (("epsilon", epsilon), ("epsilon_dp", epsilon_dp)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -107,7 +110,21 @@ def _answer(path: Path, row: tuple) -> LedgerAnswer:
         when = when.replace(tzinfo=UTC)
     return LedgerAnswer(id=ident, time=when, analyst=str(analyst), sql=str(sql),
                         cost=AnswerCost(float(epsilon), float(epsilon_dp), str(mode), int(k), float(eta)),
-                        aggregates=_aggregates(where, aggregates), columns=_columns(where, columns))
+                        aggregates=_aggregates(where, aggregates), columns=_columns(where, columns),
+                        times=_times(where, times))
+
+
+def _times(where: str, text: str | None) -> tuple[int, ...] | None:
+    """The JSON list of time points a chain answer recorded (None: not per time point)."""
+    if text is None:
+        return None
+    try:
+        points = json.loads(text)
+    except ValueError:
+        points = None
+    if not isinstance(points, list) or not all(type(t) is int for t in points):
+        raise LedgerError(f"{where}: times must be a JSON list of integers, got {text!r}")
+    return tuple(points)
 
 
 def _columns(where: str, text: str | None) -> frozenset[str] | None:

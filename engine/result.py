@@ -79,6 +79,15 @@ class AggregateInfo(AggregateRecord):
 
 
 @dataclass(frozen=True)
+class ModelCheck:
+    """An answer's level under a declared model moved by one stated change (a model that is
+    off), so a reader sees how much the guarantee leans on the model (docs/theory.md §14)."""
+
+    change: str  # e.g. "rho 0.45" or "P(True | False) 0.25"
+    level: float
+
+
+@dataclass(frozen=True)
 class QueryResult:
     """A private answer: the noisy table, its 95% intervals and what it cost."""
 
@@ -104,6 +113,9 @@ class QueryResult:
     id: int | None = None  # the ledger entry holding this answer (`history(id)` fetches it again)
     eta_from: str = ""  # the policy declaration the eta comes from
     columns_read: tuple[str, ...] = ()  # the policy columns the exact query read (table.column)
+    model: str = ""  # the declared model that calibrated the answer (mode model), else ""
+    tight_epsilon_dp: float | None = None  # the tight map's epsilon_dp, beside the model's
+    model_checks: tuple[ModelCheck, ...] = ()  # the answer's level if the model is off
 
     @property
     def answer_cost(self) -> AnswerCost:
@@ -132,6 +144,9 @@ class QueryResult:
             "transcript_level_after": self.level_after,
             "aggregates": [asdict(a) for a in self.aggregates],
             "budget": asdict(self.budget),
+            "model": self.model,
+            "tight_epsilon_dp": self.tight_epsilon_dp,
+            "model_checks": [asdict(c) for c in self.model_checks],
         })
 
     @classmethod
@@ -151,6 +166,8 @@ class QueryResult:
             budget=BudgetStatus(**answer["budget"]), level_before=answer["transcript_level_before"],
             level_after=answer["transcript_level_after"], cost=answer["cost"], id=id,
             eta_from=answer.get("eta_from", ""), columns_read=tuple(answer.get("columns_read", ())),
+            model=answer.get("model", ""), tight_epsilon_dp=answer.get("tight_epsilon_dp"),
+            model_checks=tuple(ModelCheck(**c) for c in answer.get("model_checks", ())),
         )
 
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:
@@ -227,10 +244,14 @@ class Explanation:
     transcript_eta: float | None = None  # the transcript's eta once this answer is charged
     largest_epsilon: float | None = None  # the largest epsilon this query can still ask
     flattened_sql: str = ""  # the one-table SELECT the query's CTEs/subqueries flatten to
+    model: str = ""  # the declared model that calibrates the query (mode model), else ""
+    tight_epsilon_dp: float | None = None  # the tight map's epsilon_dp, beside the model's
+    model_checks: tuple[ModelCheck, ...] = ()  # the answer's level if the model is off
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["aggregates"] = [asdict(a) for a in self.aggregates]
+        out["model_checks"] = [asdict(c) for c in self.model_checks]
         return _json_ready(out)
 
     def _repr_html_(self) -> str:

@@ -100,7 +100,7 @@ def create_ledger(path: Path, policy: Path | LedgerBinding) -> Path:
 
 def record_charge(ledger: Ledger, charge: Charge) -> None:
     """Write a charge as it is, without admission: for tests that build ledgers by hand."""
-    ledger.charge(lambda spent, binding, read: (charge, None))
+    ledger.charge(lambda spent, binding, read, times: (charge, None))
 
 
 def charge_count(ledger: Path) -> int:

@@ -149,7 +149,7 @@ def test_a_version_2_ledger_is_migrated_in_place_and_keeps_its_spending(setup, c
     with contextlib.closing(sqlite3.connect(setup.ledger)) as conn:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         bindings = conn.execute("SELECT budget, k, eta, mode FROM bindings").fetchall()
-    assert meta["schema_version"] == "4" and meta["mode"] == "auto"
+    assert meta["schema_version"] == "5" and meta["mode"] == "auto"
     assert bindings == [(1000.0, 1, 0.0, "auto")]
     assert _charges(setup.ledger)[:3] == [(1, 0.5), (2, 0.5), (3, 0.5)]
     code, _, err = _history(capsys, setup, "--id", "1")

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
-    ("values", frozenset({"policy", "result", "accounting"})),
+    ("values", frozenset({"policy", "result", "accounting", "declared_models"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
                         "postprocess", "columns"})),

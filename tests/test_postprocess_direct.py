@@ -20,9 +20,17 @@ DIRECT = [
     "SELECT sick, state, COUNT(*), SUM(income), SUM(age) FROM people GROUP BY sick, state",
     "SELECT SUM(income) AS total, COUNT(note) FROM people",
     "SELECT state, COUNT(DISTINCT person_id) FROM people GROUP BY state",
+    "SELECT AVG(income) FROM people",
+    "SELECT AVG(age) AS mean_age FROM people WHERE sick",
+    "SELECT state, AVG(income) AS mean, COUNT(*) AS n FROM people GROUP BY state",
+    "SELECT sick, state, AVG(age), SUM(age), AVG(income) FROM people GROUP BY sick, state",
+    "SELECT LEAST(AVG(income), 50) AS capped FROM people",
 ]
 NEEDS_QUERY = [
-    "SELECT AVG(income) FROM people",
+    "SELECT AVG(income) + 1 AS shifted FROM people",
+    "SELECT SUM(income) / COUNT(*) AS ratio FROM people",
+    "SELECT GREATEST(AVG(age), -3.5) AS floored FROM people",
+    "SELECT state, AVG(income) AS mean FROM people GROUP BY state ORDER BY mean",
     "SELECT state, COUNT(*) AS n FROM people GROUP BY state ORDER BY n DESC",
     "SELECT state, COUNT(*) AS n FROM people GROUP BY state HAVING COUNT(*) > 3",
     "SELECT COUNT(*) * 2 AS twice FROM people",
@@ -59,6 +67,26 @@ def test_the_direct_answer_is_the_post_processing_querys(conn, sql):
         slow = postprocess.finish(conn._post, plan, prepared.post_sql, frame)
         for got, want in zip(fast, slow, strict=True):
             pd.testing.assert_frame_equal(got, want, check_dtype=True, check_exact=True)
+
+
+@pytest.mark.parametrize("sql", [q for q in DIRECT if "AVG" in q])
+def test_avg_computed_directly_matches_the_query_at_extreme_noisy_values(conn, sql):
+    """Noisy counts at 0, negative or near 2**63 and totals near the largest DOUBLE: the
+    DOUBLE conversions, the GREATEST(count, 1) floor and the clamp give the query's bits."""
+    prepared = conn._preparer.prepare(sql, 1.0, None)
+    plan, mechanisms = prepared.plan, prepared.mechanisms
+    rows = plan.group_count if plan.group_by else 1
+    picks = {True: [0, -1, 1, -(2**62), 2**63 - 1, 3, 9007199254740993],
+             False: [0.0, -1e308, 1e308, 5e-324, -0.0, 123.456, 1e17 + 1.0]}
+    keys = _all_keys(plan)
+    for shift in range(7):
+        noisy = {m.name: [picks[m.integer][(shift + i + j) % 7] for i in range(rows)]
+                 for j, m in enumerate(plan.measurements)}
+        fast = postprocess.direct(plan, keys, noisy, mechanisms)
+        assert fast is not None
+        frame = postprocess.noisy_frame(plan, keys, noisy, mechanisms)
+        slow = postprocess.finish(conn._post, plan, prepared.post_sql, frame)
+        pd.testing.assert_frame_equal(fast[0], slow[0], check_dtype=True, check_exact=True)
 
 
 @pytest.mark.parametrize("sql", NEEDS_QUERY)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from .. import errors
 from ..result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
+
+if TYPE_CHECKING:
+    import httpx
 
 ANSWER_ID = "Dpsql-Answer-Id"
 
@@ -40,6 +42,8 @@ class Client:
                 verify = ssl.create_default_context(cafile=verify)
             except (OSError, ssl.SSLError) as exc:
                 raise errors.InputError(f"cannot read the certificate file {verify}: {exc}") from None
+        import httpx  # here, not at the top: `import dpsql` and local queries never need it
+
         self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, verify=verify,
                                   headers={"Authorization": f"Bearer {token}"})
 
@@ -87,6 +91,8 @@ class Client:
 
     def _send(self, method: str, path: str, body: dict | None = None,
               params: dict | None = None) -> httpx.Response:
+        import httpx
+
         try:
             response = self._http.request(method, path, json=body, params=params)
         except httpx.HTTPError as exc:

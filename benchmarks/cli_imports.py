@@ -1,0 +1,84 @@
+"""What a command line process pays before it reads any data: `import dpsql.engine.cli` (what
+`dpsql query` imports) against `import duckdb` (what the plain DuckDB process imports), each a
+new Python process, without a bytecode cache for the package (as here: PYTHONDONTWRITEBYTECODE=1
+and no __pycache__ folders in the checkout, which are removed before each such run) and with
+one (as on users' machines). `--compare DIR` also times another checkout of the repository
+(e.g. an older commit from `git archive`), alternating, so both are measured on one machine.
+
+Run: `python -m benchmarks.cli_imports [--repeats 9] [--compare DIR]`. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+CACHE = Path(tempfile.gettempdir()) / "dpsql-bench-pycache"
+
+
+def _seconds(module: str, tree: Path | None, bytecode: bool) -> float:
+    """Wall seconds of a new interpreter importing `module` from `tree` (the installed one if
+    None). With `bytecode` the compiled modules are kept under CACHE (PYTHONPYCACHEPREFIX), so
+    the checkout's own __pycache__ folders stay absent, as this environment leaves them."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(CACHE)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        drop_bytecode(tree or HERE)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], env=env, check=True, cwd="/")
+    return time.perf_counter() - start
+
+
+def drop_bytecode(tree: Path) -> None:
+    """Remove the compiled modules of a checkout's own packages (build artefacts, gitignored)."""
+    for package in ("dpsql", "engine", "calibration"):
+        for folder in (tree / package).rglob("__pycache__"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--compare", type=Path, default=None,
+                        help="another checkout whose `dpsql.engine.cli` is timed alongside")
+    args = parser.parse_args()
+    cases = {"import duckdb": ("duckdb", None, True)}
+    trees = [("this checkout", HERE)] + ([("--compare", args.compare)] if args.compare else [])
+    for label, tree in trees:
+        for bytecode in (False, True):
+            cache = "bytecode cached" if bytecode else "no bytecode cache"
+            cases[f"import dpsql.engine.cli, {label}, {cache}"] = ("dpsql.engine.cli", tree, bytecode)
+    for module, tree, _ in cases.values():
+        _seconds(module, tree, True)  # writes the bytecode the cached cases read
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    loads = [os.getloadavg()[0]]
+    for _ in range(args.repeats):  # every case once per round, so all see the same machine
+        for name, case in cases.items():
+            times[name].append(_seconds(*case))
+    loads.append(os.getloadavg()[0])
+    compared = f" --compare {args.compare}" if args.compare else ""
+    print(f"Command: `python -m benchmarks.cli_imports --repeats {args.repeats}{compared}` "
+          f"(load average {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores)\n")
+    print("| process | median s |")
+    print("|---|---:|")
+    for name, spent in times.items():
+        print(f"| {name} | {statistics.median(spent):.2f} |")
+
+
+if __name__ == "__main__":
+    main()

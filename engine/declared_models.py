@@ -1,0 +1,194 @@
+"""Dependence models the data owner declares for one column: values, maps and their JSON form.
+
+A declared model is one more guarantee map for the transcripts it covers (docs/theory.md §14):
+a transcript whose answers read only the model's columns is min(L_tight, L_model)-private.
+A household model covers a binary column of a row-level table; a chain covers a column and a
+time column, for answers each of whose released values depends on one time point.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..calibration import (
+    CalibrationError,
+    DependenceModel,
+    HouseholdModel,
+    MarkovModel,
+    guarantee,
+    within_budget,
+)
+from ..calibration.household import household_eta
+from ..calibration.inversion import invert
+from ..calibration.model_exact import rho_grid
+from ..calibration.model_maps import capped_inverse, chain_level, household_column_level
+from ..calibration.model_markov import chain_eta
+
+DEFAULT_CAP = 10.0
+"""An answer's model eps_dp is at most this many times the tight map's (the owner may lower it)."""
+
+RHO_STEP = (0.05, 0.1)
+"""How far above rho_high explain shows a household answer's level (a model that is off)."""
+
+TRANSITION_STEP = 0.05
+"""How far explain moves each transition probability of a chain (a model that is off)."""
+
+
+@dataclass(frozen=True)
+class DeclaredModel:
+    """One declared model: its kind, table, column (with its public values in order), its cap
+    and its calibration model; a chain also has its time column and the time points lo..hi."""
+
+    kind: str  # "household" or "markov"
+    table: str
+    column: str
+    values: tuple  # the column's public values, in the order of the model's laws
+    cap: float
+    household: HouseholdModel | None = None
+    chain: MarkovModel | None = None
+    time: str | None = None
+    first: int = 0  # the first time point (chains)
+    last: int = 0  # the last time point (chains)
+
+    @property
+    def columns(self) -> frozenset[str]:
+        """The qualified columns an answer may read and stay covered by the model."""
+        names = {self.column} | ({self.time} if self.time else set())
+        return frozenset(f"{self.table}.{name}" for name in names)
+
+    @property
+    def times(self) -> int:
+        """The number of time points T of a chain (1 for a household model)."""
+        return self.last - self.first + 1
+
+    def describe(self) -> str:
+        """The model in a few words, as explain and refusals name it."""
+        if self.household is not None:
+            rho = (f"{self.household.rho_low:g}" if self.household.rho_low == self.household.rho_high
+                   else f"[{self.household.rho_low:g}, {self.household.rho_high:g}]")
+            return (f"household model of {self.table}.{self.column} (households of up to "
+                    f"{self.household.max_size}, rho {rho})")
+        return (f"Markov chain of {self.table}.{self.column} over {self.table}.{self.time} "
+                f"{self.first}..{self.last}")
+
+    def covers(self, columns: frozenset[str] | None) -> bool:
+        """Whether a transcript reading `columns` (None: every column) stays in the model."""
+        return columns is not None and columns <= self.columns
+
+    def level(self, total_dp: float, spend: tuple[float, ...] | None = None) -> float:
+        """L_model: a household's at the transcript's total; a chain's at its per-time spend."""
+        if self.household is not None:
+            return household_column_level(self.household, total_dp)
+        assert self.chain is not None
+        return chain_level(self.chain, spend if spend is not None else (0.0,) * self.times)
+
+    def own_level(self, eps_dp: float, times: tuple[int, ...] = ()) -> float:
+        """The model's level of ONE answer of eps_dp (for a chain, reading the time points
+        `times`, each released value one of them), a fresh transcript."""
+        if self.household is not None:
+            return household_column_level(self.household, eps_dp)
+        read = set(times)
+        return self.level(eps_dp, tuple(eps_dp if t in read else 0.0
+                                        for t in range(self.first, self.last + 1)))
+
+    def answer_level(self, eps_dp: float, query: DependenceModel,
+                     times: tuple[int, ...] = ()) -> float:
+        """One answer's level: the tight map's under `query`, or the model's if smaller, the
+        model's counted only up to the cap (never below the tight map's at eps_dp / cap)."""
+        tight = tight_level(eps_dp, query)
+        return min(tight, max(self.own_level(eps_dp, times), tight_level(eps_dp / self.cap, query)))
+
+    def calibrate(self, epsilon: float, query: DependenceModel,
+                  times: tuple[int, ...] = ()) -> tuple[float, float]:
+        """(eps_dp, tight eps_dp): the largest eps_dp whose answer_level meets epsilon, by
+        bisection on the model's level (non-decreasing in eps_dp, §14), then verified."""
+        tight = invert("tight", epsilon, query)
+        eps_dp = capped_inverse(lambda e: self.own_level(e, times), epsilon, tight, self.cap)
+        audited = self.answer_level(eps_dp, query, times)
+        if not within_budget(audited, epsilon):
+            raise CalibrationError(f"the {self.describe()} re-audits eps_dp={eps_dp:g} at level "
+                                   f"{audited:.6g} > epsilon={epsilon:g}; use tight")
+        return eps_dp, tight
+
+    def checks(self, eps_dp: float, times: tuple[int, ...] = ()) -> tuple[tuple[str, float], ...]:
+        """How the model's level of one answer of eps_dp moves if the model is off: for
+        households at rho_high + 0.05 and + 0.1 (clipped to 1), for chains with each transition
+        probability P(v | u), v != u, moved by -0.05 and +0.05 (P(u | u) takes the difference;
+        moves leaving [0, 1] are skipped)."""
+        out: list[tuple[str, float]] = []
+        if self.household is not None:
+            for step in RHO_STEP:
+                rho = min(1.0, self.household.rho_high + step)
+                moved = replace(self, household=replace(self.household, rho_low=rho, rho_high=rho))
+                out.append((f"rho {rho:g}", moved.own_level(eps_dp, times)))
+            return tuple(out)
+        assert self.chain is not None
+        matrix = [list(row) for row in self.chain.transition]
+        for u, row in enumerate(matrix):
+            for v in range(len(row)):
+                for step in (-TRANSITION_STEP, TRANSITION_STEP):
+                    if v == u or not (0.0 <= row[v] + step <= 1.0 and 0.0 <= row[u] - step <= 1.0):
+                        continue
+                    moved_rows = [list(r) for r in matrix]
+                    moved_rows[u][v] += step
+                    moved_rows[u][u] -= step
+                    chain = MarkovModel(self.chain.initial, tuple(tuple(r) for r in moved_rows))
+                    out.append((f"P({self.values[v]} | {self.values[u]}) {row[v] + step:.4g}",
+                                replace(self, chain=chain).own_level(eps_dp, times)))
+        return tuple(out)
+
+    def own_eta(self) -> DependenceModel:
+        """The (k, eta) the model implies for its columns: the policy must declare at least it."""
+        if self.household is not None:
+            marginal = np.array(self.household.marginal)
+            eta = max(household_eta(size, rho, marginal) for rho in rho_grid(self.household)
+                      for size in self.household.support_sizes)
+            return DependenceModel(self.household.max_size, eta)
+        assert self.chain is not None
+        return DependenceModel(self.times, chain_eta(self.chain, self.times))
+
+    def record(self) -> dict:
+        """The canonical JSON form the ledger's binding keeps (any change is refused)."""
+        out: dict = {"kind": self.kind, "table": self.table, "column": self.column,
+                     "values": list(self.values), "cap": self.cap}
+        if self.household is not None:
+            out |= {"sizes": list(self.household.sizes), "marginal": list(self.household.marginal),
+                    "rho": [self.household.rho_low, self.household.rho_high]}
+        if self.chain is not None:
+            out |= {"time": self.time, "first": self.first, "last": self.last,
+                    "initial": list(self.chain.initial),
+                    "transition": [list(row) for row in self.chain.transition]}
+        return out
+
+
+def models_json(models: tuple[DeclaredModel, ...]) -> str:
+    """The binding's text of the declared models ("" when there are none)."""
+    return json.dumps([m.record() for m in models], sort_keys=True) if models else ""
+
+
+def models_from_json(text: str) -> tuple[DeclaredModel, ...]:
+    """Read `models_json` back (KeyError, TypeError or ValueError if it is not one)."""
+    if not text:
+        return ()
+    models = []
+    for item in json.loads(text):
+        household = chain = None
+        if item["kind"] == "household":
+            low, high = item["rho"]
+            household = HouseholdModel(tuple(item["sizes"]), tuple(item["marginal"]), low, high)
+        else:
+            chain = MarkovModel(tuple(item["initial"]),
+                                tuple(tuple(row) for row in item["transition"]))
+        models.append(DeclaredModel(str(item["kind"]), str(item["table"]), str(item["column"]),
+                                    tuple(item["values"]), float(item["cap"]), household, chain,
+                                    item.get("time"), int(item.get("first", 0)),
+                                    int(item.get("last", 0))))
+    return tuple(models)
+
+
+def tight_level(eps_dp: float, model: DependenceModel) -> float:
+    """The tight map at eps_dp (0 for nothing spent)."""
+    return 0.0 if eps_dp == 0.0 else guarantee("tight", eps_dp, model)

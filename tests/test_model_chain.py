@@ -1,0 +1,244 @@
+"""A declared Markov chain over a time column: per-time-point spending, checked by the exact
+joint audit, and the engine's `model` mode with the ledger's time points (docs/theory.md §14)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sqlite3
+from functools import reduce
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+import yaml
+
+from calibration import MarkovModel, exact_audit_vector
+from calibration.model_maps import chain_level
+from engine import PrivateDatabase
+from engine.errors import InputError, PolicyError
+from engine.ledger import SCHEMA_VERSION, Ledger
+from engine.policy import parse_policy
+from tests.support import create_ledger
+
+SLACK = 1e-9
+DAYS = 4
+CHAIN = {"kind": "markov", "table": "readings", "column": "on", "time": "day",
+         "initial": [0.6, 0.4], "transition": [[0.8, 0.2], [0.3, 0.7]]}
+
+
+def chain_pmf(model: MarkovModel, times: int) -> np.ndarray:
+    """Joint pmf of one person's values X_1..X_T, one axis per time point (each an individual)."""
+    matrix = model.matrix
+    pmf = np.array(model.initial)
+    for _ in range(times - 1):
+        pmf = np.einsum("...a,ab->...ab", pmf, matrix)
+    return pmf
+
+
+def transcripts(domain: int, times: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Transcripts of per-time-point answers as vector queries (one eps_dp per coordinate) and
+    the spend per time point each costs, in units of eps_dp (one coordinate changes by at most
+    1 when one record changes, so a coordinate at time t adds 1 to E_t)."""
+    shape = (domain,) * times
+    points = np.array(list(itertools.product(range(domain), repeat=times)))
+    top = (points == domain - 1).astype(int)
+    low = (points == 0).astype(int)
+    out = [("grouped by day", top, np.ones(times))]  # GROUP BY day: COUNT WHERE value = top
+    pinned = np.stack([top[:, 1], top[:, 1]], axis=1)  # WHERE day = 1, twice
+    spend = np.zeros(times)
+    spend[1] = 2
+    out.append(("day 1 pinned twice", pinned, spend))
+    both = np.concatenate([top, low, top[:, -1:]], axis=1)  # GROUP BY day, value; last day again
+    spend = np.full(times, 2.0)
+    spend[-1] += 1
+    out.append(("grouped by day and value, then the last day", both, spend))
+    return [(name, values.reshape(shape + (values.shape[1],)), cost) for name, values, cost in out]
+
+
+@pytest.mark.parametrize("times", [3, 4, 5])
+@pytest.mark.parametrize("model", [MarkovModel.binary(0.2, 0.3),
+                                   MarkovModel.binary(0.05, 0.6, initial=(0.9, 0.1)),
+                                   MarkovModel((0.5, 0.3, 0.2),
+                                               ((0.7, 0.2, 0.1), (0.2, 0.6, 0.2), (0.1, 0.3, 0.6)))])
+@pytest.mark.parametrize("eps_dp", [0.3, 1.2])
+def test_per_time_point_transcripts_never_exceed_the_chain_map(times, model, eps_dp) -> None:
+    """Grouped-by-day and pinned-day answers, composed and audited jointly and exactly on one
+    person's chain, are never above max_d markov_levels(E)_d at their per-time spending E."""
+    domain = len(model.initial)
+    if domain == 3 and times == 5:
+        times = 4  # the vector audit's output box grows as (coordinates + 1)^...
+    pmf = chain_pmf(model, times)
+    for name, values, units in transcripts(domain, times):
+        audited = exact_audit_vector(pmf, eps_dp, values).level
+        bound = chain_level(model, tuple(float(u) * eps_dp for u in units))
+        assert audited <= bound + SLACK, (name, audited, bound)
+
+
+# ---- the engine ----------------------------------------------------------------------------
+
+def policy(models: list | None = None, budget: float = 3.0, cap: float = 10.0) -> dict:
+    chain = dict(CHAIN, cap=cap)
+    return {"budget": {"epsilon": budget},
+            "dependence": {"k": DAYS, "eta": 0.9, "mode": "model",
+                           "models": [chain] if models is None else models},
+            "tables": {"readings": {"columns": {
+                "on": {"type": "bool"}, "day": {"type": "int", "lower": 0, "upper": DAYS - 1},
+                "kind": {"type": "str", "domain": ["a", "b", "c"]}}}}}
+
+
+def write_readings(path: Path, meters: int = 200, seed: int = 5) -> Path:
+    rng = np.random.default_rng(seed)
+    model = MarkovModel(tuple(CHAIN["initial"]), tuple(tuple(r) for r in CHAIN["transition"]))
+    days, on = [], []
+    for _ in range(meters):
+        x = int(rng.random() < model.initial[1])
+        for day in range(DAYS):
+            days.append(day)
+            on.append(bool(x))
+            x = int(rng.random() < model.transition[x][1])
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE readings AS SELECT unnest($1) AS day, unnest($2) AS \"on\", "
+                     "'a' AS kind", [days, on])
+    return path
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy()))
+    write_readings(tmp_path / "readings.duckdb")
+    create_ledger(tmp_path / "ledger.sqlite", tmp_path / "policy.yaml")
+    return tmp_path
+
+
+def connect(root: Path) -> PrivateDatabase:
+    return PrivateDatabase.connect(root / "readings.duckdb", root / "policy.yaml",
+                                   root / "ledger.sqlite")
+
+
+GROUPED = 'SELECT day, COUNT(*) FROM readings WHERE "on" GROUP BY day'
+PINNED = 'SELECT COUNT(*) FROM readings WHERE "on" AND day = 2'
+
+
+def test_chain_answers_are_charged_per_time_point_and_survive_a_restart(setup) -> None:
+    chain = parse_policy(policy()).models[0].chain
+    with connect(setup) as db:
+        grouped = db.query(GROUPED, epsilon=0.8)
+        pinned = db.query(PINNED, epsilon=0.5)
+        assert grouped.mode == pinned.mode == "model"
+        assert grouped.epsilon_dp > grouped.tight_epsilon_dp
+        spend = [grouped.epsilon_dp] * DAYS
+        spend[2] += pinned.epsilon_dp
+        level = db.budget().spent_ip
+        # the chain's map at the per-day spending, below the tight map at S
+        assert level == pytest.approx(chain_level(chain, tuple(spend)), rel=1e-12)
+        assert pinned.level_after == pytest.approx(level)
+    with contextlib.closing(sqlite3.connect(setup / "ledger.sqlite")) as conn:
+        rows = conn.execute("SELECT times FROM charges ORDER BY id").fetchall()
+    assert rows == [("[0, 1, 2, 3]",), ("[2]",)]
+    with connect(setup) as again:
+        assert again.budget().spent_ip == pytest.approx(level)
+
+
+def test_an_answer_over_several_days_leaves_the_model_and_is_repriced(setup) -> None:
+    with connect(setup) as db:
+        db.query(GROUPED, epsilon=0.8)
+        before = db.budget().spent_ip
+        across = db.explain('SELECT COUNT(*) FROM readings WHERE "on"', epsilon=0.05)
+        assert across.mode == "tight" and "one time point" in across.justification
+        with pytest.raises(InputError, match="mode model cannot calibrate this query: its values "
+                                             "do not each read one time point"):
+            db.explain('SELECT COUNT(*) FROM readings WHERE "on" AND day > 1', epsilon=0.5,
+                       mode="model")
+        with pytest.raises(InputError, match="it reads readings.day, readings.kind"):
+            db.explain("SELECT day, COUNT(*) FROM readings WHERE kind = 'a' GROUP BY day",
+                       epsilon=0.5, mode="model")
+        assert across.level_after > before + 1.0  # the grouped answer is now at the tight map
+
+
+def test_explain_moves_each_transition_probability(setup) -> None:
+    with connect(setup) as db:
+        shown = db.explain(PINNED, epsilon=0.5).to_dict()
+    assert [c["change"] for c in shown["model_checks"]] == [
+        "P(True | False) 0.15", "P(True | False) 0.25", "P(False | True) 0.25",
+        "P(False | True) 0.35"]
+    assert all(c["level"] > 0 for c in shown["model_checks"])
+    assert shown["model"] == "Markov chain of readings.on over readings.day 0..3"
+
+
+V4_CHARGES = """CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL,
+    analyst TEXT NOT NULL, sql TEXT NOT NULL, epsilon REAL NOT NULL,
+    epsilon_dp REAL NOT NULL CHECK (epsilon_dp >= 0), mode TEXT NOT NULL, k INTEGER NOT NULL,
+    eta REAL NOT NULL, aggregates TEXT NOT NULL, answer TEXT, columns TEXT)"""
+
+
+def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_path) -> None:
+    """A ledger as version 4 wrote it (no time points, no models) migrates in place to 5; its
+    past charges read no single time point, so a chain never covers them."""
+    plain = policy([]) | {"dependence": {"k": DAYS, "eta": 0.9}}
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(plain))
+    path = tmp_path / "ledger.sqlite"
+    create_ledger(path, tmp_path / "policy.yaml")
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # back to version 4's layout
+        conn.execute("DROP TABLE charges")
+        conn.execute(V4_CHARGES)
+        conn.execute("DELETE FROM meta WHERE key = 'models'")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+        conn.execute("INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
+                     "aggregates, answer, columns) VALUES ('t', 'a', 'SELECT 1', 0.5, 0.25, "
+                     "'tight', 4, 0.9, '[]', NULL, '[\"readings.day\", \"readings.on\"]')")
+        conn.commit()
+    from engine.database import binding_of
+    from engine.policy import load_policy
+
+    ledger = Ledger(path, binding_of(load_policy(tmp_path / "policy.yaml")))
+    try:
+        spent, _, read, times = ledger.state()
+    finally:
+        ledger.close()
+    assert (spent, read, times) == (0.25, frozenset({"readings.day", "readings.on"}), None)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(charges)")]
+    assert version == (SCHEMA_VERSION,) == ("5",) and columns[-1] == "times"
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"time": "kind"}, "time: expected another int column with lower and upper bounds"),
+    ({"initial": [0.5, 0.3, 0.2]}, "initial: expected 2 probabilities"),
+    ({"transition": [[0.8, 0.3], [0.3, 0.7]]}, "transition row 0"),
+    ({"time": "on"}, "time: expected another int column"),
+    ({"column": "day"}, "a chain.s column needs a public domain"),
+])
+def test_bad_chain_declarations_are_refused_naming_the_field(change, message) -> None:
+    with pytest.raises(PolicyError, match=message):
+        parse_policy(policy([dict(CHAIN, **change)]))
+
+
+def test_a_chain_needs_k_of_its_time_points_and_its_eta() -> None:
+    small = policy() | {"dependence": {"k": DAYS - 1, "eta": 0.9, "models": [CHAIN]}}
+    with pytest.raises(PolicyError, match=f"the model implies k={DAYS} and eta=0.55"):
+        parse_policy(small)
+    low = policy() | {"dependence": {"k": DAYS, "eta": 0.5, "models": [CHAIN]}}
+    with pytest.raises(PolicyError, match="but the policy declares k=4 and eta=0.5"):
+        parse_policy(low)
+
+
+def test_chain_pmf_is_the_chain() -> None:
+    model = MarkovModel.binary(0.2, 0.3)
+    pmf = chain_pmf(model, 3)
+    assert pmf.sum() == pytest.approx(1.0)
+    assert pmf[0, 1, 1] == pytest.approx(model.initial[0] * 0.2 * 0.7)
+    assert reduce(lambda a, _: a.sum(axis=0), range(2), pmf) == pytest.approx(
+        model.marginals(3)[2])
+
+
+def test_the_report_accounts_the_chain_as_the_engine_does(setup) -> None:
+    with connect(setup) as db:
+        db.query(GROUPED, epsilon=0.8)
+        db.query(PINNED, epsilon=0.5)
+        level = db.budget().spent_ip
+        report = db.report()
+    assert report.totals.transcript_level == pytest.approx(level, rel=1e-12)
+    assert report.levels[-1] == pytest.approx(level, rel=1e-12)

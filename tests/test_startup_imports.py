@@ -1,0 +1,41 @@
+"""A command line query starts a new Python process each time, so what it imports is part of
+its cost: a local `dpsql query --format json` must not load libraries only other commands use
+(the HTTP client, rich, OpenDP's extras, plotting, the service, Spark)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support import create_ledger, make_people, write_policy
+
+NOT_FOR_A_QUERY = ("httpx", "rich", "opendp.extras", "matplotlib", "fastapi", "uvicorn", "pyspark",
+                   "dpsql.engine.dependence_report", "dpsql.engine.report_render")
+
+PROBE = """
+import atexit, json, sys
+from dpsql.engine.cli import main
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+main(sys.argv[1:])
+"""
+
+
+def _loaded(names: list[str], prefix: str) -> list[str]:
+    return [name for name in names if name == prefix or name.startswith(prefix + ".")]
+
+
+def test_a_json_query_process_loads_only_what_it_uses(tmp_path):
+    policy = write_policy(tmp_path / "policy.yaml")
+    data = make_people(tmp_path / "people.duckdb")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "query", "SELECT AVG(income) AS mean FROM people",
+         "--epsilon", "1", "--format", "json", "--db", str(data), "--policy", str(policy),
+         "--ledger", str(ledger)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "mean" in json.loads(done.stdout)["columns"]
+    modules = json.loads(done.stderr.strip().splitlines()[-1])
+    assert "duckdb" in modules and "opendp" in modules  # the probe does see what a query uses
+    for prefix in NOT_FOR_A_QUERY:
+        assert not _loaded(modules, prefix), f"{prefix} loaded by a query: {_loaded(modules, prefix)}"
