@@ -14,7 +14,8 @@ from sqlglot import exp
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
-from .plan import GroupKey, Measurement, OutputColumn, QueryPlan
+from .join import bind_join, public_column
+from .plan import GroupKey, Measurement, OutputColumn, PublicJoin, QueryPlan
 from .policy import TIME_TYPES, ColumnSpec, Limits, Policy, TableSpec
 from .scalars import (
     MAX_LITERAL,
@@ -38,7 +39,7 @@ from .scalars import (
 
 MAX_GROUPS = 1_000_000
 MAX_LIMIT = 1_000_000_000
-_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+_SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "offset"}
 
 
 def build_plan(select: exp.Select, policy: Policy, sql: str,
@@ -54,7 +55,9 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
                 raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
     table, aliases = _bind_table(select, policy)
-    scope = _Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()))
+    join, public_aliases = bind_join(select, policy, table, aliases)
+    scope = _Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), join,
+                   public_aliases)
     where = None
     if select.args.get("where") is not None:
         condition = select.args["where"].this
@@ -74,7 +77,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     limit = _bind_count(select.args.get("limit"), "LIMIT")
     offset = _bind_count(select.args.get("offset"), "OFFSET")
     plan = QueryPlan(sql, table, where, group_by, tuple(post.measurements.values()),
-                     tuple(outputs), having, order, limit, offset)
+                     tuple(outputs), having, order, limit, offset, join=join)
     if plan.group_by and plan.group_count > MAX_GROUPS:
         raise QueryRefused(f"GROUP BY would produce {plan.group_count} groups; at most {MAX_GROUPS}")
     return plan
@@ -121,6 +124,9 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
         check_args(alias, "FROM")
     name = table.name.lower()
     spec = policy.tables.get(name)
+    if name in policy.public_tables:
+        raise QueryRefused(f"table {name} is public: it is not answered on its own (read it "
+                           "directly, it is not protected); a private table may JOIN it on its key")
     if spec is None:
         if any(mark in table.name for mark in "/\\:.*"):
             raise QueryRefused(f"file path or URL {table.name!r} refused in FROM: files are never "
@@ -167,7 +173,7 @@ def _group_target(item: exp.Expression, select: exp.Select, scope: _Scope) -> ex
             raise QueryRefused(f"GROUP BY {position} refused: item {position} is an aggregate; "
                                "group on a key (a public column or bucket)")
         return target
-    if isinstance(item, exp.Column) and not item.table and item.name.lower() not in scope.table.columns:
+    if isinstance(item, exp.Column) and not item.table and not scope.has_column(item):
         named = [o.this for o in outputs if isinstance(o, exp.Alias) and o.alias.lower() == item.name.lower()]
         if len(named) == 1 and not named[0].find(exp.AggFunc):
             return named[0]
@@ -194,7 +200,7 @@ def _group_key(node: exp.Expression, scope: _Scope, index: int,
         if values is None:
             raise QueryRefused(f"GROUP BY {column.name} refused: the column has no public domain in "
                                f"the policy ({_GROUPABLE})")
-        values = _pruned(values, column, where)
+        values = _pruned(values, column, where, scope)
         return GroupKey(column.name, column.name, column.type, values,
                         exp.column(column.name, quoted=True), (column,))
     label = node.sql(dialect="duckdb")
@@ -242,7 +248,7 @@ def _time_column_key(column: ColumnSpec, scope: _Scope, where: exp.Expression | 
     _declared(column, scope, f"GROUP BY {column.name}")
     first, last = _narrowed(column, where)
     days = periods(first, last, "DAY", MAX_GROUPS)
-    values = _pruned(tuple(day.date() for day in days), column, where)
+    values = _pruned(tuple(day.date() for day in days), column, where, scope)
     return GroupKey(column.name, column.name, "date", values, scope.rewrite_scalar(
         exp.column(column.name)), (column,))
 
@@ -446,13 +452,13 @@ def _width_buckets(node: exp.Floor, scope: _Scope) -> tuple[str, tuple]:
     return "int", tuple(range(lo, hi + 1))
 
 
-def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None) -> tuple:
+def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None, scope: _Scope) -> tuple:
     """The key values a WHERE leaves possible, read from the query text alone: a top-level AND
     term comparing the grouped column itself with literals (=, <>, <, <=, >, >=, IN, BETWEEN,
     or the bare bool column, NOT included) is false for a row whose key is a pruned value,
     so no counted row has that key. Any other term prunes nothing."""
     terms = _terms(where)
-    kept = tuple(v for v in values if all(_holds(term, column, v) for term in terms))
+    kept = tuple(v for v in values if all(_holds(term, column, v, scope) for term in terms))
     if not kept:
         raise QueryRefused(f"GROUP BY {column.name} refused: the WHERE condition leaves none of "
                            "its values possible, so there is no group to answer")
@@ -481,12 +487,12 @@ _MIRROR: dict[type[exp.Expression], type[exp.Expression]] = {
     exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
 
-def _holds(term: exp.Expression, column: ColumnSpec, value) -> bool:
+def _holds(term: exp.Expression, column: ColumnSpec, value, scope: _Scope) -> bool:
     """False only when `term` is certainly false (or NULL) on a row whose `column` is `value`."""
     if column.type in TIME_TYPES:
         return _time_holds(term, column, value)
     def is_column(node: exp.Expression) -> bool:
-        return isinstance(node, exp.Column) and node.name.lower() == column.name.lower()
+        return scope.refers_to(node, column)
 
     def constant(node: exp.Expression):
         if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
@@ -641,10 +647,28 @@ def _bind_count(clause: exp.Expression | None, what: str) -> int | None:
 class _Scope:
     """Name resolution and type checking for row-level (pre-aggregation) expressions."""
 
-    def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset()) -> None:
+    def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset(),
+                 join: PublicJoin | None = None, public_aliases: set[str] | None = None) -> None:
         self.table = table
         self.aliases = aliases
         self.data_columns = data_columns
+        self.join = join
+        self.public_aliases = public_aliases or set()
+
+    def refers_to(self, node: exp.Expression, column: ColumnSpec) -> bool:
+        """Whether `node` names the policy column `column` (of the private table or, joined, of
+        the public one: a private and a public column of one name are different columns)."""
+        if not isinstance(node, exp.Column):
+            return False
+        try:
+            return self.column(node) == column
+        except QueryRefused:
+            return False
+
+    def has_column(self, node: exp.Column) -> bool:
+        """Whether `node` names a policy column of the private or the joined public table."""
+        name = node.name.lower()
+        return name in self.table.columns or (self.join is not None and name in self.join.public.columns)
 
     def column(self, node: exp.Expression) -> ColumnSpec:
         if not isinstance(node, exp.Column):
@@ -653,6 +677,12 @@ class _Scope:
             )
         self._check_qualifier(node)
         name = node.name.lower()
+        if self.join is not None and self._is_public(node):
+            public = self.join.public
+            if name not in public.columns:
+                raise QueryRefused(f"unknown column {node.name!r} in table {public.name} "
+                                   f"(columns: {', '.join(sorted(public.columns))})")
+            return public_column(public, name)
         if name == self.table.privacy_unit:
             raise QueryRefused(
                 f"column {node.name} is the privacy unit: it may only appear as "
@@ -674,13 +704,30 @@ class _Scope:
     def _check_qualifier(self, node: exp.Column) -> None:
         if node.args.get("catalog") or node.args.get("db"):
             raise QueryRefused(f"qualified column {node.sql()} refused: use table.column at most")
-        if node.table and node.table.lower() not in self.aliases:
+        if node.table and node.table.lower() not in self.aliases | self.public_aliases:
             raise QueryRefused(f"unknown table qualifier {node.table!r} in {node.sql()}")
+
+    def _is_public(self, node: exp.Column) -> bool:
+        """Whether a column reference names the joined public table's column: qualified by its
+        name or alias, or unqualified and not a column of the private table (a name both tables
+        have must be qualified)."""
+        if self.join is None:
+            return False
+        name, public = node.name.lower(), self.join.public
+        if node.table:
+            return node.table.lower() in self.public_aliases
+        in_private = name in self.table.columns or name == self.table.privacy_unit
+        if in_private and name in public.columns:
+            raise QueryRefused(f"column {node.name} is in both {self.table.name} and {public.name}: "
+                               f"write {self.table.name}.{name} or {public.name}.{name}")
+        return name in public.columns
 
     def is_unit(self, node: exp.Expression) -> bool:
         if not isinstance(node, exp.Column) or self.table.privacy_unit is None:
             return False
         self._check_qualifier(node)
+        if self._is_public(node):
+            return False
         return node.name.lower() == self.table.privacy_unit
 
     def scalar_type(self, node: exp.Expression, where: str) -> str:
@@ -706,7 +753,7 @@ class _Scope:
 
     def _bind_names(self, node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column):
-            column = self.table.columns[node.name.lower()]
+            column = self.column(node)
             if column.type in TIME_TYPES:
                 return _guarded(column)
             return exp.column(column.name, quoted=True)
@@ -962,12 +1009,16 @@ def _is_round_digits(node: exp.Expression) -> bool:
 def time_points(plan: QueryPlan, column: str, first: int, last: int) -> tuple[int, ...] | None:
     """The time points the released values of `plan` read, when each value reads one: the keys
     of a GROUP BY on the time column itself (pruned by WHERE), or the one value a top-level
-    WHERE term pins it to. None otherwise (an answer over several time points together)."""
+    WHERE term pins it to. None otherwise: an answer over several time points together, or one
+    joined to a public table (not covered by a chain)."""
+    if plan.join is not None:
+        return None
     for key in plan.group_by:
         if key.columns and key.columns[0].name == column and key.name == column:
             return tuple(int(v) for v in key.keys)
     try:
-        kept = _pruned(tuple(range(first, last + 1)), plan.table.columns[column], plan.where)
+        kept = _pruned(tuple(range(first, last + 1)), plan.table.columns[column], plan.where,
+                       _Scope(plan.table, {plan.table.name}))
     except QueryRefused:
         return None
     return kept if len(kept) == 1 else None

@@ -566,6 +566,9 @@ def _print_explanation(ex: Explanation) -> None:
                   f"{_number(ex.level_after)} of budget {_number(ex.budget.total)}: "
                   + ("admissible" if ex.admissible else "would be REFUSED (over budget)")
                   + f"; largest epsilon this query can still ask: {_number(ex.largest_epsilon)}")
+    if ex.flattened_sql:
+        console.print("flattened SQL (the CTEs and subqueries merged into one SELECT):")
+        console.print(Text(visible(ex.flattened_sql)))
     console.print("rewritten SQL:")
     console.print(Text(visible(ex.rewritten_sql)))
 

@@ -179,6 +179,7 @@ class PrivateDatabase:
             transcript_eta=self.accountant.scope(union(books.read, prepared.columns)).eta,
             largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared)),
             **_model_fields(prepared, cal.epsilon_dp),
+            flattened_sql=plan.flattened_sql,
         )
 
     @_serialized

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +23,7 @@ from .backends.bounding import kept_rows
 from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from .gate import SchemaGate
 from .plan import ExactAnswer
-from .policy import Limits, Policy, TableSpec
+from .policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_table, readable_tables
 from .watchdog import WATCHDOG
 
@@ -221,29 +221,54 @@ def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
     ).fetchall()
     kinds = dict(rows)
     for name, table in policy.tables.items():
-        if name not in kinds:
-            raise PolicyError(f"tables.{name}: no such table in the data "
-                              f"(found: {', '.join(sorted(kinds)) or 'none'})")
-        if kinds[name] != "BASE TABLE":
-            raise PolicyError(f"tables.{name}: is a {kinds[name].lower()}, not a base table")
-        columns = _columns(conn, name)
+        columns = _table_columns(conn, kinds, name, table.columns)
         if table.privacy_unit is not None and table.privacy_unit not in columns:
             raise PolicyError(f"tables.{name}.privacy_unit: no column {table.privacy_unit!r} "
                               "in the data")
-        for col in table.columns.values():
-            path = f"tables.{name}.columns.{col.name}"
-            if col.name not in columns:
-                raise PolicyError(f"{path}: no such column in the data")
-            data_type = columns[col.name].split("(")[0].upper()
-            if col.type == "timestamp" and data_type != "TIMESTAMP" and "TIMESTAMP" in data_type:
-                raise PolicyError(f"{path}.type: the data column is {columns[col.name]}; a "
-                                  "timestamp column must be TIMESTAMP (without time zone, "
-                                  "microseconds): EXTRACT and date_trunc of a time zone's "
-                                  "timestamps depend on the session, so store them as UTC "
-                                  "TIMESTAMP")
-            if data_type not in _TYPE_FAMILIES[col.type]:
-                raise PolicyError(f"{path}.type: the policy says {col.type} but the data "
-                                  f"column is {columns[col.name]}")
+    for name, public in policy.public_tables.items():
+        _table_columns(conn, kinds, name, public.columns)
+        _check_unique_key(conn, public)
+
+
+def _table_columns(conn: duckdb.DuckDBPyConnection, kinds: Mapping[str, str], name: str,
+                   declared: Mapping[str, ColumnSpec]) -> dict[str, str]:
+    """The data's columns of a policy table, which must be a base table holding every declared
+    column with a type of the declared family."""
+    if name not in kinds:
+        raise PolicyError(f"tables.{name}: no such table in the data "
+                          f"(found: {', '.join(sorted(kinds)) or 'none'})")
+    if kinds[name] != "BASE TABLE":
+        raise PolicyError(f"tables.{name}: is a {kinds[name].lower()}, not a base table")
+    columns = _columns(conn, name)
+    for col in declared.values():
+        path = f"tables.{name}.columns.{col.name}"
+        if col.name not in columns:
+            raise PolicyError(f"{path}: no such column in the data")
+        data_type = columns[col.name].split("(")[0].upper()
+        if col.type == "timestamp" and data_type != "TIMESTAMP" and "TIMESTAMP" in data_type:
+            raise PolicyError(f"{path}.type: the data column is {columns[col.name]}; a "
+                              "timestamp column must be TIMESTAMP (without time zone, "
+                              "microseconds): EXTRACT and date_trunc of a time zone's "
+                              "timestamps depend on the session, so store them as UTC "
+                              "TIMESTAMP")
+        if data_type not in _TYPE_FAMILIES[col.type]:
+            raise PolicyError(f"{path}.type: the policy says {col.type} but the data "
+                              f"column is {columns[col.name]}")
+    return columns
+
+
+def _check_unique_key(conn: duckdb.DuckDBPyConnection, public: PublicTableSpec) -> None:
+    """A public table's key must be unique in the data, so that a private row joins at most one
+    of its rows. This reads the public table only: the error, seen by whoever opens the data,
+    says nothing about private rows (NULL keys join nothing and may repeat)."""
+    key, table = duckdb_identifier(public.key), duckdb_identifier(public.name)
+    repeated = conn.execute(f"SELECT COUNT(*) FROM (SELECT {key} FROM main.{table} WHERE {key} "
+                            f"IS NOT NULL GROUP BY {key} HAVING COUNT(*) > 1)").fetchone()
+    if repeated is not None and repeated[0]:
+        raise PolicyError(f"tables.{public.name}.key: {public.key} is not unique in the data "
+                          f"({repeated[0]} value(s) repeat); a public table's key must be unique, "
+                          "so that each private row joins at most one of its rows",
+                          repeated=repeated[0])
 
 
 def data_columns(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, frozenset[str]]:
@@ -350,4 +375,5 @@ def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool) -> st
 def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
     """The gate for this data: each policy table and its bounded copy, EMPTY, with the data's
     column types (the privacy unit and the policy's columns, which are all a query may read)."""
-    return SchemaGate(readable_tables(policy, {name: _columns(conn, name) for name in policy.tables}))
+    return SchemaGate(readable_tables(policy, {name: _columns(conn, name)
+                                               for name in (*policy.tables, *policy.public_tables)}))

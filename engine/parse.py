@@ -21,9 +21,6 @@ MAX_DEPTH = 100  # deeper expressions are refused before any recursive step can 
 
 # Statement and clause shapes that are refused outright, with a name and an alternative.
 _REFUSED_NODES: dict[type, str] = {
-    exp.Join: "JOIN (queries read one private table; join public data before loading it)",
-    exp.Subquery: "subquery (write the aggregate directly on the table)",
-    exp.With: "WITH / common table expression (write the aggregate directly on the table)",
     exp.Union: "UNION (run each SELECT as its own query)",
     exp.Intersect: "INTERSECT (run each SELECT as its own query)",
     exp.Except: "EXCEPT (run each SELECT as its own query)",
@@ -69,15 +66,33 @@ def parse_select(sql: str) -> exp.Select:
         raise QueryRefused(f"{_statement_name(statement, sql)} statement refused: "
                            "only SELECT is supported")
     _check_depth(statement)
+    if statement.args.get("with_") is not None and statement.args["with_"].args.get("recursive"):
+        raise QueryRefused("WITH RECURSIVE refused (a CTE may only filter, rename and compute "
+                           "columns of one table)")
     for node in statement.walk():
         # Comments are dropped so that no analyst text is ever emitted into executed SQL.
         node.comments = None
-        if isinstance(node, exp.Select) and node is not statement:
-            raise QueryRefused("subquery refused (write the aggregate directly on the table)")
+        if isinstance(node, exp.Select) and node is not statement and not _flattenable(node):
+            raise QueryRefused("subquery refused (outside FROM and WITH; filter on the table's "
+                               "columns directly)")
+        if isinstance(node, exp.Join) and node.parent is not statement:
+            raise QueryRefused("JOIN refused here (only the outer query may join: FROM <private "
+                               "table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>)")
+        if isinstance(node, exp.With) and node is not statement.args.get("with_"):
+            raise QueryRefused("WITH refused here (declare every CTE in the top-level WITH)")
         for node_type, name in _REFUSED_NODES.items():
             if isinstance(node, node_type):
                 raise QueryRefused(f"{name.split(' (')[0]} refused" + _alternative(name))
     return statement
+
+
+def _flattenable(select: exp.Select) -> bool:
+    """Whether a nested SELECT is a CTE body or a FROM-subquery, the forms engine/flatten.py
+    merges into the outer query (or refuses with the construct's name)."""
+    parent = select.parent
+    while isinstance(parent, exp.Subquery):
+        parent = parent.parent
+    return isinstance(parent, (exp.CTE, exp.From))
 
 
 def _check_depth(statement: exp.Expression) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand
-from .policy import ColumnSpec, TableSpec
+from .policy import ColumnSpec, PublicTableSpec, TableSpec
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,17 @@ class GroupKey:
 
 
 @dataclass(frozen=True)
+class PublicJoin:
+    """The private table joined to a public one on its unique key: `ON on = public.key`, inner
+    or left. Each private row matches at most one public row, so no row is duplicated. The
+    public table's columns are read as "<public>.<column>" (ColumnSpec names in the plan)."""
+
+    public: PublicTableSpec
+    on: ColumnSpec  # the private table's column equal to the public key
+    left: bool  # LEFT JOIN keeps private rows without a match (their public columns NULL)
+
+
+@dataclass(frozen=True)
 class QueryPlan:
     """Everything later steps need: the table, filter, groups, noisy measurements, outputs."""
 
@@ -87,6 +98,8 @@ class QueryPlan:
     order: tuple[exp.Ordered, ...]
     limit: int | None
     offset: int | None
+    flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/flatten.py)
+    join: PublicJoin | None = None  # the public table joined to the private one, if any
 
     @property
     def group_count(self) -> int:

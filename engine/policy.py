@@ -8,7 +8,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,17 @@ class TableSpec:
 
 
 @dataclass(frozen=True)
+class PublicTableSpec:
+    """A table the owner vouches is public (a region lookup): never charged, never protected.
+    A private table may join it on `key`, which the data must hold unique (checked when the
+    data is opened), so each private row matches at most one of its rows."""
+
+    name: str
+    key: str
+    columns: Mapping[str, ColumnSpec]
+
+
+@dataclass(frozen=True)
 class Limits:
     """The owner's bounds on one query's cost, so no query can run unboundedly long or large."""
 
@@ -170,6 +181,7 @@ class Policy:
     eta_by_columns: tuple[EtaDeclaration, ...] = ()
     models: tuple[DeclaredModel, ...] = ()  # dependence.models: declared models of columns
     prefer_model: bool = False  # dependence.mode is `model`: queries a model covers use it
+    public_tables: Mapping[str, PublicTableSpec] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         """A stable digest of what makes spending comparable: budget and dependence model."""
@@ -280,17 +292,23 @@ def parse_policy(raw: Any) -> Policy:
     if not tables_raw:
         raise PolicyError("tables: expected at least one table")
     tables = {}
+    public: dict[str, PublicTableSpec] = {}
     for name, spec in tables_raw.items():
-        table = _table(str(name), spec)
-        if table.name in tables:
+        if str(name).lower() in tables or str(name).lower() in public:
             raise PolicyError(f"tables.{name}: table listed twice (names are case-insensitive)")
+        if isinstance(spec, dict) and spec.get("public", False) is not False:
+            public[str(name).lower()] = _public_table(str(name), spec)
+            continue
+        table = _table(str(name), spec)
         tables[table.name] = table
+    if not tables:
+        raise PolicyError("tables: expected at least one private table (without public: true)")
     limits = _limits(top["limits"]) if "limits" in top else Limits()
     declarations = _eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables)
     models = _models(dep.get("models", []), tables, k, float(eta), declarations)
     return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
                   limits=limits, eta_by_columns=declarations, models=models,
-                  prefer_model=prefer_model)
+                  prefer_model=prefer_model, public_tables=public)
 
 
 def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
@@ -493,7 +511,7 @@ def _whole(value: Any, path: str, least: int) -> int:
 def _table(name: str, raw: Any) -> TableSpec:
     path = f"tables.{name}"
     spec = _mapping(raw, path, required={"columns"},
-                    optional={"privacy_unit", "max_rows_per_unit", "dependence_group"})
+                    optional={"privacy_unit", "max_rows_per_unit", "dependence_group", "public"})
     unit = spec.get("privacy_unit")
     if unit is not None and (not isinstance(unit, str) or not unit.strip()):
         raise PolicyError(f"{path}.privacy_unit: expected a column name, got {unit!r}")
@@ -522,6 +540,26 @@ def _table(name: str, raw: Any) -> TableSpec:
         )
     group = _dependence_group(spec.get("dependence_group"), f"{path}.dependence_group")
     return TableSpec(name.lower(), unit_name, m, columns, group)
+
+
+def _public_table(name: str, raw: dict) -> PublicTableSpec:
+    """`tables.<name>` with `public: true`: its unique `key` column and its columns."""
+    path = f"tables.{name}"
+    spec = _mapping(raw, path, required={"public", "key", "columns"}, optional=set())
+    if spec["public"] is not True:
+        raise PolicyError(f"{path}.public: expected true or false, got {spec['public']!r}")
+    cols_raw = _mapping(spec["columns"], f"{path}.columns")
+    columns: dict[str, ColumnSpec] = {}
+    for col_name, col_raw in cols_raw.items():
+        col = _column(str(col_name), col_raw, f"{path}.columns.{col_name}")
+        if col.name in columns:
+            raise PolicyError(f"{path}.columns.{col_name}: column listed twice")
+        columns[col.name] = col
+    key = spec["key"]
+    if not isinstance(key, str) or key.lower() not in columns:
+        raise PolicyError(f"{path}.key: expected one of its columns ({', '.join(sorted(columns))}), "
+                          f"got {key!r}")
+    return PublicTableSpec(name.lower(), key.lower(), columns)
 
 
 def _dependence_group(raw: Any, path: str) -> str | None:

@@ -26,6 +26,7 @@ from .binding import build_plan, check_size, time_points
 from .columns import columns_read
 from .declared_models import DeclaredModel
 from .errors import InputError
+from .flatten import flatten
 from .gate import SchemaGate
 from .noise import Mechanism, build_mechanism
 from .parse import parse_select
@@ -169,7 +170,11 @@ class Preparer:
         texts reuse them, like a prepared statement."""
         cached = self._plans.get(sql)
         if cached is None:
-            plan = build_plan(parse_select(sql), self.policy, sql, self._backend.data_columns())
+            parsed = parse_select(sql)
+            flat = flatten(parsed, self.policy)
+            plan = build_plan(flat, self.policy, sql, self._backend.data_columns())
+            if flat is not parsed:
+                plan = replace(plan, flattened_sql=flat.sql(dialect="duckdb"))
             check_size(plan, self.policy.limits)
             rewritten, post_sql = self._backend.render(rewrite(plan)), postprocess.query_sql(plan)
             self._backend.check(rewritten)

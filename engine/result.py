@@ -243,6 +243,7 @@ class Explanation:
     columns_read: tuple[str, ...] = ()  # the policy columns the exact query reads
     transcript_eta: float | None = None  # the transcript's eta once this answer is charged
     largest_epsilon: float | None = None  # the largest epsilon this query can still ask
+    flattened_sql: str = ""  # the one-table SELECT the query's CTEs/subqueries flatten to
     model: str = ""  # the declared model that calibrates the query (mode model), else ""
     tight_epsilon_dp: float | None = None  # the tight map's epsilon_dp, beside the model's
     model_checks: tuple[ModelCheck, ...] = ()  # the answer's level if the model is off
@@ -268,6 +269,7 @@ class Explanation:
         ) + html_table(headers, rows, caption=self.sql) + html_paragraphs(
             f"transcript level {number(self.level_before)} -> {number(self.level_after)} of budget "
             f"{number(self.budget.total)}: {verdict}",
+            *([f"flattened SQL: {self.flattened_sql}"] if self.flattened_sql else []),
             f"rewritten SQL: {self.rewritten_sql}",
         )
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from .plan import GroupKey, QueryPlan
+from .join import public_column
+from .plan import GroupKey, PublicJoin, QueryPlan
 from .policy import Policy, TableSpec
 
 
@@ -77,8 +78,11 @@ def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
                     ) -> dict[tuple[str, ...], list[tuple[str, str]]]:
     """Every table a rewritten query may read, with (column, data type) pairs from `types`
     (table -> column -> type): each policy table and, for one with a privacy unit, its bounded
-    copy (the unit and the policy's columns). A backend's gate binds queries on them, empty."""
-    tables: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    copy (the unit and the policy's columns), and each public table the backend loads. A
+    backend's gate binds queries on them, empty."""
+    tables: dict[tuple[str, ...], list[tuple[str, str]]] = {
+        (name,): [(col, types[name][col]) for col in sorted(public.columns)]
+        for name, public in policy.public_tables.items() if name in types}
     for name, table in policy.tables.items():
         if table.privacy_unit is None:
             tables[(name,)] = [(col, types[name][col]) for col in sorted(table.columns)]
@@ -118,12 +122,35 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
         items.append(exp.column(table.unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
-    source_table = bounded_table(table) if table.privacy_unit is not None \
+    source_table: exp.Expression = bounded_table(table) if table.privacy_unit is not None \
         else exp.to_table(table.name, quoted=True)
+    if plan.join is not None:
+        source_table = _joined(source_table, plan.join)
     rows = exp.select(*items).from_(source_table, copy=False)
     if plan.where is not None:
         rows = rows.where(plan.where.copy(), copy=False)
     return rows
+
+
+def _joined(private: exp.Expression, join: PublicJoin) -> exp.Expression:
+    """The private rows joined to the public table on its key, the public columns renamed
+    "<public>.<column>": as many rows as the private side (the key is unique), so bounding,
+    done before, still holds."""
+    public = join.public
+    private = private.copy()
+    private.set("alias", exp.TableAlias(this=exp.to_identifier("__private", quoted=True)))
+    other = exp.to_table(public.name, quoted=True)
+    other.set("alias", exp.TableAlias(this=exp.to_identifier("__public", quoted=True)))
+    columns = [exp.alias_(exp.column(spec.name, "__public", quoted=True),
+                          public_column(public, name).name, quoted=True)
+               for name, spec in sorted(public.columns.items())]
+    on = exp.EQ(this=exp.column(join.on.name, "__private", quoted=True),
+                expression=exp.column(public.key, "__public", quoted=True))
+    rows = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__private", quoted=True)),
+                       *columns)
+            .from_(private, copy=False)
+            .join(other, on=on, join_type="left" if join.left else "inner", copy=False))
+    return rows.subquery("__joined", copy=False)
 
 
 def _domain(group_by: tuple[GroupKey, ...]) -> exp.Expression:

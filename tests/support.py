@@ -53,6 +53,35 @@ def make_people(path: Path, units: int = 300, seed: int = 1) -> Path:
     return path
 
 
+# A public lookup table keyed by state (docs/theory.md §16): `add_regions` writes its rows.
+REGIONS = [("CA", "West", 39), ("NY", "East", 19), ("TX", "South", 30), ("WA", "West", 8)]
+REGIONS_TABLE = {
+    "public": True,
+    "key": "state",
+    "columns": {
+        "state": {"type": "str", "domain": STATES},
+        "region": {"type": "str", "domain": ["East", "South", "West"]},
+        "population": {"type": "int", "lower": 0, "upper": 50},
+    },
+}
+
+
+def add_regions(path: Path, rows: list[tuple] = REGIONS) -> Path:
+    """Add the public `regions` table to a DuckDB database (a copy: the file is written)."""
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE OR REPLACE TABLE regions (state VARCHAR, region VARCHAR, population BIGINT)")
+        if rows:
+            conn.executemany("INSERT INTO regions VALUES (?, ?, ?)", rows)
+    return path
+
+
+def with_regions(tables: dict | None = None) -> dict:
+    """A `tables` section (BASE_POLICY's by default) with the public `regions` table added."""
+    section = copy.deepcopy(tables or BASE_POLICY["tables"])
+    section["regions"] = copy.deepcopy(REGIONS_TABLE)
+    return {"tables": section}
+
+
 def write_policy(path: Path, changes: dict | None = None) -> Path:
     """BASE_POLICY with top-level sections replaced by `changes`, written as YAML."""
     policy = copy.deepcopy(BASE_POLICY)

@@ -8,10 +8,12 @@ import copy
 import json
 import sqlite3
 
+import duckdb
 import pytest
 import sqlglot
 import yaml
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlglot import exp
 
 from calibration import DependenceModel, calibrate, transcript_level
@@ -247,38 +249,59 @@ def test_answers_charged_before_columns_were_recorded_count_as_reading_every_col
 
 @pytest.fixture(scope="module")
 def row_level_fuzz_db(tmp_path_factory):
-    """The fuzzer's schema with each row an individual, so the columns read are the query's own."""
+    """The fuzzer's schema with each row an individual, so the columns read are the query's own,
+    and a public lookup table `levels` keyed by the level's code."""
     root = tmp_path_factory.mktemp("scoped_fuzz")
     policy = copy.deepcopy(adversarial.POLICY)
     table = policy["tables"]["people"]
     del table["privacy_unit"], table["max_rows_per_unit"]
+    policy["tables"]["levels"] = {"public": True, "key": "code", "columns": {
+        "code": {"type": "int", "domain": adversarial.LEVELS},
+        "label": {"type": "str", "domain": ["low", "mid", "high"]}}}
     path = root / "policy.yaml"
     path.write_text(yaml.safe_dump(policy, sort_keys=False))
     db = adversarial.write_dataset(root / "people.duckdb", adversarial.datasets()["ordinary"])
+    with duckdb.connect(str(db)) as raw:
+        raw.execute("CREATE TABLE levels AS SELECT * FROM (VALUES (1, 'low'), (2, 'mid'), (3, 'high')) "
+                    "AS v(code, label)")
     conn = PrivateDatabase.connect(db, path, root / "ledger.sqlite", create=True)
     yield conn
     conn.close()
 
 
 def _named_in_reads(sql: str) -> set[str]:
-    """Policy columns the analyst's text names in WHERE, GROUP BY or an aggregate's argument."""
+    """Policy columns the analyst's text names in WHERE, GROUP BY or an aggregate's argument,
+    in the query or in a CTE or subquery it reads."""
     tree = sqlglot.parse_one(sql, read="duckdb")
-    parts = [tree.args.get("where"), tree.args.get("group"), *tree.find_all(exp.AggFunc)]
+    parts = [*tree.find_all(exp.Where), *tree.find_all(exp.Group), *tree.find_all(exp.AggFunc)]
     return {f"people.{col.name.lower()}" for part in parts if part is not None
             for col in part.find_all(exp.Column)
             if col.name.lower() in adversarial.POLICY["tables"]["people"]["columns"]}
 
 
+# How the query reaches the table: directly, through CTEs named t that filter it, or joined
+# to the public table on people.level.
+JOINED = " FROM people JOIN levels ON people.level = levels.code"
+SOURCES = ["", "WITH t AS (SELECT * FROM people) ", "WITH t AS (SELECT * FROM people WHERE level > 1) ",
+           "WITH u AS (SELECT * FROM people WHERE NOT sick), t AS (SELECT * FROM u) ", JOINED]
+
+
 @settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(sql=differential.queries())
-def test_every_column_a_query_names_where_it_reads_data_is_counted(row_level_fuzz_db, sql):
-    """Random queries of the fuzzer's grammar: every policy column named in WHERE, GROUP BY or
-    an aggregate is among the columns read, so no column can pick a smaller eta unseen."""
+@given(sql=differential.queries(), source=st.sampled_from(SOURCES))
+def test_every_column_a_query_names_where_it_reads_data_is_counted(row_level_fuzz_db, sql, source):
+    """Random queries of the fuzzer's grammar, on the table, through a CTE that filters it or
+    joined to a public table: every policy column named in WHERE, GROUP BY or an aggregate, and
+    the join column, is among the columns read, so no column can pick a smaller eta unseen."""
+    if source == JOINED:
+        sql = sql.replace(" FROM people", JOINED, 1)
+    elif source:
+        sql = source + sql.replace(" FROM people", " FROM t", 1)
     try:
         plan = row_level_fuzz_db.explain(sql, epsilon=1.0)
     except DpsqlError:
         return
     assert _named_in_reads(sql) <= set(plan.columns_read)
+    assert source != JOINED or "people.level" in plan.columns_read
     assert set(plan.columns_read) <= {f"people.{c}" for c in adversarial.POLICY["tables"]["people"]
                                       ["columns"] if c in sql.lower()}

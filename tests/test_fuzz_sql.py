@@ -6,7 +6,9 @@ answer equals the exact aggregate."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -15,10 +17,11 @@ from sqlglot import exp
 
 from engine import PrivateDatabase, execute
 from engine.errors import DpsqlError
-from tests.support import create_ledger, write_policy
+from tests.support import add_regions, create_ledger, with_regions, write_policy
 
 NUMERIC = ["age", "income"]
-COLUMNS = ["age", "income", "state", "sick", "note", "person_id", "rowid", "nosuch"]
+COLUMNS = ["age", "income", "state", "sick", "note", "person_id", "rowid", "nosuch", "region",
+           "population"]
 FUNCTIONS = ["ABS", "ROUND", "FLOOR", "CEIL", "LOWER", "UPPER", "TRIM", "LENGTH", "SUBSTRING",
              "COALESCE", "LEAST", "GREATEST", "RANDOM", "HASH", "ERROR", "READ_CSV", "NOW",
              "REGEXP_MATCHES", "CURRENT_SETTING", "MD5", "DATE_PART", "STRFTIME", "STRPTIME",
@@ -138,16 +141,62 @@ SUPPORTED = st.one_of(
     st.builds(lambda c: exp.Max(this=exp.column(c)), st.sampled_from(NUMERIC)))
 
 
+# CTE and FROM-subquery bodies over `people`: ones that flatten and ones that must be refused.
+BODIES = [
+    "SELECT * FROM people", "SELECT * FROM people WHERE age > 30",
+    "SELECT person_id, age, income * 2 AS income, state, sick, note FROM people",
+    "SELECT person_id AS pid, age AS state, note AS sick FROM people",
+    "SELECT state, COUNT(*) AS age FROM people GROUP BY state", "SELECT DISTINCT * FROM people",
+    "SELECT * FROM people LIMIT 3", "SELECT * FROM people ORDER BY age", "SELECT * FROM nosuch",
+    "SELECT * FROM people UNION ALL SELECT * FROM people", "SELECT * FROM t",
+    "SELECT * FROM people WHERE age IN (SELECT age FROM people)", "SELECT 1 AS age",
+    "SELECT *, ROW_NUMBER() OVER () AS age FROM people", "SELECT * FROM (SELECT * FROM people) AS i",
+]
+
+
+# Joins to the public table `regions` (key state): the one accepted form and hostile ones.
+JOINS = ["regions ON people.state = regions.state", "regions AS r ON state = r.state",
+         "regions ON people.note = regions.region", "regions ON people.age = regions.population",
+         "people AS q ON people.age = q.age", "regions ON TRUE", "nosuch ON people.state = nosuch.state",
+         "regions ON people.state = regions.state AND people.age > 3"]
+JOIN_TYPES = ["inner", "left", "right", "full", "cross"]
+
+
+def _wrapped(draw, query: exp.Select) -> exp.Select:
+    """`query` reading `people`, sometimes through a CTE or a FROM-subquery named t instead."""
+    how = draw(st.sampled_from(["table", "table", "cte", "subquery"]))
+    if how == "table":
+        return query
+    body = draw(st.sampled_from(BODIES))
+    if how == "cte":
+        return query.from_("t").with_("t", as_=body)
+    return query.from_(f"({body}) AS t")
+
+
 @st.composite
 def valid_queries(draw) -> str:
-    """Well-typed queries the engine should mostly answer."""
-    group = draw(st.lists(st.sampled_from(["state", "sick"]), max_size=2, unique=True))
+    """Well-typed queries the engine should mostly answer: on the table, through a CTE, or
+    joined to the public table (its region a group key, the private state qualified)."""
+    joined = draw(st.integers(0, 3)) == 0
+    names = ["people.state", "sick", "r.region"] if joined else ["state", "sick"]
+    group = draw(st.lists(st.sampled_from(names), max_size=2, unique=True))
     items = draw(st.lists(SUPPORTED, min_size=1, max_size=3))
-    query = exp.select(*[exp.column(g) for g in group], *items).from_("people")
+    keys = [exp.column(*reversed(g.split("."))) for g in group]
+    query = exp.select(*keys, *items).from_("people")
+    if joined:
+        query = query.join("regions AS r ON people.state = r.state",
+                           join_type=draw(st.sampled_from(["inner", "left"])))
     if draw(st.booleans()):
-        query = query.where(draw(CONDITIONS))
+        condition = draw(CONDITIONS)
+        if joined:
+            for column in condition.find_all(exp.Column):
+                if column.name == "state":
+                    column.set("table", exp.to_identifier("people"))
+        query = query.where(condition)
     if group:
-        query = query.group_by(*group)
+        query = query.group_by(*[k.copy() for k in keys])
+    if not joined and draw(st.integers(0, 3)) == 0:
+        query = query.from_("t").with_("t", as_=exp.select("*").from_("people").where(draw(CONDITIONS)))
     return query.sql(dialect="duckdb")
 
 
@@ -157,8 +206,12 @@ def queries(draw) -> str:
     group = draw(st.lists(st.sampled_from(["state", "sick", "state", "age", "person_id"]),
                           max_size=2, unique=True))
     source = draw(st.sampled_from(["people", "people", "people", "people AS p", "nosuch",
-                                   "read_csv('/etc/passwd')", "information_schema.tables"]))
+                                   "read_csv('/etc/passwd')", "information_schema.tables", "regions"]))
     query = exp.select(*[exp.column(g) for g in group if draw(st.booleans())], *items).from_(source)
+    if source in ("people", "people AS p") and draw(st.integers(0, 3)) == 0:
+        query = query.join(draw(st.sampled_from(JOINS)), join_type=draw(st.sampled_from(JOIN_TYPES)))
+    if source == "people":
+        query = _wrapped(draw, query)
     if draw(st.booleans()):
         query = query.where(draw(scalars))
     if group:
@@ -176,8 +229,9 @@ def queries(draw) -> str:
 @pytest.fixture(scope="module")
 def engine(people_db, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
-    policy = write_policy(root / "policy.yaml", {"budget": {"epsilon": 1e6}})
-    db = PrivateDatabase.connect(people_db, policy, create_ledger(root / "ledger.sqlite", policy))
+    data = add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))
+    policy = write_policy(root / "policy.yaml", {"budget": {"epsilon": 1e6}, **with_regions()})
+    db = PrivateDatabase.connect(data, policy, create_ledger(root / "ledger.sqlite", policy))
     yield db, root / "ledger.sqlite"
     db.close()
 
@@ -201,7 +255,8 @@ def test_random_sql_is_refused_cleanly_or_answered_and_charged(engine, sql, epsi
         assert _charges(ledger) == before
         event(f"refused: {type(exc).__name__}")
         return
-    event("answered")
+    event("answered" + (" through a CTE or subquery" if "(SELECT" in sql else "")
+          + (" with a join" if "JOIN" in sql else ""))
     after = _charges(ledger)
     assert after[:-1] == before and after[-1] == (sql, result.epsilon_dp)
     if epsilon < 1e-3:

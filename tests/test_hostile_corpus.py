@@ -5,6 +5,7 @@ most the schema-only gate binds it)."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -34,11 +35,13 @@ def test_corpus_is_large_and_covers_every_category():
 
 @pytest.fixture(scope="module")
 def shared(people_db, tmp_path_factory):
-    from tests.support import create_ledger, write_policy
+    """The people data with the public `regions` table beside it, so join attacks meet a real one."""
+    from tests.support import add_regions, create_ledger, with_regions, write_policy
 
     root = tmp_path_factory.mktemp("hostile")
-    policy = write_policy(root / "policy.yaml")
-    return people_db, policy, create_ledger(root / "ledger.sqlite", policy)
+    db = add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))
+    policy = write_policy(root / "policy.yaml", with_regions())
+    return db, policy, create_ledger(root / "ledger.sqlite", policy)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from engine.binding import build_plan
 from engine.execute import bound_units, run
+from engine.flatten import flatten
 from engine.parse import parse_select
 from engine.policy import parse_policy
 from engine.rewrite import rewrite
@@ -40,8 +41,14 @@ QUERIES = [
     "SELECT MEDIAN(income), QUANTILE_CONT(age, 0.9), MIN(age - 50), MAX(sick) FROM people",
     "SELECT state, PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY income), MIN(income), "
     "MAX(age) FILTER (WHERE sick) FROM people GROUP BY state",
+    # CTEs and FROM-subqueries, flattened into one SELECT on the table (docs/theory.md §16).
+    "WITH adults AS (SELECT * FROM people WHERE age >= 18), rich AS (SELECT income * 2 AS twice, "
+    "state AS s, sick, person_id AS pid FROM adults WHERE income > 100) "
+    "SELECT s, COUNT(*), SUM(twice), AVG(sick), COUNT(DISTINCT pid) FROM rich GROUP BY s",
+    "SELECT band, COUNT(*), SUM(x), MEDIAN(x) FROM (SELECT FLOOR(age / 20) AS band, income - 500 AS x "
+    "FROM (SELECT * FROM people WHERE NOT sick) AS healthy) AS t GROUP BY band",
 ]
-PLANS = [build_plan(parse_select(q), POLICY, q) for q in QUERIES]
+PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them
 
 row = st.tuples(

@@ -120,6 +120,10 @@ class SparkBackend:
         """The tree as Spark SQL over this backend's views, with DuckDB's meaning (see
         spark_sql.py), or QueryRefused for a form Spark cannot give that meaning (decided by the
         text and the schema alone); the DuckDB rendering is kept for `check`."""
+        public = sorted({t.name for t in query.find_all(exp.Table) if t.name in self._policy.public_tables})
+        if public:
+            raise QueryRefused(f"JOIN with public table {public[0]} refused on Spark: public tables "
+                               "are not loaded by the Spark backend; run the query on DuckDB")
         duckdb_sql = query.sql("duckdb")
         names = [t.name for t in query.find_all(exp.Table) if t.name in self._types]
         families = {col: _policy_family(kind) for col, kind in self._types[names[0]].items()} \

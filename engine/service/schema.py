@@ -3,29 +3,37 @@ and budget, and the SQL the engine accepts. Nothing in it comes from the data.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 
 from ..aggregates import supported
 from ..policy import ColumnSpec, Policy
 from ..scalars import SCALARS
 
-SQL_SHAPE = ("one SELECT over one table of the policy: aggregates (listed) over a WHERE of "
-             "whitelisted functions and operators on the listed columns, GROUP BY columns with a "
-             "public domain, HAVING, ORDER BY and LIMIT on the noisy values; no joins, subqueries, "
-             "CTEs, window functions or raw columns")
+SQL_SHAPE = ("one SELECT over one private table of the policy, possibly through CTEs and FROM-"
+             "subqueries that filter, rename or compute its columns and joined to one public table "
+             "on its key: aggregates (listed) over a WHERE of whitelisted functions and operators "
+             "on the listed columns, GROUP BY columns with a public domain, HAVING, ORDER BY and "
+             "LIMIT on the noisy values; no other joins, no subqueries elsewhere, no window "
+             "functions or raw columns")
+
+
+def _columns(columns: Mapping[str, ColumnSpec]) -> dict:
+    return {c.name: {"type": c.type, **_bounds(c),
+                     "domain": None if c.domain is None else list(c.domain)}
+            for c in columns.values()}
 
 
 def public_schema(policy: Policy) -> dict:
     """The policy as an analyst may see it (JSON-ready)."""
     tables = {}
     for name, table in policy.tables.items():
-        columns = {c.name: {"type": c.type, **_bounds(c),
-                            "domain": None if c.domain is None else list(c.domain)}
-                   for c in table.columns.values()}
         tables[name] = {"privacy_unit": table.privacy_unit,
-                        "max_rows_per_unit": table.max_rows_per_unit, "columns": columns}
+                        "max_rows_per_unit": table.max_rows_per_unit, "columns": _columns(table.columns)}
+    public = {name: {"key": table.key, "columns": _columns(table.columns)}
+              for name, table in policy.public_tables.items()}
     return {"budget": policy.budget_epsilon, "k": policy.k, "eta": policy.eta, "mode": policy.mode,
-            "limits": asdict(policy.limits), "tables": tables, "sql": SQL_SHAPE,
+            "limits": asdict(policy.limits), "tables": tables, "public_tables": public, "sql": SQL_SHAPE,
             "aggregates": supported(), "functions": sorted({s.name for s in SCALARS})}
 
 
