@@ -244,7 +244,8 @@ def _width_buckets(node: exp.Floor, scope: _Scope) -> tuple[str, tuple]:
     return "int", tuple(range(lo, hi + 1))
 
 
-def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None, scope: _Scope) -> tuple:
+def _pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None,
+            scope: _Scope | None = None) -> tuple:
     """The key values a WHERE leaves possible, read from the query text alone: a top-level AND
     term comparing the grouped column itself with literals (=, <>, <, <=, >, >=, IN, BETWEEN,
     or the bare bool column, NOT included) is false for a row whose key is a pruned value,
@@ -273,9 +274,12 @@ _MIRROR: dict[type[exp.Expression], type[exp.Expression]] = {
     exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
 
-def _holds(term: exp.Expression, column: ColumnSpec, value, scope: _Scope) -> bool:
-    """False only when `term` is certainly false (or NULL) on a row whose `column` is `value`."""
+def _holds(term: exp.Expression, column: ColumnSpec, value, scope: _Scope | None) -> bool:
+    """False only when `term` is certainly false (or NULL) on a row whose `column` is `value`;
+    names resolve through `scope` (None: a plan's bound WHERE, whose names are policy columns)."""
     def is_column(node: exp.Expression) -> bool:
+        if scope is None:
+            return isinstance(node, exp.Column) and node.name.lower() == column.name.lower()
         return scope.refers_to(node, column)
 
     def constant(node: exp.Expression):
