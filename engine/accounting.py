@@ -44,6 +44,9 @@ from .policy import EtaDeclaration, ScopedEta, scoped_eta
 TimeSpend = Mapping[int, float]
 """eps_dp spent per time point by the answers charged per time point (chains, §14)."""
 
+AnswerMap = Callable[[DependenceModel], Callable[[float], float]]
+"""Under a declared model, one answer's level at an eps_dp, given the (k, eta) of its columns."""
+
 
 @dataclass(frozen=True)
 class Accountant:
@@ -156,3 +159,24 @@ class ScopedAccountant:
 def union(read: frozenset[str] | None, more: frozenset[str] | None) -> frozenset[str] | None:
     """Columns read by two sets of answers (None stands for every column)."""
     return None if read is None or more is None else read | more
+
+
+def no_column_answers(models: tuple[DeclaredModel, ...], tables: tuple[str, ...],
+                      prefer_model: bool) -> tuple[AnswerMap | None, ...]:
+    """How a query reading no column (COUNT(*)) is calibrated on each of `tables`: by the
+    policy's mode (None) or, under mode model, by the first model declared for its table when
+    that is a household model (the one a query is given; a chain needs a time point, so such a
+    query falls back to the mode). The status's largest epsilon is the least over them."""
+    answers: list[AnswerMap | None] = []
+    for table in tables:
+        first = next((m for m in models if m.table == table), None)
+        answers.append(None if not prefer_model or first is None or first.household is None
+                       else _answer_map(first))
+    return tuple(dict.fromkeys(answers)) or (None,)
+
+
+def _answer_map(declared: DeclaredModel) -> AnswerMap:
+    """One answer's level under `declared`, reading no time point."""
+    def level(query: DependenceModel) -> Callable[[float], float]:
+        return lambda eps_dp: declared.answer_level(eps_dp, query)
+    return level

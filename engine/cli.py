@@ -184,8 +184,10 @@ def ledger_init(path, policy_path) -> None:
     policy = load_policy(policy_path)
     Ledger(path, binding_of(policy), create=True).close()
     models = f", {len(policy.models)} declared model(s)" if policy.models else ""
+    mode = (f"model ({policy.mode} where no declared model covers a query)" if policy.prefer_model
+            else policy.mode)
     click.echo(f"created ledger {path}: budget {policy.budget_epsilon:g}, k={policy.k}, "
-               f"eta={policy.eta:g}, mode {policy.mode}{models}")
+               f"eta={policy.eta:g}, mode {mode}{models}")
 
 
 @cli.command(help="Owner: bound every table with a privacy unit once and keep the kept rows beside "
@@ -525,10 +527,12 @@ def _print_result(result: QueryResult) -> None:
                        f"transcript's eta is now {_number(result.budget.eta)}"
                        f"{from_clause(result.budget.eta_from)}"))
     b = result.budget
+    largest = (f"largest epsilon this query can still ask: {_number(result.largest_epsilon)}"
+               if result.largest_epsilon is not None else  # answers stored before it was kept
+               f"largest epsilon a query reading no column can still ask: {_number(b.largest_epsilon)}")
     console.print(
         f"cost {_number(result.cost)}: transcript level {_number(result.level_before)} -> "
-        f"{_number(b.spent_ip)} of budget {_number(b.total)}; largest epsilon you can still ask: "
-        f"{_number(b.largest_epsilon)}"
+        f"{_number(b.spent_ip)} of budget {_number(b.total)}; {largest}"
         + ("" if result.id is None else f" (answer id {result.id}: dpsql history --id {result.id})")
     )
 

@@ -14,13 +14,12 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 from ..calibration import (
     Calibration,
     CalibrationError,
-    DependenceModel,
     calibrate,
     guarantee,
 )
 from ..calibration.model_exact import largest_within
 from . import postprocess
-from .accounting import ScopedAccountant, TimeSpend, inverse, union
+from .accounting import AnswerMap, ScopedAccountant, TimeSpend, inverse, no_column_answers, union
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
@@ -235,6 +234,8 @@ class PrivateDatabase:
                     level_before=before, level_after=after, cost=after - before,
                     eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
                     **_model_fields(prepared, cal.epsilon_dp),
+                    largest_epsilon=charged.largest_epsilon(prepared.mode, prepared.columns,
+                                                            *_answer(prepared)),
                 )
                 stored_answer = result.to_dict()
             except Exception as exc:
@@ -382,9 +383,10 @@ class PrivateDatabase:
             spent_dp=spent,
             remaining=max(0.0, min(a.budget - a.level(spent) for a in now)),
             remaining_dp=max(0.0, min(a.dp_budget() - spent for a in now)),
-            largest_epsilon=min(a.at(books.read, books.times).largest_epsilon(
-                spent, query=a.model(nothing))
-                                for a in books.accountants),
+            largest_epsilon=min(books.largest_epsilon(self.policy.mode, nothing, answer)
+                                for answer in no_column_answers(self.policy.models,
+                                                                tuple(self.policy.tables),
+                                                                self.policy.prefer_model)),
             mode=self.policy.mode, eta=scope.eta, eta_from=scope.source,
         )
 
@@ -469,7 +471,7 @@ class _Books:
                    for a in self.accountants)
 
     def largest_epsilon(self, mode: str, columns: frozenset[str],
-                        answer: Callable[[DependenceModel], Callable[[float], float]] | None = None,
+                        answer: AnswerMap | None = None,
                         chain: tuple[float, tuple[int, ...]] | None = None) -> float:
         """The largest epsilon a query reading `columns`, calibrated under `mode` (under a
         declared model: `answer(query model)` its level at an eps_dp), can ask. A chain
@@ -501,7 +503,7 @@ def _model_fields(prepared: PreparedQuery, epsilon_dp: float) -> dict:
 
 
 def _answer(prepared: PreparedQuery
-            ) -> tuple[Callable[[DependenceModel], Callable[[float], float]] | None,
+            ) -> tuple[AnswerMap | None,
                        tuple[float, tuple[int, ...]] | None]:
     """Under a declared model, the answer's own level at an eps_dp (for a query model) and,
     for a chain, its cap and time points (what `_Books.largest_epsilon` needs)."""

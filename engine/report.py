@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..calibration import mutual_information_bound, within_budget
-from .accounting import ScopedAccountant, TimeSpend, union
+from .accounting import AnswerMap, ScopedAccountant, TimeSpend, no_column_answers, union
 from .errors import InputError, LedgerError
 from .policy import Policy, declarations_json
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger
@@ -190,7 +190,9 @@ def build_report(ledger: str | Path, policy: Policy | None = None,
         cumulative_dp=cumulative,
         levels=tuple(scoped.at(read, times).level(s) for s, (read, times)
                      in zip(cumulative, _reads(answers), strict=True)),
-        totals=_totals(snapshot, scoped),
+        totals=_totals(snapshot, scoped, no_column_answers(
+            scoped.models, tuple(policy.tables) if policy is not None else (),
+            policy is not None and policy.prefer_model)),
         subtotals=_subtotals(answers, scoped),
     )
 
@@ -214,7 +216,8 @@ def _reads(answers: tuple[LedgerAnswer, ...]
     return tuple(reads)
 
 
-def _totals(snapshot: LedgerSnapshot, scoped: ScopedAccountant) -> ReportTotals:
+def _totals(snapshot: LedgerSnapshot, scoped: ScopedAccountant,
+            no_column: tuple[AnswerMap | None, ...]) -> ReportTotals:
     answers, budget = snapshot.answers, scoped.budget
     read, times = _reads(answers)[-1] if answers else (frozenset[str](), {})
     accountant, scope = scoped.at(read, times), scoped.scope(read)
@@ -228,7 +231,10 @@ def _totals(snapshot: LedgerSnapshot, scoped: ScopedAccountant) -> ReportTotals:
         mode=accountant.mode, epsilon_asked=asked, spent_dp=spent, transcript_level=level,
         information_nats=nats, information_bits=bits, remaining=max(0.0, budget - level),
         dp_budget=space, remaining_dp=max(0.0, space - spent),
-        largest_epsilon=accountant.largest_epsilon(spent, query=scoped.model(frozenset())),
+        largest_epsilon=min(accountant.largest_epsilon(
+            spent, query=scoped.model(frozenset()),
+            answer=None if answer is None else answer(scoped.model(frozenset())))
+            for answer in no_column),
         difference=_difference(asked, level, spent), eta_from=scope.source,
     )
 

@@ -38,7 +38,7 @@ def totals_rows(t: ReportTotals) -> list[tuple[str, str, str]]:
         ("information_nats", "bound on I(X_i; Y), nats", number(t.information_nats)),
         ("information_bits", "bound on I(X_i; Y), bits", number(t.information_bits)),
         ("budget", "budget (IP)", number(t.budget)),
-        ("largest_epsilon", "largest ε a query reading no new column can still ask: "
+        ("largest_epsilon", "largest ε a query reading no column (COUNT(*)) can still ask: "
          "L(L⁻¹(budget) − Σε_dp)", number(t.largest_epsilon)),
         ("remaining", "level headroom (IP): budget − L(Σε_dp)",
          number(t.remaining)),

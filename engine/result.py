@@ -19,8 +19,9 @@ class BudgetStatus:
     spent_dp: float  # sum of epsilon_dp of every released answer
     remaining: float  # total - spent_ip: headroom of the level, NOT an epsilon one can ask
     remaining_dp: float  # the DP epsilon still admissible: L^-1(total) - spent_dp
-    # The largest epsilon any query reading only columns already read can still ask (exactly
-    # that for a query reading no column): L_q(L^-1(total) - spent_dp), L_q the query's map.
+    # The largest epsilon a query reading no column (COUNT(*)) can still ask on every table:
+    # L_q(L^-1(total) - spent_dp), L_q the map that calibrates it (under mode model, a table's
+    # household model); a given query's own is in its explanation and each answer.
     largest_epsilon: float
     mode: str  # the policy's mode, whose map L accounts for the transcript
     # The eta of the transcript: that of the union of the columns every charged answer read,
@@ -116,6 +117,9 @@ class QueryResult:
     model: str = ""  # the declared model that calibrated the answer (mode model), else ""
     tight_epsilon_dp: float | None = None  # the tight map's epsilon_dp, beside the model's
     model_checks: tuple[ModelCheck, ...] = ()  # the answer's level if the model is off
+    # The largest epsilon the same query can still ask once this answer is charged (what
+    # explain would say next): its own calibration, declared model and time points included.
+    largest_epsilon: float | None = None
 
     @property
     def answer_cost(self) -> AnswerCost:
@@ -147,6 +151,7 @@ class QueryResult:
             "model": self.model,
             "tight_epsilon_dp": self.tight_epsilon_dp,
             "model_checks": [asdict(c) for c in self.model_checks],
+            "largest_epsilon": self.largest_epsilon,
         })
 
     @classmethod
@@ -168,6 +173,7 @@ class QueryResult:
             eta_from=answer.get("eta_from", ""), columns_read=tuple(answer.get("columns_read", ())),
             model=answer.get("model", ""), tight_epsilon_dp=answer.get("tight_epsilon_dp"),
             model_checks=tuple(ModelCheck(**c) for c in answer.get("model_checks", ())),
+            largest_epsilon=answer.get("largest_epsilon"),
         )
 
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:

@@ -28,7 +28,7 @@ def test_query_json(capsys, setup):
 def test_query_table_and_csv(capsys, setup):
     code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.5",
                            "SELECT COUNT(*) FROM people")
-    assert code == 0 and "±" in out and "largest epsilon you can still ask" in " ".join(out.split())
+    assert code == 0 and "±" in out and "largest epsilon this query can still ask" in " ".join(out.split())
     code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.5", "--format", "csv",
                         "SELECT sick, AVG(age) FROM people GROUP BY sick")
     lines = out.strip().splitlines()

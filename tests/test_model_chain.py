@@ -141,6 +141,24 @@ def test_chain_answers_are_charged_per_time_point_and_survive_a_restart(setup) -
         assert again.budget().spent_ip == pytest.approx(level)
 
 
+def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
+    """A chain answer's own largest epsilon (its time points, by bisection) is explain's for
+    the same query next; the status's is that of a query reading no column, which no chain
+    covers (it reads no time point), so the tight map re-prices the transcript for it."""
+    with connect(setup) as db:
+        answers = [db.query(GROUPED, epsilon=0.8), db.query(PINNED, epsilon=0.5)]
+        for result in answers:
+            assert result.largest_epsilon is not None
+        assert answers[1].largest_epsilon == pytest.approx(
+            db.explain(PINNED, epsilon=0.5).largest_epsilon, rel=1e-9)
+        star = db.explain("SELECT COUNT(*) FROM readings", epsilon=0.1)
+        assert star.mode == "tight"
+        assert db.budget().largest_epsilon == pytest.approx(star.largest_epsilon, rel=1e-12, abs=1e-12)
+        assert answers[1].largest_epsilon > db.budget().largest_epsilon
+        assert db.explain(PINNED, epsilon=answers[1].largest_epsilon * (1 - 1e-5)).admissible
+        assert not db.explain(PINNED, epsilon=answers[1].largest_epsilon * 1.01).admissible
+
+
 def test_an_answer_over_several_days_leaves_the_model_and_is_repriced(setup) -> None:
     with connect(setup) as db:
         db.query(GROUPED, epsilon=0.8)

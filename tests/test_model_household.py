@@ -177,6 +177,43 @@ def test_model_mode_calibrates_charges_and_refuses_past_the_budget(setup) -> Non
         assert again.budget().spent_dp == pytest.approx(spent)
 
 
+def test_every_largest_epsilon_shown_is_what_the_next_query_can_ask(tmp_path) -> None:
+    """Under mode model, the answer's own figure and the status's (a query reading no column,
+    which the household model calibrates) are the largest epsilon that query is then admitted
+    at: asking it passes, asking 0.1% more is refused quoting the same figure."""
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy(budget=5.0)))
+    write_people(tmp_path / "people.duckdb")
+    create_ledger(tmp_path / "ledger.sqlite", tmp_path / "policy.yaml")
+    sick, star = "SELECT COUNT(*) FROM people WHERE sick", "SELECT COUNT(*) FROM people"
+    with connect(tmp_path) as db:
+        first = db.query(sick, epsilon=1.0)
+        assert first.largest_epsilon == pytest.approx(db.explain(sick, epsilon=1.0).largest_epsilon,
+                                                      rel=1e-12)
+        status = db.budget().largest_epsilon
+        assert first.budget.largest_epsilon == pytest.approx(status, rel=1e-12)
+        assert db.explain(star, epsilon=1.0).mode == "model"
+        assert status == pytest.approx(db.explain(star, epsilon=1.0).largest_epsilon, rel=1e-12)
+        # the tight map alone would allow far more: the model's map levels off (theory.md §14)
+        tight = db.explain(star, epsilon=1.0, mode="tight").largest_epsilon
+        assert tight > 5 * status
+        with pytest.raises(BudgetExhausted) as refused:
+            db.query(sick, epsilon=status * 1.001)
+        assert refused.value.largest_epsilon == pytest.approx(status, rel=1e-12)
+        assert f"{status:.4g}" in str(refused.value)
+        assert db.explain(sick, epsilon=status * (1 - 1e-6)).admissible
+        assert db.report().totals.largest_epsilon == pytest.approx(status, rel=1e-12)
+    with connect(tmp_path) as again:  # a restart gives the same figure from the ledger
+        assert again.budget().largest_epsilon == pytest.approx(status, rel=1e-12)
+
+
+def test_ledger_init_says_the_model_mode_and_its_fallback(tmp_path, capsys) -> None:
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy()))
+    code, out, _ = run_cli(capsys, "ledger", "init", "--ledger", str(tmp_path / "l.sqlite"),
+                           "--policy", str(tmp_path / "policy.yaml"))
+    assert code == 0
+    assert "mode model (tight where no declared model covers a query), 1 declared model(s)" in out
+
+
 def test_the_model_never_gives_more_than_cap_times_the_tight_eps_dp(tmp_path) -> None:
     capped = dict(HOUSEHOLD, cap=1.5, marginal=[0.5, 0.5], rho=0.05)
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy([capped])))

@@ -222,7 +222,7 @@ def test_cli_shows_cost_and_largest_epsilon_and_asks_by_cost(capsys, tmp_path, s
         return code, " ".join(out.split()), err
 
     code, out, _ = run("query", *args, "--cost", "0.25", COUNT)
-    assert code == 0 and "cost 0.25" in out and "largest epsilon you can still ask: 0.75" in out
+    assert code == 0 and "cost 0.25" in out and "largest epsilon this query can still ask: 0.75" in out
     code, out, _ = run("explain", *args, "--epsilon", "0.5", COUNT)
     assert code == 0 and "cost 0.5" in out and "largest epsilon this query can still ask: 0.75" in out
     code, _, err = run_cli(capsys, "query", *args, "--epsilon", "0.8", COUNT)
@@ -274,7 +274,7 @@ def test_the_report_shows_the_same_largest_epsilon(tmp_path, setup, capsys):
     assert shown == 3.0 and totals.largest_epsilon == shown and totals.mode == "group"
     assert totals.transcript_level == 1.0, "the report accounts with the policy's map too"
     code, out, _ = run_cli(capsys, "report", "--ledger", str(ledger))
-    assert code == 0 and "largest ε a query reading no new column can still ask" in out
+    assert code == 0 and "largest ε a query reading no column (COUNT(*)) can still ask" in out
 
 
 def test_a_cost_is_priced_against_the_spending_read_in_the_charge(tmp_path, setup):

@@ -44,7 +44,7 @@ function bar(fill, text, status, label) {
   fill.style.width = (100 * share).toFixed(2) + "%";
   fill.dataset.share = share.toFixed(6);
   text.textContent = label + ": level " + number(status.spent_ip) + " of " + number(status.total) +
-    "; largest epsilon you can still ask " + number(status.largest_epsilon);
+    "; largest epsilon a COUNT(*) can still ask " + number(status.largest_epsilon);
 }
 
 async function refreshBudget() {
