@@ -131,10 +131,11 @@ class ScopedAccountant:
     mode: str
     eta_by_columns: tuple[EtaDeclaration, ...] = ()
     models: tuple[DeclaredModel, ...] = ()
+    shared: frozenset[str] = frozenset()  # the parent tables' columns: their eta defaults to 1
 
     def scope(self, columns: frozenset[str] | None) -> ScopedEta:
         """The eta that applies to `columns` (None: every column) and where it comes from."""
-        return scoped_eta(self.eta, self.eta_by_columns, columns)
+        return scoped_eta(self.eta, self.eta_by_columns, columns, self.shared)
 
     def model(self, columns: frozenset[str] | None) -> DependenceModel:
         return DependenceModel(self.k, self.scope(columns).eta)

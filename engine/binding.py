@@ -14,8 +14,8 @@ from sqlglot import exp
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
-from .join import bind_join, public_column
-from .plan import GroupKey, Measurement, OutputColumn, PublicJoin, QueryPlan
+from .join import bind_join, joined_column
+from .plan import GroupKey, KeyJoin, Measurement, OutputColumn, QueryPlan
 from .policy import TIME_TYPES, ColumnSpec, Limits, Policy, TableSpec
 from .scalars import (
     MAX_LITERAL,
@@ -55,9 +55,9 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
                 raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
     table, aliases = _bind_table(select, policy)
-    join, public_aliases = bind_join(select, policy, table, aliases)
+    join, joined_aliases = bind_join(select, policy, table, aliases)
     scope = _Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), join,
-                   public_aliases)
+                   joined_aliases)
     where = None
     if select.args.get("where") is not None:
         condition = select.args["where"].this
@@ -127,6 +127,12 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
     if name in policy.public_tables:
         raise QueryRefused(f"table {name} is public: it is not answered on its own (read it "
                            "directly, it is not protected); a private table may JOIN it on its key")
+    parent = policy.parent_tables.get(name)
+    if parent is not None:
+        raise QueryRefused(f"table {name} is a parent table: its rows are shared by several "
+                           f"individuals, not one's, so it is not answered on its own; join it "
+                           f"from {parent.child} (FROM {parent.child} [LEFT] JOIN {name} ON "
+                           f"{parent.child}.{parent.foreign_key} = {name}.{parent.key})")
     if spec is None:
         if any(mark in table.name for mark in "/\\:.*"):
             raise QueryRefused(f"file path or URL {table.name!r} refused in FROM: files are never "
@@ -648,16 +654,16 @@ class _Scope:
     """Name resolution and type checking for row-level (pre-aggregation) expressions."""
 
     def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset(),
-                 join: PublicJoin | None = None, public_aliases: set[str] | None = None) -> None:
+                 join: KeyJoin | None = None, joined_aliases: set[str] | None = None) -> None:
         self.table = table
         self.aliases = aliases
         self.data_columns = data_columns
         self.join = join
-        self.public_aliases = public_aliases or set()
+        self.joined_aliases = joined_aliases or set()
 
     def refers_to(self, node: exp.Expression, column: ColumnSpec) -> bool:
         """Whether `node` names the policy column `column` (of the private table or, joined, of
-        the public one: a private and a public column of one name are different columns)."""
+        the joined one: columns of one name in two tables are different columns)."""
         if not isinstance(node, exp.Column):
             return False
         try:
@@ -666,9 +672,9 @@ class _Scope:
             return False
 
     def has_column(self, node: exp.Column) -> bool:
-        """Whether `node` names a policy column of the private or the joined public table."""
+        """Whether `node` names a policy column of the private or the joined table."""
         name = node.name.lower()
-        return name in self.table.columns or (self.join is not None and name in self.join.public.columns)
+        return name in self.table.columns or (self.join is not None and name in self.join.lookup.columns)
 
     def column(self, node: exp.Expression) -> ColumnSpec:
         if not isinstance(node, exp.Column):
@@ -677,12 +683,12 @@ class _Scope:
             )
         self._check_qualifier(node)
         name = node.name.lower()
-        if self.join is not None and self._is_public(node):
-            public = self.join.public
-            if name not in public.columns:
-                raise QueryRefused(f"unknown column {node.name!r} in table {public.name} "
-                                   f"(columns: {', '.join(sorted(public.columns))})")
-            return public_column(public, name)
+        if self.join is not None and self._is_joined(node):
+            other = self.join.lookup
+            if name not in other.columns:
+                raise QueryRefused(f"unknown column {node.name!r} in table {other.name} "
+                                   f"(columns: {', '.join(sorted(other.columns))})")
+            return joined_column(other, name)
         if name == self.table.privacy_unit:
             raise QueryRefused(
                 f"column {node.name} is the privacy unit: it may only appear as "
@@ -704,29 +710,29 @@ class _Scope:
     def _check_qualifier(self, node: exp.Column) -> None:
         if node.args.get("catalog") or node.args.get("db"):
             raise QueryRefused(f"qualified column {node.sql()} refused: use table.column at most")
-        if node.table and node.table.lower() not in self.aliases | self.public_aliases:
+        if node.table and node.table.lower() not in self.aliases | self.joined_aliases:
             raise QueryRefused(f"unknown table qualifier {node.table!r} in {node.sql()}")
 
-    def _is_public(self, node: exp.Column) -> bool:
-        """Whether a column reference names the joined public table's column: qualified by its
+    def _is_joined(self, node: exp.Column) -> bool:
+        """Whether a column reference names the joined table's column: qualified by its
         name or alias, or unqualified and not a column of the private table (a name both tables
         have must be qualified)."""
         if self.join is None:
             return False
-        name, public = node.name.lower(), self.join.public
+        name, other = node.name.lower(), self.join.lookup
         if node.table:
-            return node.table.lower() in self.public_aliases
+            return node.table.lower() in self.joined_aliases
         in_private = name in self.table.columns or name == self.table.privacy_unit
-        if in_private and name in public.columns:
-            raise QueryRefused(f"column {node.name} is in both {self.table.name} and {public.name}: "
-                               f"write {self.table.name}.{name} or {public.name}.{name}")
-        return name in public.columns
+        if in_private and name in other.columns:
+            raise QueryRefused(f"column {node.name} is in both {self.table.name} and {other.name}: "
+                               f"write {self.table.name}.{name} or {other.name}.{name}")
+        return name in other.columns
 
     def is_unit(self, node: exp.Expression) -> bool:
         if not isinstance(node, exp.Column) or self.table.privacy_unit is None:
             return False
         self._check_qualifier(node)
-        if self._is_public(node):
+        if self._is_joined(node):
             return False
         return node.name.lower() == self.table.privacy_unit
 
@@ -1010,7 +1016,7 @@ def time_points(plan: QueryPlan, column: str, first: int, last: int) -> tuple[in
     """The time points the released values of `plan` read, when each value reads one: the keys
     of a GROUP BY on the time column itself (pruned by WHERE), or the one value a top-level
     WHERE term pins it to. None otherwise: an answer over several time points together, or one
-    joined to a public table (not covered by a chain)."""
+    joined to another table (not covered by a chain)."""
     if plan.join is not None:
         return None
     for key in plan.group_by:

@@ -20,10 +20,14 @@ def columns_read(plan: QueryPlan) -> frozenset[str]:
     column named anywhere in the query that runs (`rewrite(plan)`), so a new query form cannot
     read a column this misses. A table with a privacy unit is read through its bounded copy,
     whose choice of rows hashes every policy column of a unit's rows (engine/rewrite.py), so
-    such a query reads them all. Each unit's presence and row count are read by every query;
-    the declared etas account for them."""
+    such a query reads them all. A join to a parent table reads every parent column too: the
+    one row kept per key is chosen by all of them (engine/rewrite.py). A public table's columns
+    describe no individual and are never read in this sense. Each unit's presence and row count
+    are read by every query; the declared etas account for them."""
     table = plan.table
+    parent = plan.join.parent if plan.join is not None else None
+    shared = parent.qualified() if parent is not None else frozenset()
     if table.privacy_unit is not None:
-        return frozenset(f"{table.name}.{name}" for name in table.columns)
+        return shared | frozenset(f"{table.name}.{name}" for name in table.columns)
     named = {col.name.lower() for col in rewrite(plan).find_all(exp.Column)}
-    return frozenset(f"{table.name}.{name}" for name in table.columns if name in named)
+    return shared | frozenset(f"{table.name}.{name}" for name in table.columns if name in named)

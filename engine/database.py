@@ -28,7 +28,7 @@ from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, Led
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release_cells
 from .plan import QueryPlan
-from .policy import Policy, declarations_json, load_policy
+from .policy import Policy, declarations_json, load_policy, shared_json
 from .prepare import PreparedQuery, Preparer, model_calibration
 from .report import Report, build_report
 from .result import (
@@ -68,7 +68,8 @@ class PrivateDatabase:
         self.ledger = ledger
         self.analyst = _check_analyst(analyst)
         self.accountant = ScopedAccountant(policy.budget_epsilon, policy.k, policy.eta, policy.mode,
-                                           policy.eta_by_columns, policy.models)
+                                           policy.eta_by_columns, policy.models,
+                                           policy.shared_columns)
         self._post = postprocess.connect()
         self._preparer = Preparer(policy, backend, self._post)
         self._halted = False
@@ -203,6 +204,8 @@ class PrivateDatabase:
         self._admit_analyst(prepared, cal, analyst, books.accountants)
         try:
             self._backend.bound(plan.table, self.ledger.hash_key)
+            if plan.join is not None and plan.join.parent is not None:
+                self._backend.bound(plan.join.parent.one_per_key(), self.ledger.hash_key)
             exact = self._backend.run(prepared.sql, len(plan.group_by))
         except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
@@ -422,11 +425,13 @@ def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str 
 
 def binding_of(policy: Policy) -> LedgerBinding:
     """The ledger binding a policy asks for: its budget, dependence model (with its eta per
-    column set), mode and the column that identifies an individual in each table."""
+    column set), mode, the column that identifies an individual in each table and the parent
+    tables' columns."""
     units = json.dumps({name: table.privacy_unit for name, table in policy.tables.items()},
                        sort_keys=True)
     return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode, units,
-                         declarations_json(policy.eta_by_columns), models_json(policy.models))
+                         declarations_json(policy.eta_by_columns), models_json(policy.models),
+                         shared_json(policy.shared_columns))
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,9 @@ def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
     for name, public in policy.public_tables.items():
         _table_columns(conn, kinds, name, public.columns)
         _check_unique_key(conn, public)
+    for name, parent in policy.parent_tables.items():
+        # No uniqueness check: the parent's rows are private, and queries read one per key.
+        _table_columns(conn, kinds, name, parent.columns)
 
 
 def _table_columns(conn: duckdb.DuckDBPyConnection, kinds: Mapping[str, str], name: str,
@@ -376,4 +379,5 @@ def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
     """The gate for this data: each policy table and its bounded copy, EMPTY, with the data's
     column types (the privacy unit and the policy's columns, which are all a query may read)."""
     return SchemaGate(readable_tables(policy, {name: _columns(conn, name)
-                                               for name in (*policy.tables, *policy.public_tables)}))
+                                               for name in (*policy.tables, *policy.public_tables,
+                                                            *policy.parent_tables)}))

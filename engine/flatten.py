@@ -20,7 +20,7 @@ from sqlglot.schema import MappingSchema
 
 from .errors import QueryRefused
 from .join import ACCEPTED as JOIN_ACCEPTED
-from .policy import Policy
+from .policy import LookupTable, Policy
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR"}
 _ONE_ROW_PER_ROW = ("a CTE or subquery may only filter, rename and compute columns of one table "
@@ -99,7 +99,7 @@ def _check_bodies(select: exp.Select, policy: Policy) -> None:
             name = cte.alias_or_name.lower()
             if name in visible:
                 raise QueryRefused(f"CTE {cte.alias_or_name} is defined twice: give each CTE its own name")
-            if name in policy.tables or name in policy.public_tables:
+            if name in policy.tables or name in policy.public_tables or name in policy.parent_tables:
                 raise QueryRefused(f"CTE {cte.alias_or_name} has the name of a table: rename the CTE")
             if cte.args.get("materialized") is not None:
                 raise QueryRefused(f"MATERIALIZED on CTE {cte.alias_or_name} refused: write "
@@ -112,9 +112,10 @@ def _check_bodies(select: exp.Select, policy: Policy) -> None:
     else:
         _check_source(source, "the query", visible, None, policy)
     for join in select.args.get("joins") or []:
-        if not isinstance(join.this, exp.Table) or join.this.name.lower() not in policy.public_tables:
+        joined = join.this.name.lower() if isinstance(join.this, exp.Table) else None
+        if joined not in policy.public_tables and joined not in policy.parent_tables:
             raise QueryRefused(f"JOIN refused: {join.this.sql(dialect='duckdb')} is not a public "
-                               f"table of the policy ({JOIN_ACCEPTED})")
+                               f"table or a parent table of the policy ({JOIN_ACCEPTED})")
 
 
 def _check_body(body: exp.Expression, what: str, visible: set[str], own: str | None,
@@ -149,8 +150,9 @@ def _check_source(source: exp.Expression, what: str, visible: set[str], own: str
     if source.args.get("catalog") or source.args.get("db"):
         raise QueryRefused(f"qualified table name {source.sql()} refused: name the table alone")
     name = source.name.lower()
-    if name in policy.public_tables:
-        raise QueryRefused(f"public table {source.name} refused in {what}: join it in the outer "
+    if name in policy.public_tables or name in policy.parent_tables:
+        kind = "public" if name in policy.public_tables else "parent"
+        raise QueryRefused(f"{kind} table {source.name} refused in {what}: join it in the outer "
                            f"query ({JOIN_ACCEPTED})")
     if own is not None and name == own:
         raise QueryRefused(f"{what} reads itself: a CTE may only read a table or an earlier CTE")
@@ -161,10 +163,11 @@ def _check_source(source: exp.Expression, what: str, visible: set[str], own: str
 
 def _schema(policy: Policy) -> MappingSchema:
     """The policy's tables as sqlglot knows them: the privacy unit and the policy columns, and
-    each public table's columns."""
+    each public or parent table's columns."""
+    lookups: dict[str, LookupTable] = {**policy.public_tables, **policy.parent_tables}
     tables: dict[str, object] = {
-        name: {col: _SQL_TYPES.get(spec.type, "UNKNOWN") for col, spec in public.columns.items()}
-        for name, public in policy.public_tables.items()}
+        name: {col: _SQL_TYPES.get(spec.type, "UNKNOWN") for col, spec in lookup.columns.items()}
+        for name, lookup in lookups.items()}
     for name, table in policy.tables.items():
         columns = {col: _SQL_TYPES.get(spec.type, "UNKNOWN") for col, spec in table.columns.items()}
         if table.privacy_unit is not None:

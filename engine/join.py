@@ -1,10 +1,13 @@
-"""Bind a query's JOIN: the private table joined to one public table on its unique key.
+"""Bind a query's JOIN: the private table joined to one public table or to its parent table
+on the key.
 
-`FROM private [LEFT] JOIN public ON private.col = public.key` is the one join accepted: the
-key is unique in the data (checked when the data is opened, engine/execute.py), so each
-private row matches at most one public row and every sensitivity is that of the private table
-alone (docs/theory.md §16). Every other join is refused, naming what is accepted; a table the
-policy does not declare is never joined.
+`FROM private [LEFT] JOIN public ON private.col = public.key` joins a public table whose key
+is unique in the data (checked when the data is opened, engine/execute.py);
+`FROM child [LEFT] JOIN parent ON child.foreign_key = parent.key` joins the parent table the
+policy declares for the child, of which the query reads one row per key (engine/rewrite.py).
+Either way each private row matches at most one row and every sensitivity is that of the
+private table alone (docs/theory.md §16). Every other join is refused, naming what is
+accepted; a table the policy does not declare is never joined.
 """
 
 from __future__ import annotations
@@ -14,32 +17,33 @@ from dataclasses import replace
 from sqlglot import exp
 
 from .errors import QueryRefused
-from .plan import PublicJoin
-from .policy import ColumnSpec, Policy, PublicTableSpec, TableSpec
+from .plan import KeyJoin
+from .policy import ColumnSpec, LookupTable, ParentTableSpec, Policy, TableSpec
 from .scalars import check_args
 
-ACCEPTED = "FROM <private table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>"
+ACCEPTED = ("FROM <private table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>, "
+            "or FROM <child> [LEFT] JOIN <parent table> ON <child>.<foreign key> = <parent>.<key>")
 _JOIN_ARGS = {"this", "on", "side", "kind", "pivots"}
 
 
 def bind_join(select: exp.Select, policy: Policy, table: TableSpec,
-              aliases: set[str]) -> tuple[PublicJoin | None, set[str]]:
-    """The query's join to a public table and the names that qualify its columns (the table's
-    name and alias), or (None, empty) when the query has no JOIN."""
+              aliases: set[str]) -> tuple[KeyJoin | None, set[str]]:
+    """The query's join to a public or parent table and the names that qualify its columns (the
+    table's name and alias), or (None, empty) when the query has no JOIN."""
     joins = select.args.get("joins") or []
     if not joins:
         return None, set()
     if len(joins) > 1:
-        raise QueryRefused(f"JOIN refused: {len(joins)} joins; join one public table ({ACCEPTED})")
+        raise QueryRefused(f"JOIN refused: {len(joins)} joins; join one table ({ACCEPTED})")
     join = joins[0]
     target = join.this
     if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
         raise QueryRefused(f"JOIN refused: {type(target).__name__.upper()} is not a table ({ACCEPTED})")
-    public = _public_table(target, policy)
+    other = _lookup_table(target, policy, table)
     _check_kind(join)
-    public_aliases = {public.name} | ({target.alias.lower()} if target.alias else set())
-    if public_aliases & aliases:
-        raise QueryRefused(f"JOIN refused: {target.alias or public.name} names both tables; give "
+    joined_aliases = {other.name} | ({target.alias.lower()} if target.alias else set())
+    if joined_aliases & aliases:
+        raise QueryRefused(f"JOIN refused: {target.alias or other.name} names both tables; give "
                            "each its own alias")
     on = join.args.get("on")
     while isinstance(on, exp.Paren):
@@ -48,28 +52,37 @@ def bind_join(select: exp.Select, policy: Policy, table: TableSpec,
                                              for side in (on.this, on.expression)):
         shown = on.sql(dialect="duckdb") if on is not None else "no ON condition"
         raise QueryRefused(f"JOIN refused: ON {shown} is not one equality of two columns ({ACCEPTED})")
-    sides = [_side(column, table, public, aliases, public_aliases) for column in (on.this, on.expression)]
-    if sorted(kind for kind, _ in sides) != ["private", "public"]:
+    sides = [_side(column, table, other, aliases, joined_aliases) for column in (on.this, on.expression)]
+    if sorted(kind for kind, _ in sides) != ["joined", "private"]:
         raise QueryRefused(f"JOIN refused: ON must compare a column of {table.name} with "
-                           f"{public.name}.{public.key} ({ACCEPTED})")
+                           f"{other.name}.{other.key} ({ACCEPTED})")
     private = next(spec for kind, spec in sides if kind == "private")
-    key = next(spec for kind, spec in sides if kind == "public")
-    if key.name != public.key:
-        raise QueryRefused(f"JOIN refused: {public.name}.{key.name} is not the table's declared "
-                           f"unique key; join ON {table.name}.<column> = {public.name}.{public.key}")
+    key = next(spec for kind, spec in sides if kind == "joined")
+    if key.name != other.key:
+        unique = "" if isinstance(other, ParentTableSpec) else "unique "
+        raise QueryRefused(f"JOIN refused: {other.name}.{key.name} is not the table's declared "
+                           f"{unique}key; join ON {table.name}.{_foreign(other)} = {other.name}.{other.key}")
+    if isinstance(other, ParentTableSpec) and private.name != other.foreign_key:
+        raise QueryRefused(f"JOIN refused: {table.name}.{private.name} is not the foreign key of "
+                           f"parent table {other.name}; join ON {table.name}.{other.foreign_key} "
+                           f"= {other.name}.{other.key}")
     if private.type != key.type:
         raise QueryRefused(f"JOIN refused: {table.name}.{private.name} is {private.type} but "
-                           f"{public.name}.{public.key} is {key.type}; join columns of one type")
-    return PublicJoin(public, private, join.side == "LEFT"), public_aliases
+                           f"{other.name}.{other.key} is {key.type}; join columns of one type")
+    return KeyJoin(other, private, join.side == "LEFT"), joined_aliases
 
 
-def public_column(public: PublicTableSpec, name: str) -> ColumnSpec:
-    """A public column as queries read it: named "<table>.<column>" so that it never clashes
-    with a private column in the rows the rewritten query reads (engine/rewrite.py)."""
-    return replace(public.columns[name], name=f"{public.name}.{name}")
+def joined_column(lookup: LookupTable, name: str) -> ColumnSpec:
+    """A joined table's column as queries read it: named "<table>.<column>" so that it never
+    clashes with a private column in the rows the rewritten query reads (engine/rewrite.py)."""
+    return replace(lookup.columns[name], name=f"{lookup.name}.{name}")
 
 
-def _public_table(target: exp.Table, policy: Policy) -> PublicTableSpec:
+def _foreign(lookup: LookupTable) -> str:
+    return lookup.foreign_key if isinstance(lookup, ParentTableSpec) else "<column>"
+
+
+def _lookup_table(target: exp.Table, policy: Policy, table: TableSpec) -> LookupTable:
     if target.args.get("catalog") or target.args.get("db"):
         raise QueryRefused(f"JOIN refused: qualified table name {target.sql()}; name the table alone")
     check_args(target, "JOIN")
@@ -81,11 +94,18 @@ def _public_table(target: exp.Table, policy: Policy) -> PublicTableSpec:
     public = policy.public_tables.get(name)
     if public is not None:
         return public
+    parent = policy.parent_tables.get(name)
+    if parent is not None and parent.child != table.name:
+        raise QueryRefused(f"JOIN refused: {name} is the parent table of {parent.child}, not of "
+                           f"{table.name}; join it FROM {parent.child} JOIN {name} ON "
+                           f"{parent.child}.{parent.foreign_key} = {name}.{parent.key}")
+    if parent is not None:
+        return parent
     if name in policy.tables:
         raise QueryRefused(f"JOIN refused: {name} is private; a private table may only join a "
-                           f"public table of the policy ({ACCEPTED})")
-    tables = ", ".join(sorted(policy.public_tables)) or "none in the policy"
-    raise QueryRefused(f"JOIN refused: unknown table {target.name!r} (public tables: {tables})")
+                           f"public table or its parent table ({ACCEPTED})")
+    tables = ", ".join(sorted([*policy.public_tables, *policy.parent_tables])) or "none in the policy"
+    raise QueryRefused(f"JOIN refused: unknown table {target.name!r} (tables it may join: {tables})")
 
 
 def _check_kind(join: exp.Join) -> None:
@@ -105,23 +125,23 @@ def _check_kind(join: exp.Join) -> None:
                            f"row with every row ({ACCEPTED})")
 
 
-def _side(column: exp.Column, table: TableSpec, public: PublicTableSpec, aliases: set[str],
-          public_aliases: set[str]) -> tuple[str, ColumnSpec]:
+def _side(column: exp.Column, table: TableSpec, other: LookupTable, aliases: set[str],
+          joined_aliases: set[str]) -> tuple[str, ColumnSpec]:
     """Which table an ON column belongs to, and its policy column."""
     if column.args.get("db") or column.args.get("catalog"):
         raise QueryRefused(f"JOIN refused: qualified column {column.sql()}; use table.column at most")
     name, qualifier = column.name.lower(), column.table.lower()
     in_private = name in table.columns or name == table.privacy_unit
-    if qualifier in public_aliases or (not qualifier and name in public.columns and not in_private):
-        if name not in public.columns:
-            raise QueryRefused(f"JOIN refused: unknown column {column.name!r} in table {public.name} "
-                               f"(columns: {', '.join(sorted(public.columns))})")
-        return "public", public.columns[name]
+    if qualifier in joined_aliases or (not qualifier and name in other.columns and not in_private):
+        if name not in other.columns:
+            raise QueryRefused(f"JOIN refused: unknown column {column.name!r} in table {other.name} "
+                               f"(columns: {', '.join(sorted(other.columns))})")
+        return "joined", other.columns[name]
     if qualifier and qualifier not in aliases:
         raise QueryRefused(f"JOIN refused: unknown table qualifier {column.table!r} in {column.sql()}")
-    if not qualifier and name in public.columns:
+    if not qualifier and name in other.columns:
         raise QueryRefused(f"JOIN refused: column {column.name} is in both {table.name} and "
-                           f"{public.name}; write {table.name}.{name} or {public.name}.{name}")
+                           f"{other.name}; write {table.name}.{name} or {other.name}.{name}")
     if name == table.privacy_unit:
         raise QueryRefused(f"JOIN refused: {column.name} is the privacy unit; join on a policy column")
     if name not in table.columns:

@@ -47,7 +47,7 @@ from ..calibration import DependenceModel, mode_dominates
 from .accounting import ScopedAccountant, TimeSpend
 from .declared_models import models_from_json
 from .errors import EngineHalted, LedgerError
-from .policy import EtaDeclaration, declarations_from_json
+from .policy import EtaDeclaration, declarations_from_json, shared_from_json
 from .result import AggregateRecord, AnswerCost, HistoryEntry
 
 ROLES = ("analyst", "accountant")
@@ -140,6 +140,9 @@ class LedgerBinding:
     units: str = ""
     eta_by_columns: str = ""  # declarations_json of the policy's eta per column set
     models: str = ""  # models_json of the policy's declared models: never changes under a ledger
+    # The parent tables' columns (JSON list; "" for none), whose eta is 1 unless a declared set
+    # holds them: a later policy may add to them, never drop one (that would lower their eta).
+    parents: str = ""
 
     @property
     def model(self) -> DependenceModel:
@@ -149,16 +152,23 @@ class LedgerBinding:
     def declarations(self) -> tuple[EtaDeclaration, ...]:
         return declarations_from_json(self.eta_by_columns)
 
+    @property
+    def shared(self) -> frozenset[str]:
+        """The parent tables' columns (`table.column`)."""
+        return shared_from_json(self.parents)
+
     def accountant(self) -> ScopedAccountant:
         """The accountant this binding defines."""
         return ScopedAccountant(self.budget, self.k, self.eta, self.mode, self.declarations,
-                                models_from_json(self.models))
+                                models_from_json(self.models), self.shared)
 
     def lenient_fields(self, other: LedgerBinding) -> list[str]:
         """The fields in which `other` is more lenient than self (more budget, smaller k or eta,
-        a smaller eta for some column set, a mode whose accounting map is not everywhere at
-        least as large). The eta of any column set is the smallest declared over its supersets,
-        so comparing at `other`'s declared sets covers every set."""
+        a smaller eta for some column set, a parent column dropped, a mode whose accounting map
+        is not everywhere at least as large). The eta of any column set is the smallest declared
+        over its supersets, else 1 for a set with a parent column and eta otherwise, so with
+        eta and the parent columns no looser, comparing at `other`'s declared sets covers every
+        set."""
         mode_looser = not mode_dominates(other.mode, self.mode, other.model)
         mine, theirs = self.accountant(), other.accountant()
         sets_looser = any(theirs.scope(d.columns).eta < mine.scope(d.columns).eta
@@ -167,6 +177,7 @@ class LedgerBinding:
                                           ("k", other.k < self.k),
                                           ("eta", other.eta < self.eta),
                                           ("eta_by_columns", sets_looser),
+                                          ("parents", not self.shared <= other.shared),
                                           ("mode", mode_looser)) if looser]
 
 
@@ -740,9 +751,10 @@ def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
     try:
         declared = meta.get("eta_by_columns", "")
         declarations_from_json(declared)  # refuse a record that does not parse
+        shared_from_json(meta.get("parents", ""))  # refuse a record that does not parse
         return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
                              meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared,
-                             meta.get("models", ""))
+                             meta.get("models", ""), meta.get("parents", ""))
     except (KeyError, ValueError, TypeError):
         raise LedgerError(f"ledger {path} has no valid budget, k and eta; restore it "
                           "from a backup") from None
@@ -752,7 +764,8 @@ def _binding_meta(binding: LedgerBinding) -> dict[str, str]:
     meta = {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
             "mode": binding.mode, "eta_by_columns": binding.eta_by_columns,
             "models": binding.models}
-    return meta | ({"units": binding.units} if binding.units else {})
+    return meta | ({"units": binding.units} if binding.units else {}) \
+        | ({"parents": binding.parents} if binding.parents else {})
 
 
 def _insert_binding(conn: sqlite3.Connection, now: str, binding: LedgerBinding) -> None:

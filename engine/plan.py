@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand
-from .policy import ColumnSpec, PublicTableSpec, TableSpec
+from .policy import ColumnSpec, LookupTable, ParentTableSpec, TableSpec
 
 
 @dataclass(frozen=True)
@@ -74,14 +74,20 @@ class GroupKey:
 
 
 @dataclass(frozen=True)
-class PublicJoin:
-    """The private table joined to a public one on its unique key: `ON on = public.key`, inner
-    or left. Each private row matches at most one public row, so no row is duplicated. The
-    public table's columns are read as "<public>.<column>" (ColumnSpec names in the plan)."""
+class KeyJoin:
+    """The private table joined on a key to a public table (its key unique in the data) or to
+    its parent table (one row kept per key): `ON on = lookup.key`, inner or left. Each private
+    row matches at most one row, so no row is duplicated. The joined table's columns are read
+    as "<table>.<column>" (ColumnSpec names in the plan)."""
 
-    public: PublicTableSpec
-    on: ColumnSpec  # the private table's column equal to the public key
-    left: bool  # LEFT JOIN keeps private rows without a match (their public columns NULL)
+    lookup: LookupTable
+    on: ColumnSpec  # the private table's column equal to the key
+    left: bool  # LEFT JOIN keeps private rows without a match (their joined columns NULL)
+
+    @property
+    def parent(self) -> ParentTableSpec | None:
+        """The parent table joined, when it is one (its columns are private)."""
+        return self.lookup if isinstance(self.lookup, ParentTableSpec) else None
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,7 @@ class QueryPlan:
     limit: int | None
     offset: int | None
     flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/flatten.py)
-    join: PublicJoin | None = None  # the public table joined to the private one, if any
+    join: KeyJoin | None = None  # the table joined to the private one on a key, if any
 
     @property
     def group_count(self) -> int:

@@ -132,6 +132,35 @@ class PublicTableSpec:
 
 
 @dataclass(frozen=True)
+class ParentTableSpec:
+    """A private table of records shared by several individuals (a household's address), which
+    one private table, the `child`, references by `foreign_key` = `key`. It is only read joined
+    from its child, one row kept per key (docs/theory.md §16), so each child row matches at
+    most one of its rows whatever the data holds; its columns are shared by everyone who
+    references a row, so their eta is 1 unless eta_by_columns declares a smaller one."""
+
+    name: str
+    key: str
+    columns: Mapping[str, ColumnSpec]
+    child: str  # the private table whose rows reference it
+    foreign_key: str  # the child's column holding this table's key
+
+    def qualified(self) -> frozenset[str]:
+        """Its columns as `table.column`: the columns whose eta defaults to 1."""
+        return frozenset(f"{self.name}.{name}" for name in self.columns)
+
+    def one_per_key(self) -> TableSpec:
+        """The table as bounding sees it: the key as its unit, one row kept per unit (by the
+        keyed hash of engine/backends/bounding.py), so each key joins at most one row."""
+        return TableSpec(self.name, self.key, 1,
+                         {name: col for name, col in self.columns.items() if name != self.key})
+
+
+LookupTable = PublicTableSpec | ParentTableSpec
+"""A table a private table may join on its key: each private row matches at most one row."""
+
+
+@dataclass(frozen=True)
 class Limits:
     """The owner's bounds on one query's cost, so no query can run unboundedly long or large."""
 
@@ -158,11 +187,14 @@ class ScopedEta:
     """The eta that applies to a set of columns read, and the declaration it comes from."""
 
     eta: float
-    declaration: EtaDeclaration | None  # None: the policy's default eta (every column set)
+    declaration: EtaDeclaration | None  # None: the default eta (every column set)
+    shared: bool = False  # the default is 1: the columns include a parent table's
 
     @property
     def source(self) -> str:
         """Where the eta comes from, in words a reader of an answer or a report can check."""
+        if self.declaration is None and self.shared:
+            return "1: a parent table's columns, shared by everyone who references a row"
         if self.declaration is None:
             return "dependence.eta (the default for every column set)"
         return f"dependence.eta_by_columns {self.declaration.describe()}"
@@ -182,6 +214,12 @@ class Policy:
     models: tuple[DeclaredModel, ...] = ()  # dependence.models: declared models of columns
     prefer_model: bool = False  # dependence.mode is `model`: queries a model covers use it
     public_tables: Mapping[str, PublicTableSpec] = field(default_factory=dict)
+    parent_tables: Mapping[str, ParentTableSpec] = field(default_factory=dict)
+
+    @property
+    def shared_columns(self) -> frozenset[str]:
+        """Every parent table's columns (`table.column`): their eta defaults to 1, not eta."""
+        return frozenset().union(*(p.qualified() for p in self.parent_tables.values()))
 
     def fingerprint(self) -> str:
         """A stable digest of what makes spending comparable: budget and dependence model."""
@@ -192,17 +230,21 @@ class Policy:
 
     def eta_for(self, columns: frozenset[str] | None) -> ScopedEta:
         """The eta of a query or transcript that reads `columns` (None: every column)."""
-        return scoped_eta(self.eta, self.eta_by_columns, columns)
+        return scoped_eta(self.eta, self.eta_by_columns, columns, self.shared_columns)
 
 
 def scoped_eta(default: float, declarations: tuple[EtaDeclaration, ...],
-               columns: frozenset[str] | None) -> ScopedEta:
-    """The smallest declared eta among the column sets containing `columns`, else the default.
+               columns: frozenset[str] | None, shared: frozenset[str] = frozenset()) -> ScopedEta:
+    """The smallest declared eta among the column sets containing `columns`, else the default,
+    which is 1 when `columns` include a `shared` column (a parent table's; None: every column).
 
     Sound because an answer that reads only the columns S depends on the others' records only
     through their projection onto S (and their presence), and projection cannot increase total
     variation, so eta_S <= eta_S' for S a subset of S' (docs/theory.md, column-scoped eta)."""
-    best = ScopedEta(default, None)
+    if shared and (columns is None or columns & shared):
+        best = ScopedEta(1.0, None, shared=True)
+    else:
+        best = ScopedEta(default, None)
     if columns is None:
         return best
     for declaration in declarations:
@@ -223,6 +265,21 @@ def declarations_from_json(text: str) -> tuple[EtaDeclaration, ...]:
         return ()
     return tuple(EtaDeclaration(frozenset(str(c) for c in columns), float(eta))
                  for columns, eta in json.loads(text))
+
+
+def shared_json(columns: frozenset[str]) -> str:
+    """A canonical JSON text of the parent tables' columns ("" for none; the ledger records it)."""
+    return json.dumps(sorted(columns)) if columns else ""
+
+
+def shared_from_json(text: str) -> frozenset[str]:
+    """Read `shared_json` back (ValueError or TypeError if it is not one)."""
+    if not text:
+        return frozenset()
+    items = json.loads(text)
+    if not isinstance(items, list) or not all(isinstance(c, str) for c in items):
+        raise ValueError(f"not a list of column names: {text!r}")
+    return frozenset(items)
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -291,28 +348,35 @@ def parse_policy(raw: Any) -> Policy:
     tables_raw = _mapping(top["tables"], "tables")
     if not tables_raw:
         raise PolicyError("tables: expected at least one table")
-    tables = {}
+    tables: dict[str, TableSpec] = {}
     public: dict[str, PublicTableSpec] = {}
+    parents: dict[str, dict] = {}
     for name, spec in tables_raw.items():
-        if str(name).lower() in tables or str(name).lower() in public:
+        if any(str(name).lower() in known for known in (tables, public, parents)):
             raise PolicyError(f"tables.{name}: table listed twice (names are case-insensitive)")
         if isinstance(spec, dict) and spec.get("public", False) is not False:
             public[str(name).lower()] = _public_table(str(name), spec)
             continue
+        if isinstance(spec, dict) and "parent_of" in spec:
+            parents[str(name).lower()] = spec
+            continue
         table = _table(str(name), spec)
         tables[table.name] = table
     if not tables:
-        raise PolicyError("tables: expected at least one private table (without public: true)")
+        raise PolicyError("tables: expected at least one private table (without public: true "
+                          "or parent_of)")
+    parent_tables = {name: _parent_table(name, spec, tables, public) for name, spec in parents.items()}
     limits = _limits(top["limits"]) if "limits" in top else Limits()
-    declarations = _eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables)
-    models = _models(dep.get("models", []), tables, k, float(eta), declarations)
+    declarations = _eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables, parent_tables)
+    models = _models(dep.get("models", []), tables, k, float(eta), declarations, parent_tables)
     return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
                   limits=limits, eta_by_columns=declarations, models=models,
-                  prefer_model=prefer_model, public_tables=public)
+                  prefer_model=prefer_model, public_tables=public, parent_tables=parent_tables)
 
 
 def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
-            declarations: tuple[EtaDeclaration, ...]) -> tuple[DeclaredModel, ...]:
+            declarations: tuple[EtaDeclaration, ...],
+            parents: Mapping[str, ParentTableSpec]) -> tuple[DeclaredModel, ...]:
     """Validate `dependence.models`: household models of a two-valued column and Markov chains
     of a column over an int time column, each on a row-level table and each implying a (k, eta)
     the policy declares at least (docs/theory.md §14)."""
@@ -332,7 +396,7 @@ def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
                                                    "transition"}, optional={"cap"})
         else:
             raise PolicyError(f"{where}.kind: expected household or markov, got {kind!r}")
-        table = _model_table(spec["table"], f"{where}.table", tables)
+        table = _model_table(spec["table"], f"{where}.table", tables, parents)
         column = _model_column(spec["column"], f"{where}.column", table)
         values = column.group_values
         cap = _number(spec.get("cap", DEFAULT_CAP), f"{where}.cap")
@@ -406,8 +470,13 @@ def _household(spec: dict, where: str) -> HouseholdModel:
                           _number(low, f"{where}.rho"), _number(high, f"{where}.rho"))
 
 
-def _model_table(name: Any, path: str, tables: Mapping[str, TableSpec]) -> TableSpec:
+def _model_table(name: Any, path: str, tables: Mapping[str, TableSpec],
+                 parents: Mapping[str, ParentTableSpec]) -> TableSpec:
     """A policy table whose rows are each one individual (a model describes individuals)."""
+    if isinstance(name, str) and name.lower() in parents:
+        raise PolicyError(f"{path}: {name.lower()} is a parent table, whose rows are shared by "
+                          "several individuals; a model describes a table whose rows are each "
+                          "one individual")
     table = tables.get(str(name).lower()) if isinstance(name, str) else None
     if table is None:
         raise PolicyError(f"{path}: unknown table {name!r} (tables: {', '.join(sorted(tables))})")
@@ -435,11 +504,12 @@ def _floats(value: Any, path: str) -> tuple[float, ...]:
     return tuple(float(_number(v, path)) for v in _list(value, path))
 
 
-def _eta_by_columns(raw: Any, default: float,
-                    tables: Mapping[str, TableSpec]) -> tuple[EtaDeclaration, ...]:
+def _eta_by_columns(raw: Any, default: float, tables: Mapping[str, TableSpec],
+                    parents: Mapping[str, ParentTableSpec]) -> tuple[EtaDeclaration, ...]:
     """Validate `dependence.eta_by_columns`: a list of {columns: [...], eta: x}, each column a
     policy column (`column`, or `table.column` when several tables have it), each eta in
-    [0, dependence.eta] (no column set can depend more than the whole record)."""
+    [0, dependence.eta] (no column set can depend more than the whole record), or in [0, 1]
+    for a set holding a parent table's column (whose eta is otherwise 1)."""
     path = "dependence.eta_by_columns"
     if not isinstance(raw, list):
         raise PolicyError(f"{path}: expected a list of {{columns: [...], eta: ...}} entries, "
@@ -452,9 +522,13 @@ def _eta_by_columns(raw: Any, default: float,
         if not isinstance(names, list) or not names:
             raise PolicyError(f"{where}.columns: expected a non-empty list of column names, "
                               f"got {names!r}")
-        columns = frozenset(_qualified(name, f"{where}.columns", tables) for name in names)
+        columns = frozenset(_qualified(name, f"{where}.columns", {**tables, **parents})
+                            for name in names)
         eta = _number(spec["eta"], f"{where}.eta")
-        if not 0 <= eta <= default:
+        shared = any(c.split(".", 1)[0] in parents for c in columns)
+        if shared and not 0 <= eta <= 1:
+            raise PolicyError(f"{where}.eta: expected a number in [0, 1], got {eta!r}")
+        if not shared and not 0 <= eta <= default:
             raise PolicyError(
                 f"{where}.eta: expected a number in [0, {default:g}] (dependence.eta bounds every "
                 f"column set: projecting records onto fewer columns cannot raise eta), got {eta!r}")
@@ -464,7 +538,7 @@ def _eta_by_columns(raw: Any, default: float,
     return tuple(declarations)
 
 
-def _qualified(name: Any, path: str, tables: Mapping[str, TableSpec]) -> str:
+def _qualified(name: Any, path: str, tables: Mapping[str, TableSpec | ParentTableSpec]) -> str:
     """`table.column` for a column named plainly or qualified; refuses unknown or ambiguous names."""
     if not isinstance(name, str) or not name.strip():
         raise PolicyError(f"{path}: expected column names, got {name!r}")
@@ -560,6 +634,43 @@ def _public_table(name: str, raw: dict) -> PublicTableSpec:
         raise PolicyError(f"{path}.key: expected one of its columns ({', '.join(sorted(columns))}), "
                           f"got {key!r}")
     return PublicTableSpec(name.lower(), key.lower(), columns)
+
+
+def _parent_table(name: str, raw: dict, tables: Mapping[str, TableSpec],
+                  public: Mapping[str, PublicTableSpec]) -> ParentTableSpec:
+    """`tables.<name>` with `parent_of: {table: <child>, foreign_key: <column>}`: its `key`, its
+    columns and the private table that references it (docs/theory.md §16)."""
+    path = f"tables.{name}"
+    spec = _mapping(raw, path, required={"parent_of", "key", "columns"}, optional=set())
+    ref = _mapping(spec["parent_of"], f"{path}.parent_of", required={"table", "foreign_key"},
+                   optional=set())
+    child_name = ref["table"]
+    child = tables.get(child_name.lower()) if isinstance(child_name, str) else None
+    if child is None:
+        what = "public" if isinstance(child_name, str) and child_name.lower() in public else "unknown"
+        raise PolicyError(f"{path}.parent_of.table: expected a private table of the policy "
+                          f"({', '.join(sorted(tables))}), got {what} table {child_name!r}")
+    fk = ref["foreign_key"]
+    foreign = child.columns.get(fk.lower()) if isinstance(fk, str) else None
+    if foreign is None:
+        raise PolicyError(f"{path}.parent_of.foreign_key: expected a policy column of "
+                          f"{child.name} ({', '.join(sorted(child.columns))}), got {fk!r}")
+    cols_raw = _mapping(spec["columns"], f"{path}.columns")
+    columns: dict[str, ColumnSpec] = {}
+    for col_name, col_raw in cols_raw.items():
+        col = _column(str(col_name), col_raw, f"{path}.columns.{col_name}")
+        if col.name in columns:
+            raise PolicyError(f"{path}.columns.{col_name}: column listed twice")
+        columns[col.name] = col
+    key = spec["key"]
+    if not isinstance(key, str) or key.lower() not in columns:
+        raise PolicyError(f"{path}.key: expected one of its columns ({', '.join(sorted(columns))}), "
+                          f"got {key!r}")
+    if columns[key.lower()].type != foreign.type:
+        raise PolicyError(f"{path}.key: {key.lower()} is {columns[key.lower()].type} but "
+                          f"{child.name}.{foreign.name} is {foreign.type}; a key and its foreign "
+                          "key must have one type")
+    return ParentTableSpec(name.lower(), key.lower(), columns, child.name, foreign.name)
 
 
 def _dependence_group(raw: Any, path: str) -> str | None:

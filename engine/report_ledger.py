@@ -17,7 +17,7 @@ from pathlib import Path
 from ..calibration import MODE_CHOICES
 from .errors import LedgerError
 from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
-from .policy import declarations_from_json
+from .policy import declarations_from_json, shared_from_json
 from .result import AggregateRecord, AnswerCost
 
 READABLE_VERSIONS = ("2", "3", "4", SCHEMA_VERSION)
@@ -89,10 +89,15 @@ def _binding(path: Path, meta: dict) -> LedgerBinding:
         declarations = declarations_from_json(declared)
     except (TypeError, ValueError):
         raise LedgerError(f"ledger {path} has an unreadable eta_by_columns binding") from None
-    if any(not 0 <= d.eta <= eta for d in declarations):
+    parents = meta.get("parents", "")
+    try:
+        shared = shared_from_json(parents)
+    except (TypeError, ValueError):
+        raise LedgerError(f"ledger {path} has an unreadable parents binding") from None
+    if any(not 0 <= d.eta <= (1.0 if d.columns & shared else eta) for d in declarations):
         raise LedgerError(f"ledger {path} is bound to an impossible eta_by_columns: {declared}")
     return LedgerBinding(budget=budget, k=k, eta=eta, mode=mode, eta_by_columns=declared,
-                         models=meta.get("models", ""))
+                         models=meta.get("models", ""), parents=parents)
 
 
 def _answer(path: Path, row: tuple) -> LedgerAnswer:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from .join import public_column
-from .plan import GroupKey, PublicJoin, QueryPlan
+from .join import joined_column
+from .plan import GroupKey, KeyJoin, QueryPlan
 from .policy import Policy, TableSpec
 
 
@@ -78,11 +78,16 @@ def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
                     ) -> dict[tuple[str, ...], list[tuple[str, str]]]:
     """Every table a rewritten query may read, with (column, data type) pairs from `types`
     (table -> column -> type): each policy table and, for one with a privacy unit, its bounded
-    copy (the unit and the policy's columns), and each public table the backend loads. A
-    backend's gate binds queries on them, empty."""
+    copy (the unit and the policy's columns), each public table the backend loads and each
+    parent table's copy of one row per key. A backend's gate binds queries on them, empty."""
     tables: dict[tuple[str, ...], list[tuple[str, str]]] = {
         (name,): [(col, types[name][col]) for col in sorted(public.columns)]
         for name, public in policy.public_tables.items() if name in types}
+    for name, parent in policy.parent_tables.items():
+        if name in types:
+            table = parent.one_per_key()
+            tables[bounded_table_path(table)] = [(col, types[name][col])
+                                                 for col in bounded_columns(table)]
     for name, table in policy.tables.items():
         if table.privacy_unit is None:
             tables[(name,)] = [(col, types[name][col]) for col in sorted(table.columns)]
@@ -132,24 +137,25 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     return rows
 
 
-def _joined(private: exp.Expression, join: PublicJoin) -> exp.Expression:
-    """The private rows joined to the public table on its key, the public columns renamed
-    "<public>.<column>": as many rows as the private side (the key is unique), so bounding,
-    done before, still holds."""
-    public = join.public
+def _joined(private: exp.Expression, join: KeyJoin) -> exp.Expression:
+    """The private rows joined to the other table on its key, its columns renamed
+    "<table>.<column>": as many rows as the private side (a public key is unique, a parent is
+    read through its copy of one row per key), so bounding, done before, still holds."""
+    other = join.lookup
     private = private.copy()
     private.set("alias", exp.TableAlias(this=exp.to_identifier("__private", quoted=True)))
-    other = exp.to_table(public.name, quoted=True)
-    other.set("alias", exp.TableAlias(this=exp.to_identifier("__public", quoted=True)))
-    columns = [exp.alias_(exp.column(spec.name, "__public", quoted=True),
-                          public_column(public, name).name, quoted=True)
-               for name, spec in sorted(public.columns.items())]
+    source = exp.to_table(other.name, quoted=True) if join.parent is None \
+        else bounded_table(join.parent.one_per_key())
+    source.set("alias", exp.TableAlias(this=exp.to_identifier("__other", quoted=True)))
+    columns = [exp.alias_(exp.column(spec.name, "__other", quoted=True),
+                          joined_column(other, name).name, quoted=True)
+               for name, spec in sorted(other.columns.items())]
     on = exp.EQ(this=exp.column(join.on.name, "__private", quoted=True),
-                expression=exp.column(public.key, "__public", quoted=True))
+                expression=exp.column(other.key, "__other", quoted=True))
     rows = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__private", quoted=True)),
                        *columns)
             .from_(private, copy=False)
-            .join(other, on=on, join_type="left" if join.left else "inner", copy=False))
+            .join(source, on=on, join_type="left" if join.left else "inner", copy=False))
     return rows.subquery("__joined", copy=False)
 
 

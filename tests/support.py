@@ -82,6 +82,42 @@ def with_regions(tables: dict | None = None) -> dict:
     return {"tables": section}
 
 
+# A private parent table of households (docs/theory.md §16) that people reference by
+# household_id: `add_households` writes it, one key repeated and one person row matching none.
+HOUSEHOLDS = [(0, "East", 3), (1, "West", 5), (1, "East", 9), (2, "West", None), (None, "East", 2)]
+HOUSEHOLDS_TABLE = {
+    "parent_of": {"table": "people", "foreign_key": "household_id"},
+    "key": "household_id",
+    "columns": {
+        "household_id": {"type": "int"},
+        "area": {"type": "str", "domain": ["East", "West"]},
+        "rooms": {"type": "int", "lower": 0, "upper": 10},
+    },
+}
+
+
+def add_households(path: Path, rows: list[tuple] = HOUSEHOLDS) -> Path:
+    """Give people a household_id (person_id // 3, NULL for every seventh person) and add the
+    private `households` table to a DuckDB database (a copy: the file is written)."""
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("ALTER TABLE people ADD COLUMN household_id BIGINT")
+        conn.execute("UPDATE people SET household_id = CASE WHEN person_id % 7 = 6 THEN NULL "
+                     "ELSE person_id // 3 END")
+        conn.execute("CREATE OR REPLACE TABLE households (household_id BIGINT, area VARCHAR, "
+                     "rooms BIGINT)")
+        conn.executemany("INSERT INTO households VALUES (?, ?, ?)", rows)
+    return path
+
+
+def with_households(tables: dict | None = None) -> dict:
+    """A `tables` section (BASE_POLICY's by default) with people.household_id and the parent
+    `households` table added."""
+    section = copy.deepcopy(tables or BASE_POLICY["tables"])
+    section["people"]["columns"]["household_id"] = {"type": "int"}
+    section["households"] = copy.deepcopy(HOUSEHOLDS_TABLE)
+    return {"tables": section}
+
+
 def write_policy(path: Path, changes: dict | None = None) -> Path:
     """BASE_POLICY with top-level sections replaced by `changes`, written as YAML."""
     policy = copy.deepcopy(BASE_POLICY)

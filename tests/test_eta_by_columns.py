@@ -250,7 +250,8 @@ def test_answers_charged_before_columns_were_recorded_count_as_reading_every_col
 @pytest.fixture(scope="module")
 def row_level_fuzz_db(tmp_path_factory):
     """The fuzzer's schema with each row an individual, so the columns read are the query's own,
-    and a public lookup table `levels` keyed by the level's code."""
+    a public lookup table `levels` keyed by the level's code and a parent table `tiers` that
+    people reference by their level (its key repeated in the data)."""
     root = tmp_path_factory.mktemp("scoped_fuzz")
     policy = copy.deepcopy(adversarial.POLICY)
     table = policy["tables"]["people"]
@@ -258,12 +259,18 @@ def row_level_fuzz_db(tmp_path_factory):
     policy["tables"]["levels"] = {"public": True, "key": "code", "columns": {
         "code": {"type": "int", "domain": adversarial.LEVELS},
         "label": {"type": "str", "domain": ["low", "mid", "high"]}}}
+    policy["tables"]["tiers"] = {"parent_of": {"table": "people", "foreign_key": "level"},
+                                 "key": "code", "columns": {
+                                     "code": {"type": "int"},
+                                     "rank": {"type": "int", "lower": 0, "upper": 5}}}
     path = root / "policy.yaml"
     path.write_text(yaml.safe_dump(policy, sort_keys=False))
     db = adversarial.write_dataset(root / "people.duckdb", adversarial.datasets()["ordinary"])
     with duckdb.connect(str(db)) as raw:
         raw.execute("CREATE TABLE levels AS SELECT * FROM (VALUES (1, 'low'), (2, 'mid'), (3, 'high')) "
                     "AS v(code, label)")
+        raw.execute("CREATE TABLE tiers AS SELECT * FROM (VALUES (1, 4), (1, 0), (2, NULL), "
+                    "(NULL, 3)) AS v(code, rank)")
     conn = PrivateDatabase.connect(db, path, root / "ledger.sqlite", create=True)
     yield conn
     conn.close()
@@ -279,11 +286,14 @@ def _named_in_reads(sql: str) -> set[str]:
             if col.name.lower() in adversarial.POLICY["tables"]["people"]["columns"]}
 
 
-# How the query reaches the table: directly, through CTEs named t that filter it, or joined
-# to the public table on people.level.
+# How the query reaches the table: directly, through CTEs named t that filter it, joined to
+# the public table on people.level, or joined to the parent table people reference by level.
 JOINED = " FROM people JOIN levels ON people.level = levels.code"
+PARENTED = " FROM people LEFT JOIN tiers ON people.level = tiers.code"
+TIERS = {"tiers.code", "tiers.rank"}
 SOURCES = ["", "WITH t AS (SELECT * FROM people) ", "WITH t AS (SELECT * FROM people WHERE level > 1) ",
-           "WITH u AS (SELECT * FROM people WHERE NOT sick), t AS (SELECT * FROM u) ", JOINED]
+           "WITH u AS (SELECT * FROM people WHERE NOT sick), t AS (SELECT * FROM u) ", JOINED,
+           PARENTED]
 
 
 @settings(max_examples=150, deadline=None, derandomize=True,
@@ -291,10 +301,11 @@ SOURCES = ["", "WITH t AS (SELECT * FROM people) ", "WITH t AS (SELECT * FROM pe
 @given(sql=differential.queries(), source=st.sampled_from(SOURCES))
 def test_every_column_a_query_names_where_it_reads_data_is_counted(row_level_fuzz_db, sql, source):
     """Random queries of the fuzzer's grammar, on the table, through a CTE that filters it or
-    joined to a public table: every policy column named in WHERE, GROUP BY or an aggregate, and
-    the join column, is among the columns read, so no column can pick a smaller eta unseen."""
-    if source == JOINED:
-        sql = sql.replace(" FROM people", JOINED, 1)
+    joined to a public or parent table: every policy column named in WHERE, GROUP BY or an
+    aggregate, the join column and every parent column (the row kept per key is chosen by all
+    of them) is among the columns read, so no column can pick a smaller eta unseen."""
+    if source in (JOINED, PARENTED):
+        sql = sql.replace(" FROM people", source, 1)
     elif source:
         sql = source + sql.replace(" FROM people", " FROM t", 1)
     try:
@@ -302,6 +313,7 @@ def test_every_column_a_query_names_where_it_reads_data_is_counted(row_level_fuz
     except DpsqlError:
         return
     assert _named_in_reads(sql) <= set(plan.columns_read)
-    assert source != JOINED or "people.level" in plan.columns_read
-    assert set(plan.columns_read) <= {f"people.{c}" for c in adversarial.POLICY["tables"]["people"]
-                                      ["columns"] if c in sql.lower()}
+    assert source not in (JOINED, PARENTED) or "people.level" in plan.columns_read
+    assert source != PARENTED or TIERS <= set(plan.columns_read)
+    assert set(plan.columns_read) - TIERS <= {f"people.{c}" for c in adversarial.POLICY["tables"]
+                                              ["people"]["columns"] if c in sql.lower()}

@@ -35,12 +35,20 @@ def test_corpus_is_large_and_covers_every_category():
 
 @pytest.fixture(scope="module")
 def shared(people_db, tmp_path_factory):
-    """The people data with the public `regions` table beside it, so join attacks meet a real one."""
-    from tests.support import add_regions, create_ledger, with_regions, write_policy
+    """The people data with the public `regions` table and the parent `households` table beside
+    it (a key repeated, a NULL key), so join attacks meet real ones."""
+    from tests.support import (
+        add_households,
+        add_regions,
+        create_ledger,
+        with_households,
+        with_regions,
+        write_policy,
+    )
 
     root = tmp_path_factory.mktemp("hostile")
-    db = add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))
-    policy = write_policy(root / "policy.yaml", with_regions())
+    db = add_households(add_regions(Path(shutil.copy(people_db, root / "people.duckdb"))))
+    policy = write_policy(root / "policy.yaml", with_households(with_regions()["tables"]))
     return db, policy, create_ledger(root / "ledger.sqlite", policy)
 
 

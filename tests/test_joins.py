@@ -25,14 +25,17 @@ from engine.rewrite import rewrite
 from engine.sensitivity import sensitivity
 from tests.support import (
     BASE_POLICY,
+    HOUSEHOLDS,
     REGIONS,
+    add_households,
     add_regions,
     create_ledger,
     run_cli,
+    with_households,
     with_regions,
     write_policy,
 )
-from tests.test_sensitivity import unit_rows
+from tests.test_sensitivity import row, unit_rows
 
 POLICY = parse_policy({**BASE_POLICY, **with_regions()})
 QUERIES = [
@@ -119,7 +122,7 @@ def test_explain_reads_the_private_join_column_and_no_public_column(joined):
                       "regions.state WHERE age > 30 GROUP BY region", epsilon=1.0)
     assert ex.columns_read == ("people.age", "people.state")
     assert ex.group_by == ("regions.region",)
-    assert 'JOIN regions AS "__public" ON "__private"."state" = "__public"."state"' in ex.rewritten_sql
+    assert 'JOIN regions AS "__other" ON "__private"."state" = "__other"."state"' in ex.rewritten_sql
 
 
 def test_a_repeated_key_is_refused_when_the_data_is_opened(people_db, tmp_path):
@@ -237,3 +240,293 @@ def test_a_where_on_a_grouped_column_prunes_its_keys_by_the_column_it_names(wher
            f"WHERE {where} GROUP BY {group}")
     (key,) = build_plan(parse_select(sql), POLICY, sql).group_by
     assert key.keys == keys
+
+
+# Parent tables (docs/theory.md §16): people reference households by household_id; the query
+# reads one household row per key, so a key repeated in the data never multiplies a person's rows.
+PARENTS = parse_policy({**BASE_POLICY, **with_households()})
+PARENT_QUERIES = [
+    "SELECT households.area, COUNT(*), SUM(rooms), COUNT(DISTINCT person_id) FROM people "
+    "JOIN households ON people.household_id = households.household_id GROUP BY households.area",
+    "SELECT h.area, COUNT(*), AVG(age), SUM(h.rooms) FROM people AS p LEFT JOIN households AS h "
+    "ON p.household_id = h.household_id GROUP BY h.area",
+    "SELECT SUM(rooms * 2 - age), COUNT(*) FILTER (WHERE area = 'West'), COUNT(rooms) FROM people "
+    "JOIN households ON people.household_id = households.household_id WHERE people.age > 10",
+    "WITH adults AS (SELECT * FROM people WHERE age >= 18) SELECT area, sick, COUNT(*), MAX(rooms) "
+    "FROM adults LEFT JOIN households ON adults.household_id = households.household_id "
+    "GROUP BY area, sick",
+]
+PARENT_PLANS = [build_plan(flatten(parse_select(q), PARENTS), PARENTS, q) for q in PARENT_QUERIES]
+household_row = st.tuples(st.sampled_from([0, 1, 2, None]), st.sampled_from(["East", "West", None]),
+                          st.one_of(st.none(), st.integers(-5, 20)))
+person_row = st.tuples(st.sampled_from([0, 1, 2, 3, None]), row)
+
+
+def _exact_parent(people: dict[int, list[tuple]], households: list[tuple]) -> list[dict[str, list]]:
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age BIGINT, income DOUBLE, "
+                 "sick BOOLEAN, note VARCHAR, household_id BIGINT)")
+    conn.execute("CREATE TABLE households (household_id BIGINT, area VARCHAR, rooms BIGINT)")
+    if households:
+        conn.executemany("INSERT INTO households VALUES (?, ?, ?)", households)
+    records = [(unit, *r, "x", hh) for unit, rows in people.items() for hh, r in rows]
+    if records:
+        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?, ?)", records)
+    bound_units(conn, PARENTS.tables["people"], "fixed-key")
+    bound_units(conn, PARENTS.parent_tables["households"].one_per_key(), "fixed-key")
+    answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values
+               for plan in PARENT_PLANS]
+    conn.close()
+    return answers
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(others=st.dictionaries(st.integers(0, 6), st.lists(person_row, max_size=4), max_size=5),
+       households=st.lists(household_row, max_size=6), before=st.lists(person_row, max_size=5),
+       after=st.lists(person_row, max_size=5))
+@example(others={}, households=[(1, "West", 20), (1, "East", 20), (1, None, None)],
+         before=[(1, ("CA", 150, 2000.0, True))] * 3, after=[(None, ("NY", -20, -200.0, False))] * 3)
+def test_one_unit_moves_each_aggregate_of_a_parent_join_within_its_sensitivity(
+        others, households, before, after):
+    """The sensitivity test of §8 over parent joins: person 9's rows change, the households stay
+    (keys repeated, NULL or matching no person among them); each exact aggregate moves (L1 over
+    groups) by at most the person table's sensitivity, with the parent columns' bounds."""
+    for plan, a, b in zip(PARENT_PLANS, _exact_parent({**others, 9: before}, households),
+                          _exact_parent({**others, 9: after}, households), strict=True):
+        for m in plan.measurements:
+            moved = sum(abs(float(x) - float(y)) for cell in m.cells
+                        for x, y in zip(a[cell], b[cell], strict=True))
+            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+
+
+def test_parent_join_sensitivities_are_the_person_tables():
+    """m = 2: a grouped COUNT is 2m, SUM(rooms) with rooms in [0, 10] is 2m·10 grouped."""
+    found = {m.label: sensitivity(m, PARENT_PLANS[0]) for m in PARENT_PLANS[0].measurements}
+    assert found["COUNT(*)"] == 4 and found["SUM(households.rooms)"] == 2 * 2 * 10
+    assert found["COUNT(DISTINCT unit)"] == 4
+
+
+def test_a_repeated_parent_key_joins_each_person_row_once():
+    """Household 1 is listed three times: each person row still joins one of its rows, which
+    one is a function of household 1's rows alone (and the same whoever else is present)."""
+    households = [(1, "West", 3), (1, "East", 9), (1, "West", None), (2, "East", 4)]
+    people = {9: [(1, ("CA", 30, 10.0, True))] * 2}
+    count = PARENT_PLANS[2].measurements[2]  # COUNT(rooms) over the inner join, ungrouped
+    alone = _exact_parent(people, households)
+    assert alone[0][PARENT_PLANS[0].measurements[0].name] in ([0, 2], [2, 0])
+    with_others = _exact_parent({**people, 3: [(2, ("NY", 40, 1.0, False))]},
+                                households + [(3, "West", 1)])
+    assert alone[0][PARENT_PLANS[0].measurements[1].name] == \
+        [a - b for a, b in zip(with_others[0][PARENT_PLANS[0].measurements[1].name],
+                               _exact_parent({3: [(2, ("NY", 40, 1.0, False))]},
+                                             households + [(3, "West", 1)])[0][
+                                   PARENT_PLANS[0].measurements[1].name], strict=True)]
+    assert alone[2][count.name][0] in (0, 2)
+
+
+@pytest.fixture(scope="module")
+def parented(people_db, tmp_path_factory):
+    """The people data with household_id, the private `households` beside it (one key repeated,
+    one NULL key, people without a household) and a connection."""
+    root = tmp_path_factory.mktemp("parents")
+    db = add_households(Path(shutil.copy(people_db, root / "people.duckdb")))
+    policy = write_policy(root / "policy.yaml", with_households())
+    conn = PrivateDatabase.connect(db, policy, create_ledger(root / "ledger.sqlite", policy))
+    yield db, policy, conn
+    conn.close()
+
+
+def test_a_parent_join_answers_with_eta_1_and_reads_the_parent_columns(parented):
+    _, _, conn = parented
+    sql = ("SELECT households.area, COUNT(*) AS n, SUM(rooms) FROM people JOIN households ON "
+           "people.household_id = households.household_id GROUP BY households.area")
+    ex = conn.explain(sql, epsilon=1.0)
+    assert {"households.area", "households.household_id", "households.rooms"} <= set(ex.columns_read)
+    assert 'JOIN dpsql_bounded.main."households" AS "__other"' in ex.rewritten_sql
+    answer = conn.query(sql, epsilon=1.0)
+    assert list(answer.df["area"]) == ["East", "West"]
+    assert answer.eta == 1.0 and answer.eta_from.startswith("1: a parent table's columns")
+    assert answer.aggregates[0].sensitivity == 4 and answer.ci95 is not None
+
+
+def test_queries_on_the_person_table_alone_keep_the_policy_eta(parented):
+    _, _, conn = parented
+    assert conn.query("SELECT COUNT(*) FROM people", epsilon=1.0).eta == 0.0
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM households", "table households is a parent table: its rows are shared"),
+    ("SELECT COUNT(*) FROM people JOIN households ON people.age = households.household_id",
+     "JOIN refused: people.age is not the foreign key of parent table households; join ON "
+     "people.household_id = households.household_id"),
+    ("SELECT COUNT(*) FROM people JOIN households ON people.household_id = households.rooms",
+     "JOIN refused: households.rooms is not the table's declared key"),
+    ("SELECT COUNT(*) FROM people RIGHT JOIN households ON people.household_id = households.household_id",
+     "JOIN refused: RIGHT JOIN is not supported"),
+    ("WITH h AS (SELECT * FROM households) SELECT COUNT(*) FROM people JOIN h "
+     "ON people.household_id = h.household_id", "parent table households refused in CTE h"),
+    ("SELECT COUNT(*) FROM people JOIN households AS people ON people.household_id = "
+     "people.household_id", "JOIN refused: people names both tables"),
+])
+def test_other_parent_forms_are_refused_naming_what_is_accepted(parented, sql, fragment):
+    _, _, conn = parented
+    with pytest.raises(QueryRefused) as info:
+        conn.explain(sql, epsilon=1.0)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"parent_of": {"table": "regions", "foreign_key": "state"}},
+     "tables.households.parent_of.table: expected a private table of the policy (people), got "
+     "unknown table 'regions'"),
+    ({"parent_of": {"table": "people", "foreign_key": "nosuch"}},
+     "tables.households.parent_of.foreign_key: expected a policy column of people"),
+    ({"parent_of": {"table": "people"}}, "tables.households.parent_of.foreign_key: required field"),
+    ({"parent_of": "people"}, "tables.households.parent_of: expected a mapping, got str"),
+    ({"key": "rooms"}, "tables.households.key: rooms is int but people.household_id is int"),
+    ({"key": "area"}, "tables.households.key: area is str but people.household_id is int"),
+    ({"privacy_unit": "household_id"},
+     "tables.households.privacy_unit: unknown field (allowed: columns, key, parent_of)"),
+])
+def test_bad_parent_declarations_are_named(change, message):
+    policy = {**BASE_POLICY, **with_households()}
+    policy["tables"]["households"].update(change)
+    if message.startswith("tables.households.key: rooms"):
+        parse_policy(policy)  # an int key of an int foreign key is a valid declaration
+        return
+    with pytest.raises(PolicyError) as info:
+        parse_policy(policy)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_model_on_a_parent_table_is_refused():
+    policy = {**BASE_POLICY, **with_households(),
+              "dependence": {"k": 2, "eta": 1.0, "models": [
+                  {"kind": "household", "table": "households", "column": "area", "sizes": {2: 1.0},
+                   "marginal": [0.5, 0.5], "rho": 0.1}]}}
+    with pytest.raises(PolicyError, match="dependence.models\\[0\\].table: households is a parent "
+                                          "table"):
+        parse_policy(policy)
+
+
+def test_an_eta_declared_for_a_set_of_parent_columns_applies(parented, tmp_path):
+    db, _, _ = parented
+    changes = {**with_households(), "dependence": {"k": 2, "eta": 0.1, "eta_by_columns": [
+        {"columns": ["households.area", "households.rooms", "households.household_id", "age",
+                     "income", "state", "sick", "note", "people.household_id"], "eta": 0.5}]}}
+    policy = write_policy(tmp_path / "policy.yaml", changes)
+    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
+        ex = conn.explain("SELECT COUNT(*) FROM people JOIN households ON people.household_id = "
+                          "households.household_id", epsilon=1.0)
+        assert ex.eta == 0.5
+        assert conn.explain("SELECT COUNT(*) FROM people", epsilon=1.0).eta == 0.1
+
+
+def test_a_stored_binding_accounts_parent_columns_at_eta_1(tmp_path):
+    """An accountant built from the ledger's binding (a later connection, a report) prices a
+    transcript that read a parent column at eta 1, not the policy's default."""
+    from engine.database import binding_of
+    from engine.ledger import Ledger
+
+    policy = parse_policy({**BASE_POLICY, **with_households(),
+                           "dependence": {"k": 3, "eta": 0.1}})
+    ledger = Ledger(tmp_path / "l.sqlite", binding_of(policy), create=True)
+    stored = ledger._stored_binding()
+    ledger.close()
+    assert stored.shared == policy.shared_columns == frozenset(
+        {"households.area", "households.household_id", "households.rooms"})
+    accountant = stored.accountant()
+    assert accountant.scope(frozenset({"households.area", "people.age"})).eta == 1.0
+    assert accountant.scope(frozenset({"people.age"})).eta == 0.1
+    assert accountant.scope(None).eta == 1.0
+
+
+def test_a_ledger_refuses_a_policy_that_drops_a_parent_and_accepts_one_that_adds_it(tmp_path):
+    """Dropping a parent table would account the household columns already read at the default
+    eta, below 1: more lenient, refused. Adding one only raises an eta: recorded."""
+    from engine.database import binding_of
+    from engine.errors import LedgerError
+    from engine.ledger import Ledger
+
+    tables = with_households()["tables"]
+    plain = parse_policy({**BASE_POLICY, "tables": {"people": tables["people"]}})
+    parented = parse_policy({**BASE_POLICY, "tables": tables})
+    Ledger(tmp_path / "l.sqlite", binding_of(plain), create=True).close()
+    book = Ledger(tmp_path / "l.sqlite", binding_of(parented))
+    assert book._stored_binding().shared == parented.shared_columns
+    book.close()
+    with pytest.raises(LedgerError, match="this policy is more lenient \\(parents"):
+        Ledger(tmp_path / "l.sqlite", binding_of(plain))
+
+
+def test_a_ledger_without_a_parents_record_opens(tmp_path):
+    """Ledgers written before parent tables hold no `parents` key: they open, with none."""
+    import sqlite3
+
+    from engine.database import binding_of
+    from engine.ledger import Ledger
+
+    policy = parse_policy(BASE_POLICY)
+    Ledger(tmp_path / "l.sqlite", binding_of(policy), create=True).close()
+    with sqlite3.connect(tmp_path / "l.sqlite") as raw:
+        assert raw.execute("SELECT COUNT(*) FROM meta WHERE key = 'parents'").fetchone() == (0,)
+    book = Ledger(tmp_path / "l.sqlite", binding_of(policy))
+    assert book._stored_binding().shared == frozenset()
+    book.close()
+
+
+def test_the_cli_answers_and_explains_a_parent_join(parented, capsys, tmp_path):
+    db, policy, _ = parented
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    sql = ("SELECT area, COUNT(*) FROM people JOIN households ON people.household_id = "
+           "households.household_id GROUP BY area")
+    paths = ["--db", str(db), "--policy", str(policy), "--ledger", str(ledger)]
+    code, out, err = run_cli(capsys, "explain", *paths, "--epsilon", "1", "--", sql)
+    assert code == 0 and "households.area" in out, err
+    code, out, err = run_cli(capsys, "query", *paths, "--epsilon", "1", "--", sql)
+    assert code == 0 and "West" in out, err
+
+
+def test_spark_refuses_a_parent_join_by_name(spark):
+    from engine.backends.spark import SparkBackend
+
+    people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x", 1)],
+                                   "person_id long, state string, age long, income double, "
+                                   "sick boolean, note string, household_id long")
+    backend = SparkBackend.open(spark, {"people": people}, PARENTS)
+    with pytest.raises(QueryRefused, match="JOIN with parent table households refused on Spark"):
+        backend.render(rewrite(PARENT_PLANS[0]))
+
+
+def test_the_schema_shown_to_analysts_lists_parent_tables():
+    from engine.service.schema import public_schema
+
+    schema = public_schema(PARENTS)
+    assert schema["parent_tables"]["households"] == {
+        "key": "household_id", "child": "people", "foreign_key": "household_id",
+        "columns": public_schema(PARENTS)["parent_tables"]["households"]["columns"]}
+    assert "households" not in schema["tables"] and "parent table" in schema["sql"]
+    assert HOUSEHOLDS[1][0] == HOUSEHOLDS[2][0]  # the test data repeats a key
+
+
+def test_parent_joins_on_adversarial_data_always_answer(people_db, tmp_path):
+    """Households whose keys repeat with conflicting rows, a NULL key, extreme and NULL room
+    counts and areas outside the domain; people whose household_id is NULL, negative, extreme or
+    matches no household: every accepted parent join answers, none fails on the data."""
+    db = Path(shutil.copy(people_db, tmp_path / "people.duckdb"))
+    extreme = 2 ** 63 - 1
+    add_households(db, [(0, "East", extreme), (0, "West", -extreme - 1), (0, "ZZ", None),
+                        (1, "", 3), (None, "East", extreme), (extreme, "West", 1),
+                        (-extreme - 1, "East", 2)])
+    with duckdb.connect(str(db)) as raw:
+        raw.execute(f"UPDATE people SET household_id = CASE person_id % 5 WHEN 0 THEN NULL WHEN 1 "
+                    f"THEN {extreme} WHEN 2 THEN {-extreme - 1} WHEN 3 THEN 0 ELSE 99 END")
+    policy = write_policy(tmp_path / "policy.yaml", with_households())
+    queries = [*PARENT_QUERIES,
+               "SELECT area, MEDIAN(rooms), VAR_POP(rooms), MIN(rooms * age) FROM people LEFT JOIN "
+               "households ON people.household_id = households.household_id GROUP BY area",
+               "SELECT COUNT(*), SUM(rooms) FROM people JOIN households ON households.household_id "
+               "= people.household_id WHERE rooms IS NULL OR area NOT IN ('East', 'West')"]
+    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
+        for sql in queries:
+            assert len(conn.query(sql, epsilon=1.0).df) >= 1, sql

@@ -124,6 +124,10 @@ class SparkBackend:
         if public:
             raise QueryRefused(f"JOIN with public table {public[0]} refused on Spark: public tables "
                                "are not loaded by the Spark backend; run the query on DuckDB")
+        parent = sorted({t.name for t in query.find_all(exp.Table) if t.name in self._policy.parent_tables})
+        if parent:
+            raise QueryRefused(f"JOIN with parent table {parent[0]} refused on Spark: parent tables "
+                               "are not loaded by the Spark backend; run the query on DuckDB")
         duckdb_sql = query.sql("duckdb")
         names = [t.name for t in query.find_all(exp.Table) if t.name in self._types]
         families = {col: _policy_family(kind) for col, kind in self._types[names[0]].items()} \

@@ -12,10 +12,10 @@ from ..scalars import SCALARS
 
 SQL_SHAPE = ("one SELECT over one private table of the policy, possibly through CTEs and FROM-"
              "subqueries that filter, rename or compute its columns and joined to one public table "
-             "on its key: aggregates (listed) over a WHERE of whitelisted functions and operators "
-             "on the listed columns, GROUP BY columns with a public domain, HAVING, ORDER BY and "
-             "LIMIT on the noisy values; no other joins, no subqueries elsewhere, no window "
-             "functions or raw columns")
+             "on its key or to its parent table on its foreign key: aggregates (listed) over a "
+             "WHERE of whitelisted functions and operators on the listed columns, GROUP BY "
+             "columns with a public domain, HAVING, ORDER BY and LIMIT on the noisy values; no "
+             "other joins, no subqueries elsewhere, no window functions or raw columns")
 
 
 def _columns(columns: Mapping[str, ColumnSpec]) -> dict:
@@ -32,8 +32,12 @@ def public_schema(policy: Policy) -> dict:
                         "max_rows_per_unit": table.max_rows_per_unit, "columns": _columns(table.columns)}
     public = {name: {"key": table.key, "columns": _columns(table.columns)}
               for name, table in policy.public_tables.items()}
+    parents = {name: {"key": table.key, "child": table.child, "foreign_key": table.foreign_key,
+                      "columns": _columns(table.columns)}
+               for name, table in policy.parent_tables.items()}
     return {"budget": policy.budget_epsilon, "k": policy.k, "eta": policy.eta, "mode": policy.mode,
-            "limits": asdict(policy.limits), "tables": tables, "public_tables": public, "sql": SQL_SHAPE,
+            "limits": asdict(policy.limits), "tables": tables, "public_tables": public,
+            "parent_tables": parents, "sql": SQL_SHAPE,
             "aggregates": supported(), "functions": sorted({s.name for s in SCALARS})}
 
 
