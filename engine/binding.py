@@ -15,7 +15,7 @@ from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
 from .join import bind_join, joined_column
-from .plan import GroupKey, KeyJoin, Measurement, OutputColumn, QueryPlan
+from .plan import GroupKey, Join, Measurement, OutputColumn, QueryPlan
 from .policy import TIME_TYPES, ColumnSpec, Limits, Policy, TableSpec
 from .scalars import (
     MAX_LITERAL,
@@ -654,7 +654,7 @@ class _Scope:
     """Name resolution and type checking for row-level (pre-aggregation) expressions."""
 
     def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset(),
-                 join: KeyJoin | None = None, joined_aliases: set[str] | None = None) -> None:
+                 join: Join | None = None, joined_aliases: set[str] | None = None) -> None:
         self.table = table
         self.aliases = aliases
         self.data_columns = data_columns
@@ -674,7 +674,7 @@ class _Scope:
     def has_column(self, node: exp.Column) -> bool:
         """Whether `node` names a policy column of the private or the joined table."""
         name = node.name.lower()
-        return name in self.table.columns or (self.join is not None and name in self.join.lookup.columns)
+        return name in self.table.columns or (self.join is not None and name in self.join.other.columns)
 
     def column(self, node: exp.Expression) -> ColumnSpec:
         if not isinstance(node, exp.Column):
@@ -684,7 +684,11 @@ class _Scope:
         self._check_qualifier(node)
         name = node.name.lower()
         if self.join is not None and self._is_joined(node):
-            other = self.join.lookup
+            other = self.join.other
+            if isinstance(other, TableSpec) and name == other.privacy_unit:
+                raise QueryRefused(f"column {node.sql(dialect='duckdb')} is the privacy unit of "
+                                   f"{other.name}: it may only appear as COUNT(DISTINCT "
+                                   f"{self.table.name}.{name})")
             if name not in other.columns:
                 raise QueryRefused(f"unknown column {node.name!r} in table {other.name} "
                                    f"(columns: {', '.join(sorted(other.columns))})")
@@ -719,7 +723,7 @@ class _Scope:
         have must be qualified)."""
         if self.join is None:
             return False
-        name, other = node.name.lower(), self.join.lookup
+        name, other = node.name.lower(), self.join.other
         if node.table:
             return node.table.lower() in self.joined_aliases
         in_private = name in self.table.columns or name == self.table.privacy_unit

@@ -27,7 +27,7 @@ from .declared_models import models_json
 from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release_cells
-from .plan import QueryPlan
+from .plan import QueryPlan, UnitJoin
 from .policy import Policy, declarations_json, load_policy, shared_json
 from .prepare import PreparedQuery, Preparer, model_calibration
 from .report import Report, build_report
@@ -167,7 +167,7 @@ class PrivateDatabase:
         before, after = books.levels(cal.epsilon_dp, prepared.columns, prepared.times)
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
-            max_rows_per_unit=plan.table.max_rows_per_unit,
+            max_rows_per_unit=plan.rows_per_unit,
             group_by=tuple(c.label for c in plan.group_by),
             groups=plan.group_count if plan.group_by else 1,
             rewritten_sql=prepared.sql, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
@@ -204,7 +204,9 @@ class PrivateDatabase:
         self._admit_analyst(prepared, cal, analyst, books.accountants)
         try:
             self._backend.bound(plan.table, self.ledger.hash_key)
-            if plan.join is not None and plan.join.parent is not None:
+            if isinstance(plan.join, UnitJoin):
+                self._backend.bound(plan.join.other, self.ledger.hash_key)
+            elif plan.join is not None and plan.join.parent is not None:
                 self._backend.bound(plan.join.parent.one_per_key(), self.ledger.hash_key)
             exact = self._backend.run(prepared.sql, len(plan.group_by))
         except DataFailure as failure:

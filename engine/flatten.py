@@ -113,9 +113,11 @@ def _check_bodies(select: exp.Select, policy: Policy) -> None:
         _check_source(source, "the query", visible, None, policy)
     for join in select.args.get("joins") or []:
         joined = join.this.name.lower() if isinstance(join.this, exp.Table) else None
-        if joined not in policy.public_tables and joined not in policy.parent_tables:
+        if joined not in policy.public_tables and joined not in policy.parent_tables \
+                and joined not in policy.tables:
             raise QueryRefused(f"JOIN refused: {join.this.sql(dialect='duckdb')} is not a public "
-                               f"table or a parent table of the policy ({JOIN_ACCEPTED})")
+                               f"table, a parent table or a private table of the policy "
+                               f"({JOIN_ACCEPTED})")
 
 
 def _check_body(body: exp.Expression, what: str, visible: set[str], own: str | None,

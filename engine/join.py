@@ -6,8 +6,11 @@ is unique in the data (checked when the data is opened, engine/execute.py);
 `FROM child [LEFT] JOIN parent ON child.foreign_key = parent.key` joins the parent table the
 policy declares for the child, of which the query reads one row per key (engine/rewrite.py).
 Either way each private row matches at most one row and every sensitivity is that of the
-private table alone (docs/theory.md §16). Every other join is refused, naming what is
-accepted; a table the policy does not declare is never joined.
+private table alone. `FROM a [LEFT] JOIN b ON a.unit = b.unit` joins two private tables that
+declare the same privacy unit, each read through its bounded copy, so one unit has at most
+m1 · m2 joined rows and every sensitivity is §8's with m = m1 · m2 (docs/theory.md §16).
+Every other join is refused, naming what is accepted; a table the policy does not declare is
+never joined.
 """
 
 from __future__ import annotations
@@ -17,19 +20,20 @@ from dataclasses import replace
 from sqlglot import exp
 
 from .errors import QueryRefused
-from .plan import KeyJoin
+from .plan import Join, KeyJoin, UnitJoin
 from .policy import ColumnSpec, LookupTable, ParentTableSpec, Policy, TableSpec
 from .scalars import check_args
 
 ACCEPTED = ("FROM <private table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>, "
-            "or FROM <child> [LEFT] JOIN <parent table> ON <child>.<foreign key> = <parent>.<key>")
+            "FROM <child> [LEFT] JOIN <parent table> ON <child>.<foreign key> = <parent>.<key>, "
+            "or FROM <private a> [LEFT] JOIN <private b> ON a.<unit> = b.<unit> (one privacy unit)")
 _JOIN_ARGS = {"this", "on", "side", "kind", "pivots"}
 
 
 def bind_join(select: exp.Select, policy: Policy, table: TableSpec,
-              aliases: set[str]) -> tuple[KeyJoin | None, set[str]]:
-    """The query's join to a public or parent table and the names that qualify its columns (the
-    table's name and alias), or (None, empty) when the query has no JOIN."""
+              aliases: set[str]) -> tuple[Join | None, set[str]]:
+    """The query's join to a public, parent or private table and the names that qualify its
+    columns (the table's name and alias), or (None, empty) when the query has no JOIN."""
     joins = select.args.get("joins") or []
     if not joins:
         return None, set()
@@ -39,7 +43,7 @@ def bind_join(select: exp.Select, policy: Policy, table: TableSpec,
     target = join.this
     if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
         raise QueryRefused(f"JOIN refused: {type(target).__name__.upper()} is not a table ({ACCEPTED})")
-    other = _lookup_table(target, policy, table)
+    other = _joined_table(target, policy, table)
     _check_kind(join)
     joined_aliases = {other.name} | ({target.alias.lower()} if target.alias else set())
     if joined_aliases & aliases:
@@ -52,6 +56,9 @@ def bind_join(select: exp.Select, policy: Policy, table: TableSpec,
                                              for side in (on.this, on.expression)):
         shown = on.sql(dialect="duckdb") if on is not None else "no ON condition"
         raise QueryRefused(f"JOIN refused: ON {shown} is not one equality of two columns ({ACCEPTED})")
+    if isinstance(other, TableSpec):
+        _check_unit_sides(on, table, other, aliases, joined_aliases)
+        return UnitJoin(other, join.side == "LEFT"), joined_aliases
     sides = [_side(column, table, other, aliases, joined_aliases) for column in (on.this, on.expression)]
     if sorted(kind for kind, _ in sides) != ["joined", "private"]:
         raise QueryRefused(f"JOIN refused: ON must compare a column of {table.name} with "
@@ -72,7 +79,7 @@ def bind_join(select: exp.Select, policy: Policy, table: TableSpec,
     return KeyJoin(other, private, join.side == "LEFT"), joined_aliases
 
 
-def joined_column(lookup: LookupTable, name: str) -> ColumnSpec:
+def joined_column(lookup: LookupTable | TableSpec, name: str) -> ColumnSpec:
     """A joined table's column as queries read it: named "<table>.<column>" so that it never
     clashes with a private column in the rows the rewritten query reads (engine/rewrite.py)."""
     return replace(lookup.columns[name], name=f"{lookup.name}.{name}")
@@ -82,7 +89,7 @@ def _foreign(lookup: LookupTable) -> str:
     return lookup.foreign_key if isinstance(lookup, ParentTableSpec) else "<column>"
 
 
-def _lookup_table(target: exp.Table, policy: Policy, table: TableSpec) -> LookupTable:
+def _joined_table(target: exp.Table, policy: Policy, table: TableSpec) -> LookupTable | TableSpec:
     if target.args.get("catalog") or target.args.get("db"):
         raise QueryRefused(f"JOIN refused: qualified table name {target.sql()}; name the table alone")
     check_args(target, "JOIN")
@@ -101,11 +108,50 @@ def _lookup_table(target: exp.Table, policy: Policy, table: TableSpec) -> Lookup
                            f"{parent.child}.{parent.foreign_key} = {name}.{parent.key}")
     if parent is not None:
         return parent
-    if name in policy.tables:
-        raise QueryRefused(f"JOIN refused: {name} is private; a private table may only join a "
-                           f"public table or its parent table ({ACCEPTED})")
+    private = policy.tables.get(name)
+    if private is not None:
+        return _unit_partner(private, table)
     tables = ", ".join(sorted([*policy.public_tables, *policy.parent_tables])) or "none in the policy"
     raise QueryRefused(f"JOIN refused: unknown table {target.name!r} (tables it may join: {tables})")
+
+
+def _unit_partner(other: TableSpec, table: TableSpec) -> TableSpec:
+    """`other` when the two private tables may join on their privacy unit: two tables, each
+    with a privacy unit, the same column."""
+    accepted = f"two private tables join only ON a.<unit> = b.<unit> ({ACCEPTED})"
+    if other.name == table.name:
+        raise QueryRefused(f"JOIN refused: {other.name} joined to itself; a self-join is not "
+                           f"supported ({accepted})")
+    for spec in (table, other):
+        if spec.privacy_unit is None:
+            raise QueryRefused(f"JOIN refused: {spec.name} has no privacy unit (each row is an "
+                               f"individual), so nothing says which of its rows are whose; "
+                               f"{accepted}")
+    if table.privacy_unit != other.privacy_unit:
+        raise QueryRefused(f"JOIN refused: {table.name}'s privacy unit is {table.privacy_unit} "
+                           f"but {other.name}'s is {other.privacy_unit}; {accepted}")
+    return other
+
+
+def _check_unit_sides(on: exp.EQ, table: TableSpec, other: TableSpec, aliases: set[str],
+                      joined_aliases: set[str]) -> None:
+    """ON must equal the two tables' privacy units, each qualified by its table or alias."""
+    unit = table.unit
+    wanted = f"join ON {table.name}.{unit} = {other.name}.{unit}"
+    owners = []
+    for column in (on.this, on.expression):
+        if column.args.get("db") or column.args.get("catalog"):
+            raise QueryRefused(f"JOIN refused: qualified column {column.sql()}; use table.column at most")
+        qualifier = column.table.lower()
+        if column.name.lower() != unit or not qualifier:
+            raise QueryRefused(f"JOIN refused: two private tables join only on their privacy unit, "
+                               f"each qualified by its table ({wanted})")
+        if qualifier not in aliases | joined_aliases:
+            raise QueryRefused(f"JOIN refused: unknown table qualifier {column.table!r} in {column.sql()}")
+        owners.append(qualifier in joined_aliases)
+    if sorted(owners) != [False, True]:
+        raise QueryRefused(f"JOIN refused: ON must compare the unit of {table.name} with that of "
+                           f"{other.name} ({wanted})")
 
 
 def _check_kind(join: exp.Join) -> None:

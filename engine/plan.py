@@ -80,14 +80,31 @@ class KeyJoin:
     row matches at most one row, so no row is duplicated. The joined table's columns are read
     as "<table>.<column>" (ColumnSpec names in the plan)."""
 
-    lookup: LookupTable
+    other: LookupTable
     on: ColumnSpec  # the private table's column equal to the key
     left: bool  # LEFT JOIN keeps private rows without a match (their joined columns NULL)
 
     @property
     def parent(self) -> ParentTableSpec | None:
         """The parent table joined, when it is one (its columns are private)."""
-        return self.lookup if isinstance(self.lookup, ParentTableSpec) else None
+        return self.other if isinstance(self.other, ParentTableSpec) else None
+
+
+@dataclass(frozen=True)
+class UnitJoin:
+    """The private table joined to another private table with the same privacy unit, `ON
+    table.unit = other.unit`, inner or left, each read through its bounded copy: a unit's
+    joined rows pair its at most m1 rows with its at most m2 rows, so at most m1 · m2 of them,
+    and no row of one unit meets another unit's (docs/theory.md §16). The other table's
+    columns are read as "<other>.<column>"."""
+
+    other: TableSpec
+    left: bool  # LEFT JOIN keeps the rows of a unit without rows in `other` (its columns NULL)
+
+    parent = None  # never a parent table
+
+
+Join = KeyJoin | UnitJoin
 
 
 @dataclass(frozen=True)
@@ -105,7 +122,14 @@ class QueryPlan:
     limit: int | None
     offset: int | None
     flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/flatten.py)
-    join: KeyJoin | None = None  # the table joined to the private one on a key, if any
+    join: Join | None = None  # the table joined to the private one, if any
+
+    @property
+    def rows_per_unit(self) -> int:
+        """The most rows of one unit the aggregates read: the table's bound, times the other's
+        when joined to another private table on the unit (§16)."""
+        m = self.table.max_rows_per_unit
+        return m * self.join.other.max_rows_per_unit if isinstance(self.join, UnitJoin) else m
 
     @property
     def group_count(self) -> int:

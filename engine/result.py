@@ -229,7 +229,7 @@ class Explanation:
     sql: str
     table: str
     privacy_unit: str | None
-    max_rows_per_unit: int
+    max_rows_per_unit: int  # rows of one unit the aggregates read (m1 · m2 joined on the unit)
     group_by: tuple[str, ...]
     groups: int
     rewritten_sql: str

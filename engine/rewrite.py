@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from .join import joined_column
-from .plan import GroupKey, KeyJoin, QueryPlan
+from .plan import GroupKey, Join, QueryPlan, UnitJoin
 from .policy import Policy, TableSpec
 
 
@@ -137,21 +137,28 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     return rows
 
 
-def _joined(private: exp.Expression, join: KeyJoin) -> exp.Expression:
-    """The private rows joined to the other table on its key, its columns renamed
-    "<table>.<column>": as many rows as the private side (a public key is unique, a parent is
-    read through its copy of one row per key), so bounding, done before, still holds."""
-    other = join.lookup
+def _joined(private: exp.Expression, join: Join) -> exp.Expression:
+    """The private rows joined to the other table, its columns renamed "<table>.<column>".
+    On a key: as many rows as the private side (a public key is unique, a parent is read
+    through its copy of one row per key). On the unit: the other table's bounded copy, so a
+    unit's at most m1 rows meet its at most m2 rows and no other unit's. Bounding, done
+    before, bounds the rows either way."""
+    other = join.other
     private = private.copy()
     private.set("alias", exp.TableAlias(this=exp.to_identifier("__private", quoted=True)))
-    source = exp.to_table(other.name, quoted=True) if join.parent is None \
-        else bounded_table(join.parent.one_per_key())
+    if isinstance(join, UnitJoin):
+        source = bounded_table(join.other)
+        left, right = join.other.unit, join.other.unit
+    else:
+        source = exp.to_table(other.name, quoted=True) if join.parent is None \
+            else bounded_table(join.parent.one_per_key())
+        left, right = join.on.name, join.other.key
     source.set("alias", exp.TableAlias(this=exp.to_identifier("__other", quoted=True)))
     columns = [exp.alias_(exp.column(spec.name, "__other", quoted=True),
                           joined_column(other, name).name, quoted=True)
                for name, spec in sorted(other.columns.items())]
-    on = exp.EQ(this=exp.column(join.on.name, "__private", quoted=True),
-                expression=exp.column(other.key, "__other", quoted=True))
+    on = exp.EQ(this=exp.column(left, "__private", quoted=True),
+                expression=exp.column(right, "__other", quoted=True))
     rows = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__private", quoted=True)),
                        *columns)
             .from_(private, copy=False)

@@ -6,8 +6,8 @@ from .plan import Measurement, QueryPlan
 
 
 def sensitivity(measurement: Measurement, plan: QueryPlan) -> float | int:
-    """How far one individual's record, at most `max_rows_per_unit` rows of the plan's table,
-    can move the measurement, summed over all groups; each aggregate gives its own rule
-    (engine/aggregates/)."""
-    return measurement.kind.sensitivity(measurement.operand, plan.table.max_rows_per_unit,
+    """How far one individual's record, at most `plan.rows_per_unit` rows read (the table's
+    `max_rows_per_unit`, or m1 · m2 joined on the unit), can move the measurement, summed over
+    all groups; each aggregate gives its own rule (engine/aggregates/)."""
+    return measurement.kind.sensitivity(measurement.operand, plan.rows_per_unit,
                                         bool(plan.group_by))

@@ -118,6 +118,36 @@ def with_households(tables: dict | None = None) -> dict:
     return {"tables": section}
 
 
+# A second private table with people's privacy unit (docs/theory.md §16): each person's visits,
+# at most 3 kept per person; `add_visits` writes them.
+VISITS_TABLE = {
+    "privacy_unit": "person_id",
+    "max_rows_per_unit": 3,
+    "columns": {
+        "days": {"type": "int", "lower": 0, "upper": 30},
+        "urgent": {"type": "bool"},
+        "clinic": {"type": "str", "domain": ["north", "south"]},
+    },
+}
+
+
+def add_visits(path: Path) -> Path:
+    """Add the private `visits` table to a DuckDB database (a copy: the file is written): 0 to
+    5 visits per person of people's first 200 ids, a few with a NULL person_id."""
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE OR REPLACE TABLE visits AS SELECT CASE WHEN i % 97 = 0 THEN NULL "
+                     "ELSE (i * 7) % 200 END AS person_id, (i * 11) % 40 AS days, i % 3 = 0 AS "
+                     "urgent, ['north', 'south', 'east'][1 + i % 3] AS clinic FROM range(500) t(i)")
+    return path
+
+
+def with_visits(tables: dict | None = None) -> dict:
+    """A `tables` section (BASE_POLICY's by default) with the private `visits` table added."""
+    section = copy.deepcopy(tables or BASE_POLICY["tables"])
+    section["visits"] = copy.deepcopy(VISITS_TABLE)
+    return {"tables": section}
+
+
 def write_policy(path: Path, changes: dict | None = None) -> Path:
     """BASE_POLICY with top-level sections replaced by `changes`, written as YAML."""
     policy = copy.deepcopy(BASE_POLICY)

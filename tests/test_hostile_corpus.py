@@ -35,20 +35,24 @@ def test_corpus_is_large_and_covers_every_category():
 
 @pytest.fixture(scope="module")
 def shared(people_db, tmp_path_factory):
-    """The people data with the public `regions` table and the parent `households` table beside
-    it (a key repeated, a NULL key), so join attacks meet real ones."""
+    """The people data with the public `regions` table, the parent `households` table (a key
+    repeated, a NULL key) and the private `visits` table beside it, so join attacks meet real
+    ones."""
     from tests.support import (
         add_households,
         add_regions,
+        add_visits,
         create_ledger,
         with_households,
         with_regions,
+        with_visits,
         write_policy,
     )
 
     root = tmp_path_factory.mktemp("hostile")
-    db = add_households(add_regions(Path(shutil.copy(people_db, root / "people.duckdb"))))
-    policy = write_policy(root / "policy.yaml", with_households(with_regions()["tables"]))
+    db = add_visits(add_households(add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))))
+    tables = with_visits(with_households(with_regions()["tables"])["tables"])
+    policy = write_policy(root / "policy.yaml", tables)
     return db, policy, create_ledger(root / "ledger.sqlite", policy)
 
 

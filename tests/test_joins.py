@@ -27,12 +27,15 @@ from tests.support import (
     BASE_POLICY,
     HOUSEHOLDS,
     REGIONS,
+    VISITS_TABLE,
     add_households,
     add_regions,
+    add_visits,
     create_ledger,
     run_cli,
     with_households,
     with_regions,
+    with_visits,
     write_policy,
 )
 from tests.test_sensitivity import row, unit_rows
@@ -175,7 +178,7 @@ def test_a_policy_needs_a_private_table():
     ("SELECT COUNT(*) FROM people JOIN regions ON people.state = regions.region",
      "JOIN refused: regions.region is not the table's declared unique key"),
     ("SELECT COUNT(*) FROM people JOIN people AS q ON people.state = q.state",
-     "JOIN refused: people is private"),
+     "JOIN refused: people joined to itself"),
     ("SELECT COUNT(*) FROM people, regions", "JOIN refused: a join without ON"),
 ])
 def test_other_joins_are_refused_naming_what_is_accepted(joined, sql, fragment):
@@ -530,3 +533,169 @@ def test_parent_joins_on_adversarial_data_always_answer(people_db, tmp_path):
     with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
         for sql in queries:
             assert len(conn.query(sql, epsilon=1.0).df) >= 1, sql
+
+
+# Two private tables joined on their privacy unit (docs/theory.md §16): people (m1 = 2) and
+# visits (m2 = 3), each bounded first, so a person has at most 6 joined rows.
+UNITS = parse_policy({**BASE_POLICY, **with_visits()})
+UNIT_QUERIES = [
+    "SELECT visits.clinic, COUNT(*), SUM(days), COUNT(DISTINCT person_id), SUM(income) FROM people "
+    "JOIN visits ON people.person_id = visits.person_id GROUP BY visits.clinic",
+    "SELECT COUNT(*), SUM(days * age), AVG(income), COUNT(DISTINCT person_id), COUNT(days) FROM "
+    "people LEFT JOIN visits AS v ON v.person_id = people.person_id WHERE urgent OR sick",
+    "SELECT state, MEDIAN(days), MAX(age), VAR_POP(days) FROM people AS p JOIN visits AS v "
+    "ON p.person_id = v.person_id GROUP BY state",
+    "WITH adults AS (SELECT * FROM people WHERE age >= 18) SELECT urgent, COUNT(*), SUM(days), "
+    "COUNT(DISTINCT adults.person_id) FROM adults JOIN visits ON adults.person_id = visits.person_id "
+    "GROUP BY urgent",
+]
+UNIT_PLANS = [build_plan(flatten(parse_select(q), UNITS), UNITS, q) for q in UNIT_QUERIES]
+visit_row = st.tuples(st.one_of(st.none(), st.integers(-5, 40)), st.one_of(st.none(), st.booleans()),
+                      st.sampled_from(["north", "south", "east", None]))
+person = st.tuples(unit_rows, st.lists(visit_row, max_size=5))
+
+
+def _exact_units(people: dict[int | None, tuple[list, list]]) -> list[dict[str, list]]:
+    """Exact measurements of every unit join; the None entry holds rows with a NULL unit."""
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age BIGINT, income DOUBLE, "
+                 "sick BOOLEAN, note VARCHAR)")
+    conn.execute("CREATE TABLE visits (person_id BIGINT, days BIGINT, urgent BOOLEAN, clinic VARCHAR)")
+    rows = [(unit, *r, "x") for unit, (mine, _) in people.items() for r in mine]
+    visits = [(unit, *v) for unit, (_, theirs) in people.items() for v in theirs]
+    if rows:
+        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", rows)
+    if visits:
+        conn.executemany("INSERT INTO visits VALUES (?, ?, ?, ?)", visits)
+    for table in UNITS.tables.values():
+        bound_units(conn, table, "fixed-key")
+    answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values
+               for plan in UNIT_PLANS]
+    conn.close()
+    return answers
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(others=st.dictionaries(st.one_of(st.none(), st.integers(0, 6)), person, max_size=5),
+       before=person, after=person)
+@example(others={}, before=([("CA", 150, 2000.0, True)] * 3, [(40, True, "north")] * 5),
+         after=([("NY", -20, -200.0, False)] * 3, [(-5, False, "south")] * 5))
+@example(others={None: ([("CA", 30, 5.0, True)], [(3, True, "north")])}, before=([], []),
+         after=([("CA", 150, 2000.0, True)] * 4, [(40, True, "north")] * 4))
+def test_one_unit_moves_each_aggregate_of_a_unit_join_within_its_sensitivity(others, before, after):
+    """The sensitivity test of §8 over joins of two private tables on the unit: person 9's rows
+    change in both tables (NULL-unit rows and other people stay); each exact aggregate moves
+    (L1 over groups) by at most §8's sensitivity with m = m1 · m2 = 6."""
+    for plan, a, b in zip(UNIT_PLANS, _exact_units({**others, 9: before}),
+                          _exact_units({**others, 9: after}), strict=True):
+        assert plan.rows_per_unit == 6
+        for m in plan.measurements:
+            moved = sum(abs(float(x) - float(y)) for cell in m.cells
+                        for x, y in zip(a[cell], b[cell], strict=True))
+            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+
+
+def test_a_unit_join_needs_m1_times_m2():
+    """One person with 2 kept people rows and 3 kept visits has 6 joined rows: the ungrouped
+    COUNT(*) moves by m1 · m2 = 6 when they appear, so m1 + m2 or max(m1, m2) would be wrong;
+    COUNT(DISTINCT person_id) moves by 1."""
+    plan = UNIT_PLANS[1]
+    count = plan.measurements[0]
+    distinct = next(m for m in plan.measurements if m.label == "COUNT(DISTINCT unit)")
+    empty = _exact_units({})[1]
+    full = _exact_units({9: ([("CA", 30, 1.0, True)] * 4, [(5, True, "north")] * 9)})[1]
+    assert full[count.name][0] - empty[count.name][0] == 6 == sensitivity(count, plan)
+    assert full[distinct.name][0] - empty[distinct.name][0] == 1 == sensitivity(distinct, plan)
+
+
+@pytest.fixture(scope="module")
+def visited(people_db, tmp_path_factory):
+    """The people data with the private `visits` table beside it, and a connection."""
+    root = tmp_path_factory.mktemp("units")
+    db = add_visits(Path(shutil.copy(people_db, root / "people.duckdb")))
+    policy = write_policy(root / "policy.yaml", with_visits())
+    conn = PrivateDatabase.connect(db, policy, create_ledger(root / "ledger.sqlite", policy))
+    yield db, policy, conn
+    conn.close()
+
+
+def test_a_unit_join_answers_reading_both_tables(visited):
+    _, _, conn = visited
+    sql = UNIT_QUERIES[0]
+    ex = conn.explain(sql, epsilon=1.0)
+    assert set(ex.columns_read) == {f"people.{c}" for c in UNITS.tables["people"].columns} | \
+        {f"visits.{c}" for c in UNITS.tables["visits"].columns}
+    assert ex.max_rows_per_unit == 6
+    assert 'JOIN dpsql_bounded.main."visits" AS "__other" ON "__private"."person_id" = ' \
+        '"__other"."person_id"' in ex.rewritten_sql
+    answer = conn.query(sql, epsilon=1.0)
+    assert list(answer.df["clinic"]) == ["north", "south"]
+    assert [a.sensitivity for a in answer.aggregates] == [12, 2 * 6 * 30, 12, 2 * 6 * 1000]
+    assert answer.ci95 is not None
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM people JOIN visits ON people.age = visits.days",
+     "JOIN refused: two private tables join only on their privacy unit, each qualified by its "
+     "table (join ON people.person_id = visits.person_id)"),
+    ("SELECT COUNT(*) FROM people JOIN visits ON person_id = person_id",
+     "two private tables join only on their privacy unit, each qualified"),
+    ("SELECT COUNT(*) FROM people JOIN visits ON people.person_id = people.person_id",
+     "JOIN refused: ON must compare the unit of people with that of visits"),
+    ("SELECT COUNT(*) FROM people JOIN people AS q ON people.person_id = q.person_id",
+     "JOIN refused: people joined to itself; a self-join is not supported"),
+    ("SELECT COUNT(*) FROM people JOIN visits ON people.person_id = visits.person_id "
+     "JOIN visits AS w ON people.person_id = w.person_id", "JOIN refused: 2 joins"),
+    ("SELECT COUNT(DISTINCT visits.person_id) FROM people JOIN visits ON people.person_id = "
+     "visits.person_id", "COUNT(DISTINCT ...) is supported only on the privacy unit"),
+    ("SELECT COUNT(*) FROM people JOIN visits ON people.person_id = visits.person_id WHERE "
+     "visits.person_id > 3", "column visits.person_id is the privacy unit of visits"),
+    ("SELECT COUNT(*) FROM people FULL JOIN visits ON people.person_id = visits.person_id",
+     "JOIN refused: FULL JOIN is not supported"),
+    ("WITH v AS (SELECT * FROM visits) SELECT COUNT(*) FROM people JOIN v ON people.person_id = "
+     "v.person_id", "JOIN refused: v is not a public table"),
+])
+def test_other_private_joins_are_refused_naming_what_is_accepted(visited, sql, fragment):
+    _, _, conn = visited
+    with pytest.raises(QueryRefused) as info:
+        conn.explain(sql, epsilon=1.0)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("visits, fragment", [
+    ({k: v for k, v in VISITS_TABLE.items() if k not in ("privacy_unit", "max_rows_per_unit")},
+     "JOIN refused: visits has no privacy unit"),
+    ({**VISITS_TABLE, "privacy_unit": "patient_id"},
+     "JOIN refused: people's privacy unit is person_id but visits's is patient_id"),
+])
+def test_private_tables_without_one_privacy_unit_are_not_joined(visits, fragment):
+    tables = with_visits()["tables"] | {"visits": visits}
+    policy = parse_policy({**BASE_POLICY, "tables": tables})
+    sql = "SELECT COUNT(*) FROM people JOIN visits ON people.person_id = visits.person_id"
+    with pytest.raises(QueryRefused, match=fragment.replace("(", "\\(")):
+        build_plan(parse_select(sql), policy, sql)
+
+
+def test_the_cli_answers_and_explains_a_unit_join(visited, capsys, tmp_path):
+    db, policy, _ = visited
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    sql = ("SELECT clinic, COUNT(*), SUM(days) FROM people JOIN visits ON people.person_id = "
+           "visits.person_id GROUP BY clinic")
+    paths = ["--db", str(db), "--policy", str(policy), "--ledger", str(ledger)]
+    code, out, err = run_cli(capsys, "explain", *paths, "--epsilon", "1", "--", sql)
+    assert code == 0 and "at most 6 row(s) each" in out, err
+    code, out, err = run_cli(capsys, "query", *paths, "--epsilon", "1", "--", sql)
+    assert code == 0 and "north" in out, err
+
+
+def test_spark_refuses_a_unit_join_by_name(spark):
+    from engine.backends.spark import SparkBackend
+
+    people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x")],
+                                   "person_id long, state string, age long, income double, "
+                                   "sick boolean, note string")
+    visits = spark.createDataFrame([(1, 3, True, "north")],
+                                   "person_id long, days long, urgent boolean, clinic string")
+    backend = SparkBackend.open(spark, {"people": people, "visits": visits}, UNITS)
+    with pytest.raises(QueryRefused, match="JOIN of private tables people and visits refused on Spark"):
+        backend.render(rewrite(UNIT_PLANS[0]))

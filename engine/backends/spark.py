@@ -124,6 +124,11 @@ class SparkBackend:
         if public:
             raise QueryRefused(f"JOIN with public table {public[0]} refused on Spark: public tables "
                                "are not loaded by the Spark backend; run the query on DuckDB")
+        private = sorted({t.name for t in query.find_all(exp.Table) if t.name in self._policy.tables})
+        if len(private) > 1:
+            raise QueryRefused(f"JOIN of private tables {private[0]} and {private[1]} refused on "
+                               "Spark: it is not checked to keep the same rows as DuckDB yet; run "
+                               "the query on DuckDB")
         parent = sorted({t.name for t in query.find_all(exp.Table) if t.name in self._policy.parent_tables})
         if parent:
             raise QueryRefused(f"JOIN with parent table {parent[0]} refused on Spark: parent tables "
