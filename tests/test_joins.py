@@ -699,3 +699,15 @@ def test_spark_refuses_a_unit_join_by_name(spark):
     backend = SparkBackend.open(spark, {"people": people, "visits": visits}, UNITS)
     with pytest.raises(QueryRefused, match="JOIN of private tables people and visits refused on Spark"):
         backend.render(rewrite(UNIT_PLANS[0]))
+
+
+def test_units_of_two_data_types_are_refused_by_the_schema(people_db, tmp_path):
+    """A text unit joined to an integer one would need a cast that fails on some values: the
+    schema-only gate refuses the query, whatever the values are."""
+    db = add_visits(Path(shutil.copy(people_db, tmp_path / "people.duckdb")))
+    with duckdb.connect(str(db)) as raw:
+        raw.execute("ALTER TABLE visits ALTER person_id TYPE VARCHAR")
+    policy = write_policy(tmp_path / "policy.yaml", with_visits())
+    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
+        with pytest.raises(QueryRefused, match="cast from VARCHAR to INTEGER refused: it could fail on some data value"):
+            conn.explain(UNIT_QUERIES[0], epsilon=1.0)

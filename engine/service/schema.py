@@ -12,10 +12,11 @@ from ..scalars import SCALARS
 
 SQL_SHAPE = ("one SELECT over one private table of the policy, possibly through CTEs and FROM-"
              "subqueries that filter, rename or compute its columns and joined to one public table "
-             "on its key or to its parent table on its foreign key: aggregates (listed) over a "
-             "WHERE of whitelisted functions and operators on the listed columns, GROUP BY "
-             "columns with a public domain, HAVING, ORDER BY and LIMIT on the noisy values; no "
-             "other joins, no subqueries elsewhere, no window functions or raw columns")
+             "on its key, to its parent table on its foreign key or to another private table on "
+             "their common privacy unit: aggregates (listed) over a WHERE of whitelisted functions "
+             "and operators on the listed columns, GROUP BY columns with a public domain, HAVING, "
+             "ORDER BY and LIMIT on the noisy values; no other joins, no subqueries elsewhere, no "
+             "window functions or raw columns")
 
 
 def _columns(columns: Mapping[str, ColumnSpec]) -> dict:
