@@ -709,5 +709,6 @@ def test_units_of_two_data_types_are_refused_by_the_schema(people_db, tmp_path):
         raw.execute("ALTER TABLE visits ALTER person_id TYPE VARCHAR")
     policy = write_policy(tmp_path / "policy.yaml", with_visits())
     with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
-        with pytest.raises(QueryRefused, match="cast from VARCHAR to INTEGER refused: it could fail on some data value"):
+        with pytest.raises(QueryRefused, match="cast from VARCHAR to INTEGER refused: it could "
+                                               "fail on some data value"):
             conn.explain(UNIT_QUERIES[0], epsilon=1.0)
