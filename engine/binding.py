@@ -855,6 +855,10 @@ class _PostScope:
                     "be in GROUP BY (and have a public domain)"
                 )
             return exp.column(spec.name, quoted=True)
+        if isinstance(node, exp.Interval):
+            raise QueryRefused(f"INTERVAL refused in {where}: date arithmetic is not supported; use "
+                               "EXTRACT(part FROM key), date_trunc('unit', key) or compare a date "
+                               "key with DATE '...' literals")
         type_of(node, where, lambda n, w: "float" if isinstance(n, (exp.AggFunc, exp.Column))
                  else None, lambda n, w: "float", shallow=True)
         if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
@@ -862,13 +866,27 @@ class _PostScope:
         rewritten = node.copy()
         for child_key, child in list(node.args.items()):
             if isinstance(child, exp.Expression):
-                rewritten.set(child_key, self._rewrite(child, where, aliases))
+                rewritten.set(child_key, self._argument(child, where, aliases))
             elif isinstance(child, list):
                 rewritten.set(child_key, [
-                    self._rewrite(c, where, aliases) if isinstance(c, exp.Expression) else c
+                    self._argument(c, where, aliases) if isinstance(c, exp.Expression) else c
                     for c in child
                 ])
         return rewritten
+
+    def _argument(self, node: exp.Expression, where: str,
+                  aliases: dict[str, OutputColumn]) -> exp.Expression:
+        """An argument of an operator or function after noise: a part name (EXTRACT's `month`)
+        as written, a date or timestamp key guarded by the range of its public values (the form
+        on which the gate accepts date functions, §17), anything else rewritten."""
+        if isinstance(node, exp.Var):
+            return node.copy()
+        rewritten = self._rewrite(node, where, aliases)
+        key = next((k for k in self.group_by if isinstance(rewritten, exp.Column)
+                    and k.name == rewritten.name and k.type in TIME_TYPES and k.keys), None)
+        if key is None:
+            return rewritten
+        return _guard(key.name, key.type, min(key.keys), max(key.keys))
 
     def _is_group_key(self, name: str) -> bool:
         return any(col.name == name for col in self.group_by)
@@ -978,12 +996,21 @@ def _guarded(column: ColumnSpec) -> exp.Expression:
     it, EXTRACT and date_trunc stay within the ranges the plan derives, and a value outside the
     bounds is never counted in a group (docs/theory.md §17)."""
     first, last = column.period
-    kind = "DATE" if column.type == "date" else "TIMESTAMP"
-    text = first.date().isoformat() if column.type == "date" else first.isoformat(sep=" ")
-    end = last.date().isoformat() if column.type == "date" else last.isoformat(sep=" ")
-    raw = exp.column(column.name, quoted=True)
-    inside = exp.Between(this=raw, low=exp.TryCast(this=exp.Literal.string(text), to=exp.DataType.build(kind)),
-                         high=exp.TryCast(this=exp.Literal.string(end), to=exp.DataType.build(kind)))
+    return _guard(column.name, column.type, first, last)
+
+
+def _guard(name: str, kind: str, first: dt.date, last: dt.date) -> exp.Expression:
+    """`CASE WHEN name BETWEEN first AND last THEN name END` for a date or timestamp column."""
+    def text(value: dt.date) -> str:
+        if kind == "date":
+            return (value.date() if isinstance(value, dt.datetime) else value).isoformat()
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    kind_sql = "DATE" if kind == "date" else "TIMESTAMP"
+    raw = exp.column(name, quoted=True)
+    inside = exp.Between(this=raw, low=exp.TryCast(this=exp.Literal.string(text(first)),
+                                                   to=exp.DataType.build(kind_sql)),
+                         high=exp.TryCast(this=exp.Literal.string(text(last)),
+                                          to=exp.DataType.build(kind_sql)))
     return exp.Case(ifs=[exp.If(this=inside, true=raw.copy())])
 
 
