@@ -575,7 +575,7 @@ def _exact_units(people: dict[int | None, tuple[list, list]]) -> list[dict[str, 
     return answers
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(others=st.dictionaries(st.one_of(st.none(), st.integers(0, 6)), person, max_size=5),
        before=person, after=person)
 @example(others={}, before=([("CA", 150, 2000.0, True)] * 3, [(40, True, "north")] * 5),
