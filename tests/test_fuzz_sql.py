@@ -17,7 +17,16 @@ from sqlglot import exp
 
 from engine import PrivateDatabase, execute
 from engine.errors import DpsqlError
-from tests.support import add_regions, create_ledger, with_regions, write_policy
+from tests.support import (
+    add_households,
+    add_regions,
+    add_visits,
+    create_ledger,
+    with_households,
+    with_regions,
+    with_visits,
+    write_policy,
+)
 
 NUMERIC = ["age", "income"]
 COLUMNS = ["age", "income", "state", "sick", "note", "person_id", "rowid", "nosuch", "region",
@@ -154,11 +163,22 @@ BODIES = [
 ]
 
 
-# Joins to the public table `regions` (key state): the one accepted form and hostile ones.
+# Joins to the public table `regions` (key state), the parent table `households` (key
+# household_id) and the private `visits` (people's unit person_id): the accepted forms and
+# hostile ones.
 JOINS = ["regions ON people.state = regions.state", "regions AS r ON state = r.state",
          "regions ON people.note = regions.region", "regions ON people.age = regions.population",
          "people AS q ON people.age = q.age", "regions ON TRUE", "nosuch ON people.state = nosuch.state",
-         "regions ON people.state = regions.state AND people.age > 3"]
+         "regions ON people.state = regions.state AND people.age > 3",
+         "households ON people.household_id = households.household_id",
+         "households AS h ON people.age = h.rooms", "households AS h ON TRUE",
+         "households ON people.household_id = households.rooms",
+         "visits ON people.person_id = visits.person_id", "visits AS v ON person_id = v.person_id",
+         "visits AS v ON people.age = v.days", "people AS q ON people.person_id = q.person_id"]
+LOOKUPS = {"regions": ("regions AS r ON people.state = r.state", "r.region"),
+           "households": ("households AS h ON people.household_id = h.household_id", "h.area"),
+           "visits": ("visits AS v ON people.person_id = v.person_id", "v.clinic")}
+"""The accepted join of each kind, with a group key from the joined table."""
 JOIN_TYPES = ["inner", "left", "right", "full", "cross"]
 
 
@@ -176,16 +196,17 @@ def _wrapped(draw, query: exp.Select) -> exp.Select:
 @st.composite
 def valid_queries(draw) -> str:
     """Well-typed queries the engine should mostly answer: on the table, through a CTE, or
-    joined to the public table (its region a group key, the private state qualified)."""
-    joined = draw(st.integers(0, 3)) == 0
-    names = ["people.state", "sick", "r.region"] if joined else ["state", "sick"]
+    joined to the public table, the parent table or the visits on the unit (a key of the joined
+    table a group key, the private state qualified)."""
+    lookup = draw(st.sampled_from([None, None, None, None, None, "regions", "households", "visits"]))
+    joined = lookup is not None
+    names = ["people.state", "sick", LOOKUPS[lookup][1]] if lookup else ["state", "sick"]
     group = draw(st.lists(st.sampled_from(names), max_size=2, unique=True))
     items = draw(st.lists(SUPPORTED, min_size=1, max_size=3))
     keys = [exp.column(*reversed(g.split("."))) for g in group]
     query = exp.select(*keys, *items).from_("people")
-    if joined:
-        query = query.join("regions AS r ON people.state = r.state",
-                           join_type=draw(st.sampled_from(["inner", "left"])))
+    if lookup:
+        query = query.join(LOOKUPS[lookup][0], join_type=draw(st.sampled_from(["inner", "left"])))
     if draw(st.booleans()):
         condition = draw(CONDITIONS)
         if joined:
@@ -229,8 +250,9 @@ def queries(draw) -> str:
 @pytest.fixture(scope="module")
 def engine(people_db, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
-    data = add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))
-    policy = write_policy(root / "policy.yaml", {"budget": {"epsilon": 1e6}, **with_regions()})
+    data = add_visits(add_households(add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))))
+    tables = with_visits(with_households(with_regions()["tables"])["tables"])
+    policy = write_policy(root / "policy.yaml", {"budget": {"epsilon": 1e6}, **tables})
     db = PrivateDatabase.connect(data, policy, create_ledger(root / "ledger.sqlite", policy))
     yield db, root / "ledger.sqlite"
     db.close()
