@@ -88,6 +88,7 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
                              [str(path)])
         else:
             conn = duckdb.connect(str(path), read_only=True, config=config)
+        _load_public(conn, policy)
         copies = {} if store is None or hash_key is None else \
             _attach_copies(conn, path, policy, store, hash_key)
         _lock_down(conn)
@@ -127,6 +128,35 @@ def _reader(path: Path, policy: Policy) -> str:
     types = ", ".join(f"{_sql_string(col.name)}: {_sql_string(_CSV_TYPES[col.type])}"
                       for col in table.columns.values())
     return f"read_csv_auto(?, types = {{{types}}})"
+
+
+def _load_public(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
+    """Load each public table whose rows live in their own CSV or Parquet file (`data:` in the
+    policy) as a temporary table beside the private data, a CSV read with the declared column
+    types. The file is public, so DuckDB's message about it is shown."""
+    held = {name for (name,) in conn.execute(
+        "SELECT lower(table_name) FROM information_schema.tables").fetchall()}
+    for public in policy.public_tables.values():
+        if public.data is None:
+            continue
+        where = f"tables.{public.name}.data"
+        if public.name in held:
+            raise PolicyError(f"{where}: the data already holds a table {public.name}; remove "
+                              "data: from the policy or the table from the data")
+        if not public.data.is_file():
+            raise PolicyError(f"{where}: file not found: {public.data}")
+        if public.data.suffix.lower() in (".parquet", ".pq"):
+            reader = "read_parquet(?)"
+        else:
+            types = ", ".join(f"{_sql_string(col.name)}: {_sql_string(_CSV_TYPES[col.type])}"
+                              for col in public.columns.values())
+            reader = f"read_csv_auto(?, types = {{{types}}})"
+        try:
+            conn.execute(f"CREATE TEMP TABLE {duckdb_identifier(public.name)} AS SELECT * FROM "
+                         f"{reader}", [str(public.data)])
+        except duckdb.Error as exc:
+            raise PolicyError(f"{where}: cannot load {public.data}: "
+                              f"{str(exc).splitlines()[0]}") from None
 
 
 def _sql_string(text: str) -> str:
@@ -240,7 +270,7 @@ def _table_columns(conn: duckdb.DuckDBPyConnection, kinds: Mapping[str, str], na
     if name not in kinds:
         raise PolicyError(f"tables.{name}: no such table in the data "
                           f"(found: {', '.join(sorted(kinds)) or 'none'})")
-    if kinds[name] != "BASE TABLE":
+    if kinds[name] not in ("BASE TABLE", "LOCAL TEMPORARY"):  # temporary: a public `data:` file
         raise PolicyError(f"tables.{name}: is a {kinds[name].lower()}, not a base table")
     columns = _columns(conn, name)
     for col in declared.values():

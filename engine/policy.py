@@ -129,6 +129,13 @@ class PublicTableSpec:
     name: str
     key: str
     columns: Mapping[str, ColumnSpec]
+    # The CSV or Parquet file holding its rows, loaded when the data is opened; None: a table
+    # of the private data's DuckDB file.
+    data: Path | None = None
+
+
+PUBLIC_DATA_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
+"""The files a public table's `data` may name."""
 
 
 @dataclass(frozen=True)
@@ -294,7 +301,7 @@ def load_policy(path: str | Path) -> Policy:
                           f"at offset {exc.start}", offset=exc.start) from None
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from None
-    return parse_policy(raw)
+    return parse_policy(raw, path.resolve().parent)
 
 
 def _yaml_error(path: Path, exc: yaml.YAMLError) -> PolicyError:
@@ -310,7 +317,7 @@ def _yaml_error(path: Path, exc: yaml.YAMLError) -> PolicyError:
                        line=line, column=column, problem=what)
 
 
-def parse_policy(raw: Any) -> Policy:
+def parse_policy(raw: Any, base: Path | None = None) -> Policy:
     """Validate an already-parsed policy mapping."""
     top = _mapping(raw, "policy", required={"budget", "dependence", "tables"})
     budget = _mapping(top["budget"], "budget", required={"epsilon"})
@@ -355,7 +362,7 @@ def parse_policy(raw: Any) -> Policy:
         if any(str(name).lower() in known for known in (tables, public, parents)):
             raise PolicyError(f"tables.{name}: table listed twice (names are case-insensitive)")
         if isinstance(spec, dict) and spec.get("public", False) is not False:
-            public[str(name).lower()] = _public_table(str(name), spec)
+            public[str(name).lower()] = _public_table(str(name), spec, base)
             continue
         if isinstance(spec, dict) and "parent_of" in spec:
             parents[str(name).lower()] = spec
@@ -616,10 +623,11 @@ def _table(name: str, raw: Any) -> TableSpec:
     return TableSpec(name.lower(), unit_name, m, columns, group)
 
 
-def _public_table(name: str, raw: dict) -> PublicTableSpec:
-    """`tables.<name>` with `public: true`: its unique `key` column and its columns."""
+def _public_table(name: str, raw: dict, base: Path | None) -> PublicTableSpec:
+    """`tables.<name>` with `public: true`: its unique `key` column, its columns and, optionally,
+    the CSV or Parquet file holding it (`data`, relative to the policy file's folder)."""
     path = f"tables.{name}"
-    spec = _mapping(raw, path, required={"public", "key", "columns"}, optional=set())
+    spec = _mapping(raw, path, required={"public", "key", "columns"}, optional={"data"})
     if spec["public"] is not True:
         raise PolicyError(f"{path}.public: expected true or false, got {spec['public']!r}")
     cols_raw = _mapping(spec["columns"], f"{path}.columns")
@@ -633,7 +641,13 @@ def _public_table(name: str, raw: dict) -> PublicTableSpec:
     if not isinstance(key, str) or key.lower() not in columns:
         raise PolicyError(f"{path}.key: expected one of its columns ({', '.join(sorted(columns))}), "
                           f"got {key!r}")
-    return PublicTableSpec(name.lower(), key.lower(), columns)
+    data = spec.get("data")
+    if data is not None:
+        if not isinstance(data, str) or Path(data).suffix.lower() not in PUBLIC_DATA_SUFFIXES:
+            raise PolicyError(f"{path}.data: expected the path of a CSV or Parquet file "
+                              f"({', '.join(PUBLIC_DATA_SUFFIXES)}), got {data!r}")
+        data = Path(data) if base is None or Path(data).is_absolute() else base / data
+    return PublicTableSpec(name.lower(), key.lower(), columns, data)
 
 
 def _parent_table(name: str, raw: dict, tables: Mapping[str, TableSpec],

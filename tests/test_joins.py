@@ -158,7 +158,10 @@ def test_a_missing_public_table_or_column_is_named(people_db, tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"key": "nosuch"}, "tables.regions.key: expected one of its columns (population, region, state)"),
     ({"public": "yes"}, "tables.regions.public: expected true or false, got 'yes'"),
-    ({"privacy_unit": "state"}, "tables.regions.privacy_unit: unknown field (allowed: columns, key, public)"),
+    ({"privacy_unit": "state"}, "tables.regions.privacy_unit: unknown field (allowed: columns, data, key, "
+                                "public)"),
+    ({"data": "regions.txt"}, "tables.regions.data: expected the path of a CSV or Parquet file"),
+    ({"data": 3}, "tables.regions.data: expected the path of a CSV or Parquet file"),
 ])
 def test_bad_public_table_declarations_are_named(change, message):
     policy = {**BASE_POLICY, **with_regions()}
@@ -166,6 +169,77 @@ def test_bad_public_table_declarations_are_named(change, message):
     with pytest.raises(PolicyError) as info:
         parse_policy(policy)
     assert message in str(info.value)
+
+
+def _files(people_db: Path, root: Path, regions: list[tuple], suffix: str) -> tuple[Path, Path]:
+    """The people table as a CSV, and `regions` in its own CSV or Parquet file."""
+    with duckdb.connect(str(people_db), read_only=True) as raw:
+        raw.execute(f"COPY people TO '{root / 'people.csv'}' (HEADER)")
+    lookup = root / f"regions{suffix}"
+    with duckdb.connect() as conn:
+        conn.execute("CREATE TABLE regions (state VARCHAR, region VARCHAR, population VARCHAR)")
+        conn.executemany("INSERT INTO regions VALUES (?, ?, ?)", regions)
+        if suffix == ".parquet":  # a typed file: the population as a number
+            conn.execute(f"COPY (SELECT state, region, CAST(population AS BIGINT) AS population "
+                         f"FROM regions) TO '{lookup}' (FORMAT parquet)")
+        else:
+            conn.execute(f"COPY regions TO '{lookup}' (HEADER)")
+    return root / "people.csv", lookup
+
+
+def _row_level_with_data(data: str) -> dict:
+    tables = copy.deepcopy(BASE_POLICY["tables"])
+    del tables["people"]["privacy_unit"], tables["people"]["max_rows_per_unit"]
+    section = with_regions(tables)
+    section["tables"]["regions"]["data"] = data
+    return section
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_public_table_may_live_in_its_own_file_beside_csv_data(people_db, tmp_path, suffix):
+    """Private data in a CSV file has no DuckDB file to hold the lookup: `data:` names the public
+    table's own file, relative to the policy's folder, and the join answers as from one file."""
+    people, _ = _files(people_db, tmp_path, [(s, r, str(p)) for s, r, p in REGIONS], suffix)
+    with duckdb.connect() as raw:
+        exact = dict(raw.execute(
+            f"SELECT r.region, COUNT(*) FROM read_csv_auto('{people}') p JOIN "
+            f"(SELECT * FROM (VALUES {', '.join(str(r) for r in REGIONS)}) t(state, region, pop)) r "
+            "ON p.state = r.state GROUP BY r.region").fetchall())
+    policy = write_policy(tmp_path / "policy.yaml", _row_level_with_data(f"regions{suffix}"))
+    elsewhere = tmp_path / "run"
+    elsewhere.mkdir()
+    with PrivateDatabase.connect(people, policy, create_ledger(elsewhere / "l.sqlite", policy)) as conn:
+        answer = conn.query("SELECT region, COUNT(*) AS n, SUM(population) AS p FROM people JOIN "
+                            "regions ON people.state = regions.state GROUP BY region",
+                            epsilon=100.0).df
+    assert list(answer["region"]) == ["East", "South", "West"]
+    for region, n in zip(answer["region"], answer["n"], strict=True):
+        assert abs(n - exact[region]) < 1  # scale 0.02: within 1 with probability ~1
+
+
+@pytest.mark.parametrize("regions, data, message", [
+    (REGIONS, "nosuch.csv", "tables.regions.data: file not found: "),
+    (REGIONS + [("CA", "East", 1)], "regions.csv",
+     "tables.regions.key: state is not unique in the data (1 value(s) repeat)"),
+    (REGIONS + [("OR", "West", "many")], "regions.csv", "tables.regions.data: cannot load "),
+])
+def test_a_public_data_file_that_cannot_serve_is_named_when_the_data_is_opened(
+        people_db, tmp_path, regions, data, message):
+    people, _ = _files(people_db, tmp_path, [(s, r, str(p)) for s, r, p in regions], ".csv")
+    policy = write_policy(tmp_path / "policy.yaml", _row_level_with_data(data))
+    ledger = create_ledger(tmp_path / "l.sqlite", policy)
+    with pytest.raises(PolicyError) as info:
+        PrivateDatabase.connect(people, policy, ledger)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_public_data_file_may_not_shadow_a_table_of_the_data(people_db, tmp_path):
+    db = add_regions(Path(shutil.copy(people_db, tmp_path / "people.duckdb")))
+    _files(people_db, tmp_path, [(s, r, str(p)) for s, r, p in REGIONS], ".csv")
+    policy = write_policy(tmp_path / "policy.yaml", _row_level_with_data("regions.csv"))
+    with pytest.raises(PolicyError, match="tables.regions.data: the data already holds a table "
+                                          "regions; remove data: from the policy or the table"):
+        PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy))
 
 
 def test_a_policy_needs_a_private_table():
