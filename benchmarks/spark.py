@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -105,12 +106,18 @@ def section(out: Path) -> list[str]:
     files = sorted(out.glob("spark_*.json"), key=lambda p: (int(p.stem.split("_")[1]), p.stem))
     if not files:
         return lines + ["Not measured in this run.", ""]
-    sizes = " ".join(p.stem.split("_")[1] for p in files)
-    lines += [f"Command: `python -m benchmarks.spark {sizes}`. The same Parquet file (written by "
-              "DuckDB from the generated table), the per_unit policy and the same templates on "
+    commands = []
+    for policy in ("per_unit", "row_level"):
+        sizes = " ".join(p.stem.split("_")[1] for p in files
+                         if p.stem.endswith("row_level") == (policy == "row_level"))
+        if sizes:
+            flag = "" if policy == "per_unit" else " --policy row_level"
+            commands.append(f"`python -m benchmarks.spark {sizes} --memory 8g{flag}`")
+    lines += [f"Commands: {' and '.join(commands)}. The same Parquet file (written by "
+              "DuckDB from the generated table), the policy and the same templates on "
               "both engines: `PrivateDatabase.connect(..., engine=\"duckdb\")` (which loads the "
               "Parquet into memory) and `engine=\"spark\"` on a local session (`local[2]`, one "
-              "shuffle partition, driver memory 4g). Each template's time is the median of 3 "
+              "shuffle partition, the driver memory given). Each template's time is the median of 3 "
               "end-to-end queries after the first one, which makes the bounded rows; plain is "
               "the same SQL text without privacy on the same engine (`spark.sql(...).collect()` "
               "over a view of the Parquet; DuckDB over an in-memory table), in the same run.", ""]
@@ -120,6 +127,7 @@ def section(out: Path) -> list[str]:
         bounded = runs["duckdb"].get("policy", "per_unit") == "per_unit"
         title = "per_unit policy" if bounded else "row_level policy (each row one individual: no bounding)"
         lines += [f"### {data['rows']:,} rows, {title}", "",
+                  f"Load average at the start and end of the run: {data.get('load', '?')}. "
                   f"Spark session start: {data['session_start_s']:.1f} s. Open: DuckDB "
                   f"{runs['duckdb']['open_s']:.1f} s, Spark {runs['spark']['open_s']:.1f} s. First "
                   f"query{' (bounding included)' if bounded else ''}: DuckDB "
@@ -180,9 +188,11 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     for rows in args.rows:
         path = parquet_of(rows)
+        load = os.getloadavg()[0]
         runs = [bench("duckdb", path, rows, args.reps, policy_name=args.policy),
                 bench("spark", path, rows, args.reps, spark, args.policy)]
-        record = {"rows": rows, "session_start_s": session_s, "runs": [asdict(r) for r in runs]}
+        record = {"rows": rows, "session_start_s": session_s, "runs": [asdict(r) for r in runs],
+                  "load": f"{load:.1f} and {os.getloadavg()[0]:.1f}"}
         suffix = "" if args.policy == "per_unit" else f"_{args.policy}"
         (OUT / f"spark_{rows}{suffix}.json").write_text(json.dumps(record, indent=1))
         print(json.dumps(record, indent=1), flush=True)
