@@ -630,6 +630,18 @@ def _public_table(name: str, raw: dict, base: Path | None) -> PublicTableSpec:
     spec = _mapping(raw, path, required={"public", "key", "columns"}, optional={"data"})
     if spec["public"] is not True:
         raise PolicyError(f"{path}.public: expected true or false, got {spec['public']!r}")
+    columns, key = _keyed_columns(spec, path)
+    data = spec.get("data")
+    if data is not None:
+        if not isinstance(data, str) or Path(data).suffix.lower() not in PUBLIC_DATA_SUFFIXES:
+            raise PolicyError(f"{path}.data: expected the path of a CSV or Parquet file "
+                              f"({', '.join(PUBLIC_DATA_SUFFIXES)}), got {data!r}")
+        data = Path(data) if base is None or Path(data).is_absolute() else base / data
+    return PublicTableSpec(name.lower(), key, columns, data)
+
+
+def _keyed_columns(spec: dict, path: str) -> tuple[dict[str, ColumnSpec], str]:
+    """A lookup table's `columns` and its `key` (one of them, lower-cased)."""
     cols_raw = _mapping(spec["columns"], f"{path}.columns")
     columns: dict[str, ColumnSpec] = {}
     for col_name, col_raw in cols_raw.items():
@@ -641,13 +653,7 @@ def _public_table(name: str, raw: dict, base: Path | None) -> PublicTableSpec:
     if not isinstance(key, str) or key.lower() not in columns:
         raise PolicyError(f"{path}.key: expected one of its columns ({', '.join(sorted(columns))}), "
                           f"got {key!r}")
-    data = spec.get("data")
-    if data is not None:
-        if not isinstance(data, str) or Path(data).suffix.lower() not in PUBLIC_DATA_SUFFIXES:
-            raise PolicyError(f"{path}.data: expected the path of a CSV or Parquet file "
-                              f"({', '.join(PUBLIC_DATA_SUFFIXES)}), got {data!r}")
-        data = Path(data) if base is None or Path(data).is_absolute() else base / data
-    return PublicTableSpec(name.lower(), key.lower(), columns, data)
+    return columns, key.lower()
 
 
 def _parent_table(name: str, raw: dict, tables: Mapping[str, TableSpec],
@@ -669,22 +675,12 @@ def _parent_table(name: str, raw: dict, tables: Mapping[str, TableSpec],
     if foreign is None:
         raise PolicyError(f"{path}.parent_of.foreign_key: expected a policy column of "
                           f"{child.name} ({', '.join(sorted(child.columns))}), got {fk!r}")
-    cols_raw = _mapping(spec["columns"], f"{path}.columns")
-    columns: dict[str, ColumnSpec] = {}
-    for col_name, col_raw in cols_raw.items():
-        col = _column(str(col_name), col_raw, f"{path}.columns.{col_name}")
-        if col.name in columns:
-            raise PolicyError(f"{path}.columns.{col_name}: column listed twice")
-        columns[col.name] = col
-    key = spec["key"]
-    if not isinstance(key, str) or key.lower() not in columns:
-        raise PolicyError(f"{path}.key: expected one of its columns ({', '.join(sorted(columns))}), "
-                          f"got {key!r}")
-    if columns[key.lower()].type != foreign.type:
-        raise PolicyError(f"{path}.key: {key.lower()} is {columns[key.lower()].type} but "
+    columns, key = _keyed_columns(spec, path)
+    if columns[key].type != foreign.type:
+        raise PolicyError(f"{path}.key: {key} is {columns[key].type} but "
                           f"{child.name}.{foreign.name} is {foreign.type}; a key and its foreign "
                           "key must have one type")
-    return ParentTableSpec(name.lower(), key.lower(), columns, child.name, foreign.name)
+    return ParentTableSpec(name.lower(), key, columns, child.name, foreign.name)
 
 
 def _dependence_group(raw: Any, path: str) -> str | None:

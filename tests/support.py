@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -188,3 +189,12 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 def cli_paths(setup) -> list[str]:
     """The --db, --policy and --ledger options of a test's setup."""
     return ["--db", str(setup.db), "--policy", str(setup.policy), "--ledger", str(setup.ledger)]
+
+
+def with_every_join(root: Path, people_db: Path, budget: float | None = None) -> tuple[Path, Path]:
+    """A copy of the people data in `root` with the public `regions`, the parent `households`
+    and the private `visits` tables beside it, and its policy (with `budget` if given)."""
+    db = add_visits(add_households(add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))))
+    tables = with_visits(with_households(with_regions()["tables"])["tables"])
+    extra = {} if budget is None else {"budget": {"epsilon": budget}}
+    return db, write_policy(root / "policy.yaml", {**extra, **tables})

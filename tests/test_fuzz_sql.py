@@ -6,9 +6,7 @@ answer equals the exact aggregate."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sqlite3
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -17,16 +15,7 @@ from sqlglot import exp
 
 from engine import PrivateDatabase, execute
 from engine.errors import DpsqlError
-from tests.support import (
-    add_households,
-    add_regions,
-    add_visits,
-    create_ledger,
-    with_households,
-    with_regions,
-    with_visits,
-    write_policy,
-)
+from tests.support import create_ledger, with_every_join
 
 NUMERIC = ["age", "income"]
 COLUMNS = ["age", "income", "state", "sick", "note", "person_id", "rowid", "nosuch", "region",
@@ -250,9 +239,7 @@ def queries(draw) -> str:
 @pytest.fixture(scope="module")
 def engine(people_db, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
-    data = add_visits(add_households(add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))))
-    tables = with_visits(with_households(with_regions()["tables"])["tables"])
-    policy = write_policy(root / "policy.yaml", {"budget": {"epsilon": 1e6}, **tables})
+    data, policy = with_every_join(root, people_db, budget=1e6)
     db = PrivateDatabase.connect(data, policy, create_ledger(root / "ledger.sqlite", policy))
     yield db, root / "ledger.sqlite"
     db.close()

@@ -5,7 +5,6 @@ most the schema-only gate binds it)."""
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -38,21 +37,10 @@ def shared(people_db, tmp_path_factory):
     """The people data with the public `regions` table, the parent `households` table (a key
     repeated, a NULL key) and the private `visits` table beside it, so join attacks meet real
     ones."""
-    from tests.support import (
-        add_households,
-        add_regions,
-        add_visits,
-        create_ledger,
-        with_households,
-        with_regions,
-        with_visits,
-        write_policy,
-    )
+    from tests.support import create_ledger, with_every_join
 
     root = tmp_path_factory.mktemp("hostile")
-    db = add_visits(add_households(add_regions(Path(shutil.copy(people_db, root / "people.duckdb")))))
-    tables = with_visits(with_households(with_regions()["tables"])["tables"])
-    policy = write_policy(root / "policy.yaml", tables)
+    db, policy = with_every_join(root, people_db)
     return db, policy, create_ledger(root / "ledger.sqlite", policy)
 
 
