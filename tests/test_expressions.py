@@ -153,8 +153,10 @@ def row_level(people_db, tmp_path):
 
 def test_answers_centre_on_the_exact_clamped_values(row_level):
     """At ε = 100 the noise is small (the interval says how small): each answer lies within its
-    95% interval of the exact value, computed here in plain DuckDB with the clamp, in at least
-    17 of 20 runs per cell (a miss rate of 5% gives fewer than 17 with probability < 2%)."""
+    95% interval of the exact value, computed here in plain DuckDB with the clamp. With a miss
+    rate of at most 5%, the 320 cell-runs miss more than 34 times with probability 1.5e-5, and
+    some cell misses more than 8 of its 20 runs with probability 3.2e-6; a cell centred on a
+    wrong value misses nearly always."""
     db_path, policy, ledger = row_level
     sql = ("SELECT state, AVG(sick) AS rate, SUM(CASE WHEN age >= 18 THEN 1 ELSE 0 END) AS adults, "
            "COUNT(*) FILTER (WHERE income > 500) AS rich, SUM(age + 1) AS s FROM people "
@@ -174,7 +176,8 @@ def test_answers_centre_on_the_exact_clamped_values(row_level):
             columns = ["rate", "adults", "rich", "s"]
             answer = result.df[columns].to_numpy(dtype=float)
             hits += np.abs(answer - truth) <= result.ci95[columns].to_numpy(dtype=float)
-    assert (hits >= 17).all(), (hits, truth)
+    misses = 20 - hits
+    assert misses.sum() <= 34 and (misses <= 8).all(), (hits, truth)
 
 
 def test_explain_and_the_cli_show_the_expression_and_its_sensitivity(setup, capsys):
