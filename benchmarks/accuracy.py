@@ -10,14 +10,14 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from dpsql.calibration import CalibrationError, DependenceModel, calibrate
+from dpsql.engine.binding import build_plan
+from dpsql.engine.noise import Mechanism, build_mechanism, release
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.sensitivity import sensitivity
 
 from benchmarks.workload import policy_dict
-from calibration import CalibrationError, DependenceModel, calibrate
-from engine.binding import build_plan
-from engine.noise import Mechanism, build_mechanism, release
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.sensitivity import sensitivity
 
 EPSILONS = (0.5, 1.0, 2.0)
 KS = (2, 5, 10, 50)

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import duckdb
+from dpsql.engine import PrivateDatabase, execute
+from dpsql.engine.policy import parse_policy
 
 from benchmarks.workload import REGIONS
-from engine import PrivateDatabase, execute
-from engine.policy import parse_policy
 
 QUERIES = {
     "count": "SELECT COUNT(*) FROM people",

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import duckdb
 import yaml
+from dpsql.engine import PrivateDatabase, ResourceLimitExceeded
+from dpsql.engine.policy import parse_policy
 
 from benchmarks.generate import dataset
 from benchmarks.memory import measure
 from benchmarks.workload import TEMPLATES, policy_dict
-from engine import PrivateDatabase, ResourceLimitExceeded
-from engine.policy import parse_policy
 
 # Group-by columns for each number of groups (their domains multiply).
 GROUPINGS = {10_000: ("a", "e"), 100_000: ("a", "c"), 1_000_000: ("a", "b")}

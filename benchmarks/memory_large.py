@@ -31,9 +31,8 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
     """In this process: answer each template once (bounding first unless a prepared copy is
     attached), print what was measured as JSON."""
     import duckdb
-
-    from engine import PrivateDatabase
-    from engine.policy import parse_policy
+    from dpsql.engine import PrivateDatabase
+    from dpsql.engine.policy import parse_policy
 
     policy = parse_policy(_policy(memory_mb))
     with PrivateDatabase.connect(path, policy, ledger, create=create) as db:
@@ -59,11 +58,11 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
 
 def child_prepare(path: str, ledger: str, memory_mb: int) -> None:
     """In this process: create the ledger and run the owner's prepare step, as `dpsql prepare`."""
-    from engine.bounded_store import store_dir
-    from engine.database import binding_of
-    from engine.execute import prepare_copies
-    from engine.ledger import Ledger
-    from engine.policy import parse_policy
+    from dpsql.engine.bounded_store import store_dir
+    from dpsql.engine.database import binding_of
+    from dpsql.engine.execute import prepare_copies
+    from dpsql.engine.ledger import Ledger
+    from dpsql.engine.policy import parse_policy
 
     policy = parse_policy(_policy(memory_mb))
     book = Ledger(ledger, binding_of(policy), create=True)

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import duckdb
 import yaml
-
-from calibration.model_maps import chain_level, household_column_level
-from engine import PrivateDatabase
-from engine.prepare import model_calibration
+from dpsql.calibration.model_maps import chain_level, household_column_level
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.prepare import model_calibration
 
 
 def household_policy(size: int) -> dict:

@@ -17,9 +17,9 @@ import argparse
 import time
 from collections.abc import Callable
 
-from calibration.model_exact import ModelCalibration, calibrate_chain, calibrate_household
-from calibration.model_household import HouseholdModel, household_level
-from calibration.model_markov import MarkovModel
+from dpsql.calibration.model_exact import ModelCalibration, calibrate_chain, calibrate_household
+from dpsql.calibration.model_household import HouseholdModel, household_level
+from dpsql.calibration.model_markov import MarkovModel
 
 RARE = (0.95, 0.05)
 CHAIN = MarkovModel.binary(0.2, 0.7)  # P(1 | 0) = 0.2, P(1 | 1) = 0.3

@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from dpsql.engine.aggregates import Operand
+from dpsql.engine.aggregates.quantile import THRESHOLD_ALPHA, Grid, envelope, estimate, histogram
+from dpsql.engine.noise import build_mechanism
+from dpsql.engine.plan import Measurement
 from sqlglot import exp
-
-from engine.aggregates import Operand
-from engine.aggregates.quantile import THRESHOLD_ALPHA, Grid, envelope, estimate, histogram
-from engine.noise import build_mechanism
-from engine.plan import Measurement
 
 
 def main() -> None:

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     from benchmarks.report import machine
     from tests.support import create_ledger, make_people, write_policy
 
-    dpsql = [sys.executable, "-m", "engine"]
+    dpsql = [sys.executable, "-m", "dpsql"]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         db = make_people(folder / "people.duckdb", units=args.rows // 2)

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.policy import parse_policy
 
 from benchmarks.generate import DATA_DIR, dataset
 from benchmarks.workload import EPSILON, TEMPLATES, applies, policy_dict
-from engine import PrivateDatabase
-from engine.policy import parse_policy
 
 OUT = Path(__file__).resolve().parent / "out"
 SPARK_TEMPLATES = ("count", "filtered_count", "sum", "avg", "grouped_count", "grouped_count_sum_avg",
@@ -183,7 +183,7 @@ def main() -> None:
                         help="per_unit bounds each person's rows on the first query; row_level "
                              "measures the per-query cost alone")
     args = parser.parse_args()
-    from engine.backends.spark import local_session
+    from dpsql.engine.backends.spark import local_session
 
     started = time.perf_counter()
     spark = local_session(args.memory)

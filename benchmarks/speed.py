@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
+from dpsql.engine import PrivateDatabase, execute
+from dpsql.engine.execute import bounded_copy_sql
+from dpsql.engine.policy import parse_policy
 
 from benchmarks.generate import Dataset
 from benchmarks.memory import measure
 from benchmarks.workload import EPSILON, POLICIES, TEMPLATES, applies, policy_dict
-from engine import PrivateDatabase, execute
-from engine.execute import bounded_copy_sql
-from engine.policy import parse_policy
 
 PLAN_TEMPLATE = "grouped_count_sum_avg"
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+from dpsql.engine import PrivateDatabase, execute
+from dpsql.engine.policy import parse_policy
 
 from benchmarks.generate import dataset
 from benchmarks.workload import EPSILON, POLICIES, TEMPLATES, applies, policy_dict
-from engine import PrivateDatabase, execute
-from engine.policy import parse_policy
 
 
 def _ms(call: Callable[[], object]) -> float:

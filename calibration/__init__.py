@@ -4,11 +4,6 @@ Turns an analyst's information-privacy epsilon into the DP eps_dp that sets the 
 for records that depend on each other within groups of at most k (docs/theory.md).
 """
 
-if __name__ == "calibration":  # imported from a checkout by the folder's own name
-    from dpsql._checkout import alias
-
-    alias(__name__)  # the very modules of dpsql.calibration, never second copies
-
 from .audit import Audit, exact_audit, exact_audit_vector
 from .columns import Column, Factor, HouseholdColumns, column_set_eta
 from .composition import (

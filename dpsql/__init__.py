@@ -1,21 +1,13 @@
 """dpsql: differentially private SQL on DuckDB for dependent records (the public Python API).
 
 The installed package is `dpsql`, with the engine as `dpsql.engine` and the calibration layer as
-`dpsql.calibration` (the repository's `engine/` and `calibration/` folders). In a checkout the
-folders' own names `engine` and `calibration` still import, as the very same modules.
+`dpsql.calibration` (packaging maps the repository's `engine/` and `calibration/` folders to
+those names; they have no other import name).
 """
-
-from pathlib import Path
 
 __version__ = "0.1.0"
 
-_here = Path(__file__).resolve().parent
-if not (_here / "engine").is_dir() and (_here.parent / "engine" / "__init__.py").is_file():
-    # A checkout that is not installed (or installed in compat mode): the engine and calibration
-    # folders sit beside this one, so look for the subpackages there too.
-    __path__.append(str(_here.parent))
-
-from .calibration import (  # noqa: E402
+from .calibration import (
     MODES,
     Audit,
     Calibration,
@@ -33,7 +25,7 @@ from .calibration import (  # noqa: E402
     mutual_information_bound,
     transcript_level,
 )
-from .engine import (  # noqa: E402
+from .engine import (
     AccessDenied,
     AggregateInfo,
     BudgetExhausted,
@@ -52,7 +44,7 @@ from .engine import (  # noqa: E402
     ReportTotals,
     load_policy,
 )
-from .engine.service import connect  # noqa: E402
+from .engine.service import connect
 
 __all__ = [
     "MODES",

@@ -1,10 +1,5 @@
 """dpsql engine: SQL in, private answers out (parse, plan, calibrate, rewrite, run, noise)."""
 
-if __name__ == "engine":  # imported from a checkout by the folder's own name
-    from dpsql._checkout import alias
-
-    alias(__name__)  # the very modules of dpsql.engine, never second copies
-
 from .database import PrivateDatabase
 from .errors import (
     AccessDenied,

@@ -11,10 +11,9 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
-
-from engine.database import binding_of
-from engine.ledger import Charge, Ledger, LedgerBinding
-from engine.policy import load_policy
+from dpsql.engine.database import binding_of
+from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
+from dpsql.engine.policy import load_policy
 
 STATES = ["CA", "NY", "TX", "WA"]
 
@@ -178,7 +177,7 @@ def charge_count(ledger: Path) -> int:
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     """Run the `dpsql` command in-process: (exit code, standard output, standard error)."""
-    from engine.cli import main
+    from dpsql.engine.cli import main
 
     with pytest.raises(SystemExit) as info:
         main(list(args))

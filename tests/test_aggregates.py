@@ -6,12 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused, aggregates
+from dpsql.engine.aggregates import Binder, Measured, Operand
+from dpsql.engine.aggregates.sum import bounded_numeric
+from dpsql.engine.policy import TableSpec
 from sqlglot import exp
-
-from engine import PrivateDatabase, QueryRefused, aggregates
-from engine.aggregates import Binder, Measured, Operand
-from engine.aggregates.sum import bounded_numeric
-from engine.policy import TableSpec
 
 
 class ClampedMax(Measured):

@@ -9,11 +9,11 @@ import json
 import sqlite3
 
 import pytest
+from dpsql.engine import PrivateDatabase, postprocess
+from dpsql.engine.errors import DpsqlError
+from dpsql.engine.ledger import LedgerBinding
+from dpsql.engine.report import build_report
 
-from engine import PrivateDatabase, postprocess
-from engine.errors import DpsqlError
-from engine.ledger import LedgerBinding
-from engine.report import build_report
 from tests.support import cli_paths, create_ledger, run_cli, write_policy
 
 
@@ -158,7 +158,7 @@ def test_a_version_2_ledger_is_migrated_in_place_and_keeps_its_spending(setup, c
 
 def test_a_failed_migration_changes_nothing(setup, monkeypatch):
     """The migration is one transaction: if it fails midway the ledger stays version 2."""
-    from engine import ledger as ledger_module
+    from dpsql.engine import ledger as ledger_module
 
     setup.ledger.unlink()
     _v2_ledger(setup.ledger, charges=2)
@@ -176,8 +176,8 @@ def test_a_failed_migration_changes_nothing(setup, monkeypatch):
 def test_a_stored_answer_with_nulls_prints_again_in_a_table(capsys, setup):
     """A value that was NaN or infinite when released is stored as null; printing it again
     from history must not fail."""
-    from engine.cli import _print_result
-    from engine.result import QueryResult
+    from dpsql.engine.cli import _print_result
+    from dpsql.engine.result import QueryResult
 
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         stored = db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state", epsilon=1).to_dict()

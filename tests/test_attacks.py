@@ -16,16 +16,16 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from dpsql.calibration import DependenceModel, calibrate
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.binding import build_plan
+from dpsql.engine.errors import BudgetExhausted, DpsqlError, EngineHalted
+from dpsql.engine.gate import SchemaGate
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.rewrite import bounded_table_path, rewrite
+from dpsql.engine.sensitivity import sensitivity
 
-from calibration import DependenceModel, calibrate
-from engine import PrivateDatabase
-from engine.binding import build_plan
-from engine.errors import BudgetExhausted, DpsqlError, EngineHalted
-from engine.gate import SchemaGate
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.rewrite import bounded_table_path, rewrite
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY, create_ledger, write_policy
 
 SCHEMA = "person_id BIGINT, state VARCHAR, age INTEGER, income DOUBLE, sick BOOLEAN, note VARCHAR"
@@ -389,8 +389,8 @@ def test_post_processing_and_rendering_are_total_on_extreme_noisy_values(people_
     replaced by extreme values (±inf, NaN, ±1e308, 64-bit extremes), random post-processing
     (SELECT arithmetic, HAVING, ORDER BY, LIMIT over aggregates and keys) is answered and
     rendered through the CLI with exit code 0 or refused before the charge, never halted."""
-    from engine import cli
-    from engine import noise as noise_module
+    from dpsql.engine import cli
+    from dpsql.engine import noise as noise_module
 
     rng = random.Random(17)
     monkeypatch.setattr(noise_module, "release", lambda mech, exact: [

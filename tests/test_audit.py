@@ -5,10 +5,9 @@ from functools import reduce
 
 import numpy as np
 import pytest
+from dpsql.calibration import exact_audit, exact_audit_vector, household_pmf
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from calibration import exact_audit, exact_audit_vector, household_pmf
 
 
 def brute_force(pmf: np.ndarray, eps: float, values: np.ndarray, pad: int = 80):

@@ -9,10 +9,9 @@ from functools import reduce
 
 import numpy as np
 import pytest
+from dpsql.calibration import DependenceModel, compare_modes, exact_audit, guarantee, household_pmf
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from calibration import DependenceModel, compare_modes, exact_audit, guarantee, household_pmf
 
 SLACK = 1e-9
 weights_entry = st.one_of(st.just(0.0), st.floats(1e-6, 1.0))

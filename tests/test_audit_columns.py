@@ -15,9 +15,8 @@ from itertools import combinations
 
 import numpy as np
 import pytest
-
-from calibration import DependenceModel, exact_audit_vector
-from calibration.columns import (
+from dpsql.calibration import DependenceModel, exact_audit_vector
+from dpsql.calibration.columns import (
     Column,
     Factor,
     HouseholdColumns,
@@ -25,9 +24,9 @@ from calibration.columns import (
     household_joint_pmf,
     record_shape,
 )
-from calibration.dependence import eta_of_pmf_columns
-from calibration.household import household_eta
-from calibration.maps import tight_map
+from dpsql.calibration.dependence import eta_of_pmf_columns
+from dpsql.calibration.household import household_eta
+from dpsql.calibration.maps import tight_map
 
 EPSILONS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 """The eps_dp grid of every audit, spanning [0.1, 2]."""

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.backends import Backend, ExactAnswer
+from dpsql.engine.backends.duckdb import DuckDBBackend
+from dpsql.engine.database import binding_of
+from dpsql.engine.ledger import Ledger
+from dpsql.engine.policy import TableSpec, load_policy
 from sqlglot import exp
 
-from engine import PrivateDatabase, QueryRefused
-from engine.backends import Backend, ExactAnswer
-from engine.backends.duckdb import DuckDBBackend
-from engine.database import binding_of
-from engine.ledger import Ledger
-from engine.policy import TableSpec, load_policy
 from tests.support import charge_count
 
 

@@ -3,10 +3,7 @@
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from calibration import (
+from dpsql.calibration import (
     DependenceModel,
     admits,
     calibrate,
@@ -15,6 +12,8 @@ from calibration import (
     mutual_information_bound,
     transcript_level,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 HEADLINE = DependenceModel(10, 1e-3)
 

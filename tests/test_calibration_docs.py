@@ -4,9 +4,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from calibration import DependenceModel, calibrate
-from calibration.table import markdown_table
+from dpsql.calibration import DependenceModel, calibrate
+from dpsql.calibration.table import markdown_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "choosing_k_eta.md"
 

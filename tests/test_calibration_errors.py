@@ -4,8 +4,7 @@ import math
 
 import numpy as np
 import pytest
-
-from calibration import (
+from dpsql.calibration import (
     CalibrationError,
     DependenceModel,
     admits,

@@ -3,10 +3,9 @@
 import math
 
 import pytest
+from dpsql.calibration import MODES, DependenceModel, calibrate, compare_modes, guarantee
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from calibration import MODES, DependenceModel, calibrate, compare_modes, guarantee
 
 LN2 = math.log(2.0)
 

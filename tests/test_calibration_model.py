@@ -4,10 +4,9 @@ from functools import reduce
 
 import numpy as np
 import pytest
+from dpsql.calibration import DependenceModel, household_pmf
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from calibration import DependenceModel, household_pmf
 
 
 def outer(*pmfs: np.ndarray) -> np.ndarray:

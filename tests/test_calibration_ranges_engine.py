@@ -5,11 +5,11 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.cli import main
+from dpsql.engine.errors import InputError, PolicyError
+from dpsql.engine.policy import load_policy
 
-from engine import PrivateDatabase
-from engine.cli import main
-from engine.errors import InputError, PolicyError
-from engine.policy import load_policy
 from tests.support import write_policy
 from tests.test_calibration_termination import time_bound
 

@@ -14,10 +14,7 @@ from contextlib import contextmanager
 from decimal import Decimal, localcontext
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from calibration import (
+from dpsql.calibration import (
     BUDGET_RANGE,
     EPSILON_RANGE,
     MODES,
@@ -31,7 +28,9 @@ from calibration import (
     guarantee,
     transcript_level,
 )
-from calibration.maps import tight_map
+from dpsql.calibration.maps import tight_map
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 TIME_BOUND = 2.0
 """Seconds any single call may take (the slowest, a full bisection, takes about 10 ms)."""

@@ -103,7 +103,7 @@ def test_calibrate_json_reproduces_the_headline(capsys):
 
 def test_installed_entry_point_runs_as_a_process(setup):
     proc = subprocess.run(
-        [sys.executable, "-m", "engine", "query", *cli_paths(setup), "--epsilon", "1", "--format", "json",
+        [sys.executable, "-m", "dpsql", "query", *cli_paths(setup), "--epsilon", "1", "--format", "json",
          "SELECT COUNT(*) FROM people; DROP TABLE people"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
@@ -125,7 +125,7 @@ def test_explain_help_offers_only_the_formats_it_accepts(capsys):
 
 def test_a_bug_is_one_fixed_line_with_exit_1_never_a_traceback(capsys, setup, monkeypatch):
     """An unexpected exception could quote data in its message or traceback."""
-    from engine import database
+    from dpsql.engine import database
 
     def broken(*args, **kwargs):
         raise KeyError("secret value 37")

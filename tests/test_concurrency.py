@@ -34,7 +34,7 @@ def _ledger_rows(path: Path) -> list[float]:
 def test_exactly_n_of_many_processes_are_answered(people_db, tmp_path, processes, admitted):
     policy = _policy(tmp_path / "policy.yaml", admitted)
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
-    command = [sys.executable, "-m", "engine", "query", "--db", str(people_db), "--policy",
+    command = [sys.executable, "-m", "dpsql", "query", "--db", str(people_db), "--policy",
                str(policy), "--ledger", str(ledger), "--epsilon", str(EPSILON), "--format", "json",
                "SELECT state, COUNT(*), SUM(income) FROM people GROUP BY state"]
     children = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -53,8 +53,8 @@ def test_exactly_n_of_many_processes_are_answered(people_db, tmp_path, processes
 
 _WORKER = """
 import os, sys, time
-from engine import PrivateDatabase
-from engine.errors import BudgetExhausted
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.errors import BudgetExhausted
 db_path, policy, ledger, start, count = sys.argv[1:6]
 with PrivateDatabase.connect(db_path, policy, ledger) as db:
     while not os.path.exists(start):

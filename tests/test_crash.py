@@ -21,15 +21,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from engine.ledger import Ledger, LedgerBinding
+from dpsql.engine.ledger import Ledger, LedgerBinding
 
 ROOT = Path(__file__).parent.parent
 EPSILON = 0.001
 
 _WORKER = """
 import json, sys, time
-from engine import PrivateDatabase
+from dpsql.engine import PrivateDatabase
 db_path, policy, ledger, name, epsilon, cold_start = sys.argv[1:7]
 time.sleep(float(cold_start))  # a slow machine: importing and opening take this much longer
 with PrivateDatabase.connect(db_path, policy, ledger) as db:

@@ -12,12 +12,12 @@ import json
 
 import duckdb
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.binding import build_plan
+from dpsql.engine.errors import InputError, PolicyError
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
 
-from engine import PrivateDatabase, QueryRefused
-from engine.binding import build_plan
-from engine.errors import InputError, PolicyError
-from engine.parse import parse_select
-from engine.policy import parse_policy
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 
 EPS = 50.0
@@ -413,7 +413,7 @@ def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(date
     """Raw SQL, the type rules bypassed: a date function or DATE <-> TIMESTAMP cast of a value
     the gate cannot see is within years 1 to 9999 is refused, and such forms do fail on the
     table's extreme rows (the first three shown to)."""
-    from engine.execute import schema_gate
+    from dpsql.engine.execute import schema_gate
 
     policy = parse_policy({**BASE_POLICY, **DATES_POLICY})
     sql = f"SELECT COUNT(*) FROM visits WHERE {condition}"
@@ -434,7 +434,7 @@ def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(date
     f"date_trunc('month', COALESCE({GUARD}, TRY_CAST('2024-01-01' AS DATE))) IS NULL",
 ])
 def test_the_gate_accepts_date_functions_of_guarded_columns_and_they_run(dates_db, condition):
-    from engine.execute import schema_gate
+    from dpsql.engine.execute import schema_gate
 
     policy = parse_policy({**BASE_POLICY, **DATES_POLICY})
     sql = f"SELECT COUNT(*) FROM visits WHERE {condition}"

@@ -7,16 +7,16 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
+from dpsql.engine.binding import build_plan
+from dpsql.engine.errors import QueryRefused
+from dpsql.engine.execute import bound_units, run
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sensitivity import sensitivity
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine.binding import build_plan
-from engine.errors import QueryRefused
-from engine.execute import bound_units, run
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.rewrite import rewrite
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY
 
 POLICY = parse_policy({**BASE_POLICY, "tables": {"visits": {

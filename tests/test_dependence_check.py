@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+from dpsql.engine.errors import PolicyError
+from dpsql.engine.policy import load_policy
 
-from engine.errors import PolicyError
-from engine.policy import load_policy
 from tests.support import BASE_POLICY, run_cli, write_policy
 
 

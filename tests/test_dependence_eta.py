@@ -10,13 +10,13 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
+from dpsql.calibration import DependenceModel, calibrate, column_set_eta
+from dpsql.calibration.household import household_eta
+from dpsql.engine.dependence_data import fit_sets
+from dpsql.engine.dependence_model import parse_model
+from dpsql.engine.errors import InputError
+from dpsql.engine.policy import TableSpec, load_policy
 
-from calibration import DependenceModel, calibrate, column_set_eta
-from calibration.household import household_eta
-from engine.dependence_data import fit_sets
-from engine.dependence_model import parse_model
-from engine.errors import InputError
-from engine.policy import TableSpec, load_policy
 from tests.support import run_cli, write_policy
 
 MODEL = {
@@ -251,7 +251,7 @@ def test_a_set_is_declared_at_least_the_eta_of_its_subsets(tmp_path: Path, capsy
 
 
 def test_the_several_columns_snippet_in_choosing_k_eta() -> None:
-    from calibration import Column, Factor, HouseholdColumns
+    from dpsql.calibration import Column, Factor, HouseholdColumns
 
     model = HouseholdColumns(
         sizes=(0.25, 0.25, 0.25, 0.25),

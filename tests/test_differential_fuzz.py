@@ -19,10 +19,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
+from dpsql.engine import DpsqlError, PrivateDatabase
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine import DpsqlError, PrivateDatabase
 from tests import adversarial
 
 EPSILON = 2.0  # noisy counts within a few units of the exact ones, so HAVING sees real magnitudes

@@ -6,10 +6,10 @@ import math
 
 import duckdb
 import pytest
+from dpsql.calibration import DependenceModel, calibrate, transcript_level
+from dpsql.engine import BudgetExhausted, InputError, PolicyError, PrivateDatabase, QueryRefused
+from dpsql.engine.ledger import Ledger, LedgerBinding
 
-from calibration import DependenceModel, calibrate, transcript_level
-from engine import BudgetExhausted, InputError, PolicyError, PrivateDatabase, QueryRefused
-from engine.ledger import Ledger, LedgerBinding
 from tests.support import create_ledger, write_policy
 
 

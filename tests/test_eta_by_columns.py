@@ -12,15 +12,15 @@ import duckdb
 import pytest
 import sqlglot
 import yaml
+from dpsql.calibration import DependenceModel, calibrate, transcript_level
+from dpsql.engine import BudgetExhausted, PrivateDatabase
+from dpsql.engine.errors import DpsqlError, LedgerError, PolicyError
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.report import build_report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from calibration import DependenceModel, calibrate, transcript_level
-from engine import BudgetExhausted, PrivateDatabase
-from engine.errors import DpsqlError, LedgerError, PolicyError
-from engine.policy import parse_policy
-from engine.report import build_report
 from tests import adversarial
 from tests import test_differential_fuzz as differential
 from tests.support import BASE_POLICY, create_ledger, make_people, run_cli, write_policy

@@ -17,10 +17,10 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
+from dpsql.calibration import DependenceModel, column_set_eta
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.dependence_model import parse_model
 
-from calibration import DependenceModel, column_set_eta
-from engine import PrivateDatabase
-from engine.dependence_model import parse_model
 from tests.support import create_ledger
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,16 +10,16 @@ import math
 import duckdb
 import numpy as np
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.binding import build_plan
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.scalars import value_range
+from dpsql.engine.sensitivity import sensitivity
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from engine import PrivateDatabase, QueryRefused
-from engine.binding import build_plan
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.scalars import value_range
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY, cli_paths, create_ledger, run_cli, write_policy
 
 POLICY = parse_policy(BASE_POLICY)

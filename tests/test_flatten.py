@@ -5,11 +5,11 @@ written by hand. Everything else is refused, naming the construct and the altern
 from __future__ import annotations
 
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.flatten import flatten
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
 
-from engine import PrivateDatabase, QueryRefused
-from engine.flatten import flatten
-from engine.parse import parse_select
-from engine.policy import parse_policy
 from tests.support import BASE_POLICY, charge_count, cli_paths, run_cli
 
 POLICY = parse_policy(BASE_POLICY)

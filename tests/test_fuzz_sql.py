@@ -9,12 +9,12 @@ import contextlib
 import sqlite3
 
 import pytest
+from dpsql.engine import PrivateDatabase, execute
+from dpsql.engine.errors import DpsqlError
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from engine import PrivateDatabase, execute
-from engine.errors import DpsqlError
 from tests.support import create_ledger, with_every_join
 
 NUMERIC = ["age", "income"]

@@ -11,15 +11,15 @@ import os
 from pathlib import Path
 
 import pytest
+from dpsql.engine.binding import build_plan
+from dpsql.engine.execute import bounded_copy_sql
+from dpsql.engine.noise import build_mechanism
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.postprocess import noisy_columns, query_sql
+from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sensitivity import sensitivity
 
-from engine.binding import build_plan
-from engine.execute import bounded_copy_sql
-from engine.noise import build_mechanism
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.postprocess import noisy_columns, query_sql
-from engine.rewrite import rewrite
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY
 
 GOLDEN = Path(__file__).parent / "golden"

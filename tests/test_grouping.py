@@ -7,13 +7,13 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.binding import build_plan
+from dpsql.engine.columns import columns_read
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.sensitivity import sensitivity
 
-from engine import PrivateDatabase, QueryRefused
-from engine.binding import build_plan
-from engine.columns import columns_read
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY, create_ledger, write_policy
 from tests.test_expressions import ROW_LEVEL
 

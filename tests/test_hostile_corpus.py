@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from engine import cli, execute
+from dpsql.engine import cli, execute
 
 CORPUS = Path(__file__).parent / "hostile" / "queries.jsonl"
 ENTRIES = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
@@ -105,7 +104,7 @@ def test_real_process_exit_code(index, shared):
     entry = ENTRIES[index]
     db, policy, ledger = shared
     proc = subprocess.run(
-        [sys.executable, "-m", "engine", "query", "--db", str(db), "--policy", str(policy),
+        [sys.executable, "-m", "dpsql", "query", "--db", str(db), "--policy", str(policy),
          "--ledger", str(ledger), "--epsilon", "0.5", "--", entry["sql"]],
         capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent,
     )

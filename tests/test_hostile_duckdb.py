@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from dpsql.engine import execute
+from dpsql.engine.policy import parse_policy
 
-from engine import execute
-from engine.policy import parse_policy
 from tests.support import BASE_POLICY
 
 ATTACKS = [

@@ -10,10 +10,9 @@ import duckdb
 import opendp.prelude as dp
 import pytest
 import yaml
-
-from engine import PrivateDatabase, execute, postprocess
-from engine.cli import main
-from engine.noise import release
+from dpsql.engine import PrivateDatabase, execute, postprocess
+from dpsql.engine.cli import main
+from dpsql.engine.noise import release
 
 GROUPS = 50
 REPS = 400

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.binding import build_plan
+from dpsql.engine.errors import PolicyError
+from dpsql.engine.execute import bound_units, run
+from dpsql.engine.flatten import flatten
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sensitivity import sensitivity
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine import PrivateDatabase, QueryRefused
-from engine.binding import build_plan
-from engine.errors import PolicyError
-from engine.execute import bound_units, run
-from engine.flatten import flatten
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.rewrite import rewrite
-from engine.sensitivity import sensitivity
 from tests.support import (
     BASE_POLICY,
     HOUSEHOLDS,
@@ -274,8 +274,8 @@ def test_the_cli_answers_a_join(joined, capsys, tmp_path):
 
 def test_spark_refuses_a_join_with_a_clear_message(spark, joined):
     _, policy, _, _ = joined
-    from engine.backends.spark import SparkBackend
-    from engine.policy import load_policy
+    from dpsql.engine.backends.spark import SparkBackend
+    from dpsql.engine.policy import load_policy
 
     people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x")],
                                    "person_id long, state string, age long, income double, "
@@ -297,7 +297,7 @@ def test_a_repeated_key_would_break_the_bound_which_is_why_opening_refuses_it():
 
 
 def test_the_schema_shown_to_analysts_lists_public_tables_and_their_keys():
-    from engine.service.schema import public_schema
+    from dpsql.engine.service.schema import public_schema
 
     schema = public_schema(POLICY)
     assert schema["public_tables"]["regions"]["key"] == "state"
@@ -502,8 +502,8 @@ def test_an_eta_declared_for_a_set_of_parent_columns_applies(parented, tmp_path)
 def test_a_stored_binding_accounts_parent_columns_at_eta_1(tmp_path):
     """An accountant built from the ledger's binding (a later connection, a report) prices a
     transcript that read a parent column at eta 1, not the policy's default."""
-    from engine.database import binding_of
-    from engine.ledger import Ledger
+    from dpsql.engine.database import binding_of
+    from dpsql.engine.ledger import Ledger
 
     policy = parse_policy({**BASE_POLICY, **with_households(),
                            "dependence": {"k": 3, "eta": 0.1}})
@@ -521,9 +521,9 @@ def test_a_stored_binding_accounts_parent_columns_at_eta_1(tmp_path):
 def test_a_ledger_refuses_a_policy_that_drops_a_parent_and_accepts_one_that_adds_it(tmp_path):
     """Dropping a parent table would account the household columns already read at the default
     eta, below 1: more lenient, refused. Adding one only raises an eta: recorded."""
-    from engine.database import binding_of
-    from engine.errors import LedgerError
-    from engine.ledger import Ledger
+    from dpsql.engine.database import binding_of
+    from dpsql.engine.errors import LedgerError
+    from dpsql.engine.ledger import Ledger
 
     tables = with_households()["tables"]
     plain = parse_policy({**BASE_POLICY, "tables": {"people": tables["people"]}})
@@ -540,8 +540,8 @@ def test_a_ledger_without_a_parents_record_opens(tmp_path):
     """Ledgers written before parent tables hold no `parents` key: they open, with none."""
     import sqlite3
 
-    from engine.database import binding_of
-    from engine.ledger import Ledger
+    from dpsql.engine.database import binding_of
+    from dpsql.engine.ledger import Ledger
 
     policy = parse_policy(BASE_POLICY)
     Ledger(tmp_path / "l.sqlite", binding_of(policy), create=True).close()
@@ -565,7 +565,7 @@ def test_the_cli_answers_and_explains_a_parent_join(parented, capsys, tmp_path):
 
 
 def test_spark_refuses_a_parent_join_by_name(spark):
-    from engine.backends.spark import SparkBackend
+    from dpsql.engine.backends.spark import SparkBackend
 
     people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x", 1)],
                                    "person_id long, state string, age long, income double, "
@@ -576,7 +576,7 @@ def test_spark_refuses_a_parent_join_by_name(spark):
 
 
 def test_the_schema_shown_to_analysts_lists_parent_tables():
-    from engine.service.schema import public_schema
+    from dpsql.engine.service.schema import public_schema
 
     schema = public_schema(PARENTS)
     assert schema["parent_tables"]["households"] == {
@@ -763,7 +763,7 @@ def test_the_cli_answers_and_explains_a_unit_join(visited, capsys, tmp_path):
 
 
 def test_spark_refuses_a_unit_join_by_name(spark):
-    from engine.backends.spark import SparkBackend
+    from dpsql.engine.backends.spark import SparkBackend
 
     people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x")],
                                    "person_id long, state string, age long, income double, "

@@ -114,7 +114,7 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
 def test_the_engine_keeps_no_copy_of_the_modes_or_the_admission_test() -> None:
     """calibration owns the dependence modes and the admission comparison: no engine module
     lists the guarantee maps, tests for one by name, or applies the admission slack itself."""
-    from calibration import MODE_CHOICES, MODES
+    from dpsql.calibration import MODE_CHOICES, MODES
 
     assert set(MODE_CHOICES) == set(MODES) | {"auto"}
     bad = []

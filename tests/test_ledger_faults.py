@@ -12,14 +12,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from dpsql.calibration import DependenceModel, transcript_level
+from dpsql.engine import cli
+from dpsql.engine.errors import LedgerError
+from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
+from dpsql.engine.result import AnswerCost
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration import DependenceModel, transcript_level
-from engine import cli
-from engine.errors import LedgerError
-from engine.ledger import Charge, Ledger, LedgerBinding
-from engine.result import AnswerCost
 from tests.support import create_ledger, record_charge
 
 BINDING = LedgerBinding(budget=4.0, k=10, eta=0.001)

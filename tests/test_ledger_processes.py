@@ -8,15 +8,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from dpsql.engine.ledger import Ledger, LedgerBinding
 
-from engine.ledger import Ledger, LedgerBinding
 from tests.support import create_ledger, write_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = textwrap.dedent("""
     import sys
-    from engine import BudgetExhausted, PrivateDatabase
+    from dpsql.engine import BudgetExhausted, PrivateDatabase
     db = PrivateDatabase.connect(sys.argv[1], policy=sys.argv[2], ledger=sys.argv[3])
     answered = 0
     for _ in range(40):

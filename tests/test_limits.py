@@ -10,9 +10,9 @@ import time
 import duckdb
 import pytest
 import yaml
+from dpsql.engine import PolicyError, PrivateDatabase, QueryTooLarge, ResourceLimitExceeded, execute
+from dpsql.engine.policy import Limits, parse_policy
 
-from engine import PolicyError, PrivateDatabase, QueryTooLarge, ResourceLimitExceeded, execute
-from engine.policy import Limits, parse_policy
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 
 SLOW_ROWS = 400_000

@@ -13,13 +13,13 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
+from dpsql.calibration import MarkovModel, exact_audit_vector
+from dpsql.calibration.model_maps import chain_level
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.errors import InputError, PolicyError
+from dpsql.engine.ledger import SCHEMA_VERSION, Ledger
+from dpsql.engine.policy import parse_policy
 
-from calibration import MarkovModel, exact_audit_vector
-from calibration.model_maps import chain_level
-from engine import PrivateDatabase
-from engine.errors import InputError, PolicyError
-from engine.ledger import SCHEMA_VERSION, Ledger
-from engine.policy import parse_policy
 from tests.support import create_ledger
 
 SLACK = 1e-9
@@ -207,8 +207,8 @@ def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_
                      "aggregates, answer, columns) VALUES ('t', 'a', 'SELECT 1', 0.5, 0.25, "
                      "'tight', 4, 0.9, '[]', NULL, '[\"readings.day\", \"readings.on\"]')")
         conn.commit()
-    from engine.database import binding_of
-    from engine.policy import load_policy
+    from dpsql.engine.database import binding_of
+    from dpsql.engine.policy import load_policy
 
     ledger = Ledger(path, binding_of(load_policy(tmp_path / "policy.yaml")))
     try:

@@ -5,17 +5,16 @@ from functools import reduce
 
 import numpy as np
 import pytest
-
-from calibration import CalibrationError, exact_audit, exact_audit_vector, household_pmf
-from calibration.dependence import eta_of_pmf
-from calibration.model_exact import calibrate_chain, calibrate_household, rho_grid
-from calibration.model_household import (
+from dpsql.calibration import CalibrationError, exact_audit, exact_audit_vector, household_pmf
+from dpsql.calibration.dependence import eta_of_pmf
+from dpsql.calibration.model_exact import calibrate_chain, calibrate_household, rho_grid
+from dpsql.calibration.model_household import (
     HouseholdModel,
     grouped_household_level,
     household_level,
     predicate_weights,
 )
-from calibration.model_markov import MarkovModel, chain_eta, markov_levels
+from dpsql.calibration.model_markov import MarkovModel, chain_eta, markov_levels
 
 THREE_STATE = MarkovModel((0.5, 0.3, 0.2), ((0.6, 0.3, 0.1), (0.2, 0.5, 0.3), (0.1, 0.2, 0.7)))
 
@@ -252,7 +251,7 @@ def test_chain_bound_holds_for_any_per_time_mechanism(model) -> None:
 
 
 def test_calibrations_are_cached_per_model_query_and_epsilon() -> None:
-    from calibration import model_exact
+    from dpsql.calibration import model_exact
 
     model = HouseholdModel.fixed(7, (0.9, 0.1), 0.25)
     first = calibrate_household(model, 0.9, [0, 1])

@@ -12,9 +12,8 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
-
-from calibration.model_markov import chain_eta
-from engine.policy import parse_policy
+from dpsql.calibration.model_markov import chain_eta
+from dpsql.engine.policy import parse_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "meters.py"

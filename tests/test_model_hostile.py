@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dpsql.engine.errors import InputError, QueryRefused
 
-from engine.errors import InputError, QueryRefused
 from tests import test_model_chain as chain
 from tests import test_model_household as household
 from tests.support import create_ledger

@@ -10,17 +10,17 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
+from dpsql.calibration import DependenceModel, HouseholdModel, exact_audit_vector, guarantee, household_pmf
+from dpsql.calibration.model_household import household_level
+from dpsql.calibration.model_maps import household_column_level
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.accounting import ScopedAccountant
+from dpsql.engine.declared_models import DeclaredModel
+from dpsql.engine.errors import BudgetExhausted, InputError, LedgerError, PolicyError
+from dpsql.engine.policy import parse_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration import DependenceModel, HouseholdModel, exact_audit_vector, guarantee, household_pmf
-from calibration.model_household import household_level
-from calibration.model_maps import household_column_level
-from engine import PrivateDatabase
-from engine.accounting import ScopedAccountant
-from engine.declared_models import DeclaredModel
-from engine.errors import BudgetExhausted, InputError, LedgerError, PolicyError
-from engine.policy import parse_policy
 from tests.support import create_ledger, run_cli
 
 SLACK = 1e-9

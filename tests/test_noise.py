@@ -6,11 +6,10 @@ import math
 
 import numpy as np
 import pytest
-
-from engine import aggregates
-from engine.noise import build_mechanism, release
-from engine.plan import Measurement
-from engine.policy import ColumnSpec
+from dpsql.engine import aggregates
+from dpsql.engine.noise import build_mechanism, release
+from dpsql.engine.plan import Measurement
+from dpsql.engine.policy import ColumnSpec
 
 DRAWS = 40_000
 
@@ -58,8 +57,9 @@ def test_opendp_measurements_are_built_once_per_query_and_epsilon_and_draw_fresh
                                                                                        monkeypatch):
     """A repeated query reuses its OpenDP measurements (their construction dominates a small
     query's fixed cost), and each answer still draws its own noise."""
-    from engine import prepare
-    from engine.database import PrivateDatabase
+    from dpsql.engine import prepare
+    from dpsql.engine.database import PrivateDatabase
+
     from tests.support import create_ledger, make_people, write_policy
 
     built = []

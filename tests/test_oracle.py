@@ -15,14 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlglot
+from dpsql.engine import PrivateDatabase, QueryRefused, cli, execute, postprocess
+from dpsql.engine.binding import build_plan
+from dpsql.engine.errors import EngineHalted
+from dpsql.engine.gate import SchemaGate, total_cast
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.rewrite import rewrite
 
-from engine import PrivateDatabase, QueryRefused, cli, execute, postprocess
-from engine.binding import build_plan
-from engine.errors import EngineHalted
-from engine.gate import SchemaGate, total_cast
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.rewrite import rewrite
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 
 SCHEMA = ("person_id BIGINT, state VARCHAR, age INTEGER, income DOUBLE, sick BOOLEAN, "
@@ -399,7 +399,7 @@ def test_gate_accepts_ordinary_queries_over_every_column_type(age_type, income_t
 def test_gate_stops_a_fallible_query_that_got_past_the_planner(setup, monkeypatch):
     """As if the type rules and the rewriter had a gap: the SQL handed to the data is the IS
     TRUE oracle itself. The gate refuses it before the data is touched, and nothing is charged."""
-    from engine import prepare
+    from dpsql.engine import prepare
 
     oracle = ('SELECT COUNT(*) AS "__m0" FROM dpsql_bounded.main."people" WHERE '
               "(CASE WHEN age = 37 THEN 'x' ELSE 'true' END) IS TRUE")

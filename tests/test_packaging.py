@@ -1,5 +1,5 @@
-"""The installed package is `dpsql` (distinctive names only); a checkout's old names `engine` and
-`calibration` are the very same modules; `python -m dpsql`, `dpsql --version` work."""
+"""The installed package is `dpsql` (distinctive names only, one import name for every module);
+`python -m dpsql`, `dpsql --version` work, and the built wheel installs and runs outside the checkout."""
 
 from __future__ import annotations
 
@@ -37,20 +37,30 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
-def test_old_and_new_names_are_the_same_objects():
-    import calibration
-    import dpsql
-    import engine
-
-    assert engine.QueryRefused is dpsql.QueryRefused
-    assert calibration.CalibrationError is dpsql.CalibrationError
-    assert engine.PrivateDatabase is dpsql.PrivateDatabase
-    for name in ALL_MODULES:
-        old = importlib.import_module(name)
-        assert old is importlib.import_module(f"dpsql.{name}"), f"{name} is a second copy"
-    copies = [m for m in sys.modules if m.split(".")[0] in FOLDERS
-              and sys.modules[m] is not sys.modules.get(f"dpsql.{m}")]
-    assert not copies, f"modules loaded twice: {copies}"
+def test_everything_imports_dpsql_by_its_one_name():
+    """Tests, benchmarks, examples and the docs' code import `dpsql`, `dpsql.engine` and
+    `dpsql.calibration` only: the folders' own names are no import name (no alias, no hook)."""
+    offenders = []
+    for folder in ("tests", "benchmarks", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                if any(name.split(".")[0] in FOLDERS for name in names):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            words = line.split()
+            if words[:1] in (["from"], ["import"]) and len(words) > 1 \
+                    and words[1].split(".")[0] in FOLDERS:
+                offenders.append(f"{doc.relative_to(ROOT)}:{number}")
+    assert not offenders, f"imports by a folder's name instead of dpsql's: {offenders}"
+    hooks = [f for f in sys.meta_path if "dpsql" in type(f).__module__]
+    assert not hooks, f"import hooks of dpsql installed: {hooks}"
 
 
 _OUTSIDE = """
@@ -111,12 +121,12 @@ def test_python_m_dpsql_runs_the_command_line(tmp_path):
     assert '"tight"' in proc.stdout
 
 
-def test_python_m_runs_modules_by_their_old_names_in_a_checkout():
-    """README's `python -m calibration.table` runs the module's code (through the alias)."""
-    from calibration.table import markdown_table
+def test_python_m_runs_a_calibration_module():
+    """README's `python -m dpsql.calibration.table` runs the module's code."""
+    from dpsql.calibration.table import markdown_table
 
-    proc = subprocess.run([sys.executable, "-m", "calibration.table"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env=_clean_env())
+    proc = subprocess.run([sys.executable, "-m", "dpsql.calibration.table"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=_clean_env())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == markdown_table().strip()
 
@@ -135,7 +145,7 @@ def test_every_subpackage_is_listed_for_installation():
 def test_package_code_imports_its_own_parts_relatively():
     """Inside the package, `engine`/`calibration` are not importable names once installed:
     code under engine/ must write `from ..calibration import X`, under calibration/
-    `from .model import X` (the one exception: the checkout alias in each `__init__`)."""
+    `from .model import X`."""
     offenders = []
     for folder in (*FOLDERS, "dpsql"):
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -151,20 +161,51 @@ def test_package_code_imports_its_own_parts_relatively():
     assert not offenders, f"absolute imports of engine/calibration inside the package: {offenders}"
 
 
-@pytest.mark.slow
-def test_built_wheel_holds_every_module_and_imports_outside_the_checkout(tmp_path):
-    """Build the real wheel, unpack it as an installation would, and import every module."""
+def test_built_wheel_installs_in_a_new_venv_and_runs_the_example(tmp_path):
+    """`pip wheel .` builds a wheel holding the package alone; installed into a new venv outside
+    the checkout (its dependencies taken from this environment), every module imports, the
+    `dpsql` command runs and so does the bundled example."""
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-                    str(ROOT)], check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "-w", str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
     (wheel,) = wheels.glob("dpsql-*.whl")
-    site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
         tops = {name.split("/")[0] for name in archive.namelist()}
-        archive.extractall(site)
     assert tops == {"dpsql", wheel.name.split("-py")[0] + ".dist-info"}
-    env = {**_clean_env(), "PYTHONPATH": str(site)}
-    proc = subprocess.run([sys.executable, "-c", _OUTSIDE, *ALL_MODULES], cwd=tmp_path,
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    # The dependencies come from this environment's site-packages (a plain path: its .pth files,
+    # among them the checkout's editable install, are not read), the package from the wheel.
+    deps = sysconfig_purelib()
+    (site / "dependencies.pth").write_text(deps + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", str(wheel)], check=True, capture_output=True, timeout=600)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = _clean_env()
+    proc = subprocess.run([str(python), "-c", _OUTSIDE, *ALL_MODULES], cwd=outside,
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[1].startswith(str(site))
+    proc = subprocess.run([str(venv / "bin" / "dpsql"), "--version"], cwd=outside,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith("dpsql, version ")
+    example = outside / "households.py"
+    example.write_text((ROOT / "examples" / "households.py").read_text())
+    proc = subprocess.run([str(python), str(example), "--out", str(outside / "out")], cwd=outside,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (outside / "out" / "ledger.sqlite").is_file()
+    assert "exact audit on the generator: level" in proc.stdout, proc.stdout[-2000:]
+
+
+def sysconfig_purelib() -> str:
+    """This environment's site-packages folder."""
+    import sysconfig
+
+    return sysconfig.get_path("purelib")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+from dpsql.engine import PolicyError
+from dpsql.engine.policy import load_policy, parse_policy
 
-from engine import PolicyError
-from engine.policy import load_policy, parse_policy
 from tests.support import BASE_POLICY
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from dpsql.engine import postprocess
+from dpsql.engine.database import PrivateDatabase
+from dpsql.engine.prepare import _all_keys
 
-from engine import postprocess
-from engine.database import PrivateDatabase
-from engine.prepare import _all_keys
 from tests.support import create_ledger, make_people, write_policy
 
 DIRECT = [

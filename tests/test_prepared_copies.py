@@ -8,11 +8,11 @@ import stat
 
 import duckdb
 import pytest
+from dpsql.engine import execute
+from dpsql.engine.bounded_store import store_dir
+from dpsql.engine.database import PrivateDatabase
+from dpsql.engine.rewrite import bounded_table
 
-from engine import execute
-from engine.bounded_store import store_dir
-from engine.database import PrivateDatabase
-from engine.rewrite import bounded_table
 from tests.support import BASE_POLICY, create_ledger, make_people, run_cli, write_policy
 
 COUNT = "SELECT COUNT(*) AS n FROM people"

@@ -7,8 +7,8 @@ import sys
 
 import duckdb
 import pytest
+from dpsql.engine import progress, progress_bar
 
-from engine import progress, progress_bar
 from tests.support import run_cli, write_policy
 
 ROWS = 300_000

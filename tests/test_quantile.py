@@ -8,21 +8,21 @@ import math
 import duckdb
 import numpy as np
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused, execute
+from dpsql.engine.aggregates.quantile import Grid, envelope, estimate, grid
+from dpsql.engine.binding import build_plan
+from dpsql.engine.errors import QueryTooLarge
+from dpsql.engine.execute import bound_units, run
+from dpsql.engine.noise import build_mechanism, release_cells
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.postprocess import ALPHA, finish, noisy_frame, query_sql
+from dpsql.engine.prepare import Preparer
+from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sensitivity import sensitivity
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import PrivateDatabase, QueryRefused, execute
-from engine.aggregates.quantile import Grid, envelope, estimate, grid
-from engine.binding import build_plan
-from engine.errors import QueryTooLarge
-from engine.execute import bound_units, run
-from engine.noise import build_mechanism, release_cells
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.postprocess import ALPHA, finish, noisy_frame, query_sql
-from engine.prepare import Preparer
-from engine.rewrite import rewrite
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY, cli_paths, create_ledger, run_cli, write_policy
 
 POLICY = parse_policy(BASE_POLICY)

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from engine.policy import parse_policy
+from dpsql.engine.policy import parse_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

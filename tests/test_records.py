@@ -7,9 +7,9 @@ import json
 import sqlite3
 from dataclasses import fields
 
-from engine import PrivateDatabase
-from engine.report import build_report
-from engine.result import AggregateInfo, AggregateRecord, AnswerCost
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.report import build_report
+from dpsql.engine.result import AggregateInfo, AggregateRecord, AnswerCost
 
 
 def test_result_ledger_and_report_share_the_aggregate_record(setup):

@@ -11,14 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from dpsql.calibration import DependenceModel, calibrate, dp_budget, transcript_level
+from dpsql.engine import LedgerError, PrivateDatabase, load_policy
+from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
+from dpsql.engine.report import ENTRY_COLUMNS, build_report
+from dpsql.engine.result import AggregateRecord, AnswerCost
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calibration import DependenceModel, calibrate, dp_budget, transcript_level
-from engine import LedgerError, PrivateDatabase, load_policy
-from engine.ledger import Charge, Ledger, LedgerBinding
-from engine.report import ENTRY_COLUMNS, build_report
-from engine.result import AggregateRecord, AnswerCost
 from tests.support import create_ledger, record_charge, write_policy
 
 DEPENDENT = LedgerBinding(budget=4.0, k=10, eta=0.001)

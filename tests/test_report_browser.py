@@ -8,10 +8,10 @@ import subprocess
 import matplotlib.image
 import numpy as np
 import pytest
+from dpsql.engine.display import number
+from dpsql.engine.report import build_report
+from dpsql.engine.report_render import render_html
 
-from engine.display import number
-from engine.report import build_report
-from engine.report_render import render_html
 from tests.test_report import write_ledger
 
 BROWSER = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")

@@ -11,14 +11,14 @@ from html.parser import HTMLParser
 
 import matplotlib.image
 import pytest
+from dpsql.engine.cli import main
+from dpsql.engine.display import number
+from dpsql.engine.ledger import Charge, Ledger
+from dpsql.engine.report import ReportTotals, build_report
+from dpsql.engine.report_plot import plot_png
+from dpsql.engine.report_render import render_html, render_markdown, render_table
+from dpsql.engine.result import AnswerCost
 
-from engine.cli import main
-from engine.display import number
-from engine.ledger import Charge, Ledger
-from engine.report import ReportTotals, build_report
-from engine.report_plot import plot_png
-from engine.report_render import render_html, render_markdown, render_table
-from engine.result import AnswerCost
 from tests.support import record_charge, write_policy
 from tests.test_report import AGGREGATE, DEPENDENT, RECORD, write_ledger
 

@@ -7,14 +7,14 @@ import hashlib
 import math
 
 import duckdb
+from dpsql.engine import execute
+from dpsql.engine.binding import build_plan
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.rewrite import rewrite
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import execute
-from engine.binding import build_plan
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.rewrite import rewrite
 from tests.support import BASE_POLICY, STATES
 
 rows_strategy = st.lists(

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dpsql.engine import aggregates
+from dpsql.engine.noise import build_mechanism, release
+from dpsql.engine.plan import Measurement
+from dpsql.engine.policy import ColumnSpec
 from scipy import stats
-
-from engine import aggregates
-from engine.noise import build_mechanism, release
-from engine.plan import Measurement
-from engine.policy import ColumnSpec
 
 ALPHA = 0.001
 DRAWS = 20_000

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import duckdb
+from dpsql.engine.binding import build_plan
+from dpsql.engine.execute import bound_units, run
+from dpsql.engine.flatten import flatten
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sensitivity import sensitivity
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine.binding import build_plan
-from engine.execute import bound_units, run
-from engine.flatten import flatten
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.rewrite import rewrite
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY, STATES
 
 POLICY = parse_policy(BASE_POLICY)

@@ -20,16 +20,16 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from dpsql.calibration import DependenceModel
+from dpsql.engine import execute
+from dpsql.engine.database import PrivateDatabase
+from dpsql.engine.errors import AccessDenied, BudgetExhausted, QueryRefused
+from dpsql.engine.ledger import Ledger
+from dpsql.engine.service import auth
+from dpsql.engine.service.app import create_app
+from dpsql.engine.service.limits import Limits
 
 import dpsql
-from calibration import DependenceModel
-from engine import execute
-from engine.database import PrivateDatabase
-from engine.errors import AccessDenied, BudgetExhausted, QueryRefused
-from engine.ledger import Ledger
-from engine.service import auth
-from engine.service.app import create_app
-from engine.service.limits import Limits
 from tests.support import charge_count, create_ledger, make_people, run_cli, write_policy
 from tests.test_limits import FAST_SQL, SLOW_SQL, _slow_policy, slow_db  # noqa: F401
 
@@ -480,7 +480,7 @@ def test_serve_over_tls_and_a_failed_start_is_one_line(tmp_path):
                     "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
                     "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     port = free_port()
-    command = [sys.executable, "-m", "engine", "serve", "--db", str(db), "--policy", str(policy),
+    command = [sys.executable, "-m", "dpsql", "serve", "--db", str(db), "--policy", str(policy),
                "--ledger", str(ledger), "--port", str(port)]
     process = subprocess.Popen([*command, "--tls-cert", str(cert), "--tls-key", str(key)], cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -542,7 +542,7 @@ def test_only_the_worker_thread_touches_the_database(service, monkeypatch):
 
 
 def test_rate_limiter_refills_and_forgets_refilled_keys(monkeypatch):
-    from engine.service import limits
+    from dpsql.engine.service import limits
 
     clock = [0.0]
     monkeypatch.setattr(limits.time, "monotonic", lambda: clock[0])
@@ -566,7 +566,8 @@ def test_rate_limiter_refills_and_forgets_refilled_keys(monkeypatch):
 def test_a_cap_is_accounted_on_the_columns_the_analyst_s_own_answers_read(tmp_path):
     """Another analyst reading more columns raises the global transcript's eta, not the eta of
     a capped analyst's own answers, which read only `sick`."""
-    from engine.accounting import Accountant
+    from dpsql.engine.accounting import Accountant
+
     from tests.test_eta_by_columns import SICK_ETA, K, _eps_dp, _policy
 
     db = make_people(tmp_path / "people.duckdb")

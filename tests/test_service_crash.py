@@ -27,7 +27,7 @@ SQL = "SELECT state, COUNT(*) AS n FROM people GROUP BY state"
 
 def _serve(db: Path, policy: Path, ledger: Path) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "engine", "serve", "--db", str(db), "--policy", str(policy),
+        [sys.executable, "-m", "dpsql", "serve", "--db", str(db), "--policy", str(policy),
          "--ledger", str(ledger), "--port", "0", "--rate", "1000", "--burst", "1000"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return process, wait_for_url(process)

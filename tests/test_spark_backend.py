@@ -8,9 +8,9 @@ import time
 
 import duckdb
 import pytest
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.errors import EngineHalted, InputError, PolicyError, QueryRefused, ResourceLimitExceeded
 
-from engine import PrivateDatabase
-from engine.errors import EngineHalted, InputError, PolicyError, QueryRefused, ResourceLimitExceeded
 from tests.support import BASE_POLICY, charge_count, create_ledger, make_people, run_cli, write_policy
 
 pytest.importorskip("pyspark")

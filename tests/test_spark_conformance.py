@@ -9,15 +9,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from dpsql.engine import postprocess
+from dpsql.engine.backends.duckdb import DuckDBBackend
+from dpsql.engine.errors import DpsqlError
+from dpsql.engine.plan import ExactAnswer
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.prepare import Preparer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import postprocess
-from engine.backends.duckdb import DuckDBBackend
-from engine.errors import DpsqlError
-from engine.plan import ExactAnswer
-from engine.policy import parse_policy
-from engine.prepare import Preparer
 from tests.support import BASE_POLICY
 from tests.test_attacks import BASE_ROWS, SCHEMA, TARGET_ROWS, _queries
 from tests.test_sensitivity import QUERIES as SENSITIVITY_QUERIES
@@ -25,7 +25,7 @@ from tests.test_sensitivity import unit_rows
 
 pyspark = pytest.importorskip("pyspark")
 
-from engine.backends.spark import SparkBackend  # noqa: E402
+from dpsql.engine.backends.spark import SparkBackend  # noqa: E402
 
 # Quantile histograms of 16 bins, not 64: the same SQL shape, in a fraction of the time Spark
 # takes to compile 64 aggregates per histogram (measured 7 to 27 s for four of them when loaded).

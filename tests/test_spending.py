@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dpsql.calibration import DependenceModel, calibrate, guarantee, mode_dominates
+from dpsql.engine import BudgetExhausted, InputError, LedgerError, PrivateDatabase
+from dpsql.engine.accounting import Accountant
+from dpsql.engine.ledger import Ledger, LedgerBinding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration import DependenceModel, calibrate, guarantee, mode_dominates
-from engine import BudgetExhausted, InputError, LedgerError, PrivateDatabase
-from engine.accounting import Accountant
-from engine.ledger import Ledger, LedgerBinding
 from tests.support import charge_count, create_ledger, run_cli, write_policy
 
 ROOT = Path(__file__).resolve().parents[1]

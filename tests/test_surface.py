@@ -13,8 +13,7 @@ from collections import Counter
 import duckdb
 import numpy as np
 import pytest
-
-from engine import (
+from dpsql.engine import (
     BudgetExhausted,
     DpsqlError,
     InputError,
@@ -23,12 +22,13 @@ from engine import (
     PrivateDatabase,
     QueryRefused,
 )
-from engine.cli import _print_explanation, _print_result
-from engine.display import number, visible
-from engine.ledger import Charge, Ledger
-from engine.report import build_report
-from engine.report_render import render_markdown, render_table
-from engine.result import AnswerCost
+from dpsql.engine.cli import _print_explanation, _print_result
+from dpsql.engine.display import number, visible
+from dpsql.engine.ledger import Charge, Ledger
+from dpsql.engine.report import build_report
+from dpsql.engine.report_render import render_markdown, render_table
+from dpsql.engine.result import AnswerCost
+
 from tests.support import charge_count, cli_paths, create_ledger, record_charge, run_cli, write_policy
 from tests.test_report import DEPENDENT, RECORD, write_ledger
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from engine import BudgetExhausted, PrivateDatabase
+from dpsql.engine import BudgetExhausted, PrivateDatabase
+
 from tests.support import charge_count, create_ledger, write_policy
 
 EPSILON = 0.5  # with k = 1 the calibration is the identity: epsilon_dp = 0.5, exact in binary

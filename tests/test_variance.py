@@ -6,12 +6,12 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.binding import build_plan
+from dpsql.engine.parse import parse_select
+from dpsql.engine.policy import parse_policy
+from dpsql.engine.sensitivity import sensitivity
 
-from engine import PrivateDatabase, QueryRefused
-from engine.binding import build_plan
-from engine.parse import parse_select
-from engine.policy import parse_policy
-from engine.sensitivity import sensitivity
 from tests.support import BASE_POLICY, cli_paths, create_ledger, run_cli, write_policy
 from tests.test_expressions import ROW_LEVEL
 

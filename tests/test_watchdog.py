@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from engine.watchdog import Watchdog
+from dpsql.engine.watchdog import Watchdog
 
 
 def test_an_armed_deadline_fires_once_and_a_disarmed_one_never():

@@ -7,11 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.gate import _BOUND_AS, harden
+from dpsql.engine.scalars import SCALAR_FUNCTIONS, SCALARS, scalar_of
 from sqlglot import exp
-
-from engine import PrivateDatabase, QueryRefused
-from engine.gate import _BOUND_AS, harden
-from engine.scalars import SCALAR_FUNCTIONS, SCALARS, scalar_of
 
 # One use of each listed function, on the people table (tests/support.py).
 EXAMPLES = {
