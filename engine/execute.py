@@ -108,12 +108,15 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
         raise InputError(f"cannot open data file {path}: {first}") from None
     _GUARDS[conn] = _Guard(limits, copies=copies)
     _check_schema(conn, policy)
+    _read_as_declared(conn, policy)
     return conn
 
 
 _LOADED = (".csv", ".tsv", ".parquet", ".pq")  # files loaded into memory, not opened
-_CSV_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN",
-              "date": "DATE", "timestamp": "TIMESTAMP"}
+# The one DuckDB type each policy type is read as, whatever a file stores (docs/theory.md §1):
+# the gate binds queries on these types, so its verdict depends on the policy, not the file.
+DECLARED_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN",
+                  "date": "DATE", "timestamp": "TIMESTAMP"}
 
 
 def _reader(path: Path, policy: Policy) -> str:
@@ -125,7 +128,7 @@ def _reader(path: Path, policy: Policy) -> str:
     table = policy.tables.get(path.stem.lower())
     if table is None or not table.columns:
         return "read_csv_auto(?)"
-    types = ", ".join(f"{_sql_string(col.name)}: {_sql_string(_CSV_TYPES[col.type])}"
+    types = ", ".join(f"{_sql_string(col.name)}: {_sql_string(DECLARED_TYPES[col.type])}"
                       for col in table.columns.values())
     return f"read_csv_auto(?, types = {{{types}}})"
 
@@ -145,10 +148,12 @@ def _load_public(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
                               "data: from the policy or the table from the data")
         if not public.data.is_file():
             raise PolicyError(f"{where}: file not found: {public.data}")
-        if public.data.suffix.lower() in (".parquet", ".pq"):
-            reader = "read_parquet(?)"
+        if public.data.suffix.lower() in (".parquet", ".pq"):  # cast to the declared types
+            reader = "(SELECT * REPLACE (" + ", ".join(
+                f"CAST({duckdb_identifier(c.name)} AS {DECLARED_TYPES[c.type]}) AS "
+                f"{duckdb_identifier(c.name)}" for c in public.columns.values()) + ") FROM read_parquet(?))"
         else:
-            types = ", ".join(f"{_sql_string(col.name)}: {_sql_string(_CSV_TYPES[col.type])}"
+            types = ", ".join(f"{_sql_string(col.name)}: {_sql_string(DECLARED_TYPES[col.type])}"
                               for col in public.columns.values())
             reader = f"read_csv_auto(?, types = {{{types}}})"
         try:
@@ -290,6 +295,44 @@ def _table_columns(conn: duckdb.DuckDBPyConnection, kinds: Mapping[str, str], na
     return columns
 
 
+def _read_as_declared(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
+    """Make every policy table read its declared columns as their declared types: a table whose
+    file stores another type of the same family (TINYINT or HUGEINT for int; an integer or
+    DECIMAL for float) is shadowed by a temporary view of the same name that casts them, which
+    every later statement (bounding, queries) reads. An integer that BIGINT cannot hold stops
+    the opening, naming the column: reading it would otherwise fail on that value alone."""
+    catalog = conn.execute("SELECT current_database()").fetchall()[0][0]
+    tables = {**{n: t.columns for n, t in policy.tables.items()},
+              **{n: t.columns for n, t in policy.public_tables.items()},
+              **{n: t.columns for n, t in policy.parent_tables.items()}}
+    for name, declared in tables.items():
+        stored = _columns(conn, name)
+        casts = {col.name: DECLARED_TYPES[col.type] for col in declared.values()
+                 if stored[col.name].split("(")[0].upper() != DECLARED_TYPES[col.type]}
+        if not casts:
+            continue
+        temporary = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND "
+                                 "lower(table_name) = ?", [name]).fetchall()[0][0]
+        if temporary:  # a public table loaded from its own file: read with declared types already
+            continue
+        source = f"{duckdb_identifier(catalog)}.main.{duckdb_identifier(name)}"
+        for col, kind in casts.items():
+            if kind != "BIGINT":
+                continue
+            quoted = duckdb_identifier(col)
+            over = conn.execute(f"SELECT count(*) FROM {source} WHERE {quoted} IS NOT NULL AND "
+                                f"TRY_CAST({quoted} AS BIGINT) IS NULL").fetchall()[0][0]
+            if over:
+                raise PolicyError(f"tables.{name}.columns.{col}.type: the data column is "
+                                  f"{stored[col]} and holds {over} value(s) outside BIGINT, which "
+                                  "an int column is read as; declare it float or store it as "
+                                  "BIGINT", values=over)
+        replaced = ", ".join(f"CAST({duckdb_identifier(col)} AS {kind}) AS {duckdb_identifier(col)}"
+                             for col, kind in casts.items())
+        conn.execute(f"CREATE TEMP VIEW {duckdb_identifier(name)} AS SELECT * REPLACE ({replaced}) "
+                     f"FROM {source}")
+
+
 def _check_unique_key(conn: duckdb.DuckDBPyConnection, public: PublicTableSpec) -> None:
     """A public table's key must be unique in the data, so that a private row joins at most one
     of its rows. This reads the public table only: the error, seen by whoever opens the data,
@@ -311,10 +354,12 @@ def data_columns(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, f
 
 
 def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
-    """Lower-cased column name -> DuckDB type of a table in the main schema."""
+    """Lower-cased column name -> DuckDB type of a table in the main schema, as queries read
+    it (a temporary view from `_read_as_declared` shadows the stored table)."""
     return dict(conn.execute(
         "SELECT lower(column_name), data_type FROM information_schema.columns "
-        "WHERE table_schema = 'main' AND lower(table_name) = ?", [table]
+        "WHERE table_schema = 'main' AND lower(table_name) = ? "
+        "ORDER BY table_catalog = 'temp', ordinal_position", [table]
     ).fetchall())
 
 
@@ -350,8 +395,12 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
         guard = _GUARDS.get(conn)
         copy = None if guard is None else guard.copies.get(table.name)
         if copy is not None:  # prepared by the owner for exactly this data, policy and ledger
+            declared = ", ".join(f"CAST({duckdb_identifier(c.name)} AS {DECLARED_TYPES[c.type]}) AS "
+                                 f"{duckdb_identifier(c.name)}" for c in table.columns.values())
+            replaced = f" REPLACE ({declared})" if declared else ""
             conn.execute(f"CREATE OR REPLACE VIEW {bounded_table(table).sql('duckdb')} AS "
-                         f"SELECT * FROM {exp.table_(table.name, 'main', copy, quoted=True).sql('duckdb')}")
+                         f"SELECT *{replaced} FROM "
+                         f"{exp.table_(table.name, 'main', copy, quoted=True).sql('duckdb')}")
             return
         unit_type = _columns(conn, table.name)[table.unit].split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
@@ -406,8 +455,8 @@ def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool) -> st
 
 
 def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
-    """The gate for this data: each policy table and its bounded copy, EMPTY, with the data's
-    column types (the privacy unit and the policy's columns, which are all a query may read)."""
+    """The gate for this data: each policy table and its bounded copy, EMPTY, with the types
+    queries read (the policy's declared types, `_read_as_declared`, and the privacy unit's)."""
     return SchemaGate(readable_tables(policy, {name: _columns(conn, name)
                                                for name in (*policy.tables, *policy.public_tables,
                                                             *policy.parent_tables)}))

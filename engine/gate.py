@@ -77,8 +77,10 @@ _BOUND_AS: dict[str, dict[str, frozenset[str]]] = {
     "AND/OR": {"class": frozenset({"BOUND_CONJUNCTION"})},
     "NOT": {"operator": frozenset({"OPERATOR_NOT"})},
     "IN": {"operator": frozenset({"COMPARE_IN", "COMPARE_NOT_IN"})},
+    # Binding writes BETWEEN as its two comparisons; some releases bind a BETWEEN in raw SQL
+    # as one three-argument comparison (__between), total in the same way.
     "BETWEEN": {"comparison": frozenset({"COMPARE_GREATERTHANOREQUALTO",
-                                         "COMPARE_LESSTHANOREQUALTO"})},
+                                         "COMPARE_LESSTHANOREQUALTO", "COMPARE_BETWEEN"})},
     "IS": {"operator": frozenset({"OPERATOR_IS_NULL", "OPERATOR_IS_NOT_NULL"}),
            "comparison": frozenset({"COMPARE_DISTINCT_FROM", "COMPARE_NOT_DISTINCT_FROM"})},
     "LIKE": {"text": frozenset({"~~", "!~~", "~~*", "!~~*"})},
@@ -286,14 +288,19 @@ def harden(node: exp.Expression) -> exp.Expression:
 
     Every operand of a scalar that DuckDB makes total only on DOUBLE (arithmetic, ABS, ...) is
     DOUBLE (no integer or decimal overflow; division by zero gives NULL on the locked
-    connections), SUBSTRING positions are TRY_CAST to INTEGER (inside the range DuckDB
-    accepts), and CAST becomes TRY_CAST. A runtime error would otherwise reveal, by occurring or
-    not, something about the exact data. Idempotent."""
+    connections), BETWEEN is written as its two comparisons, SUBSTRING positions are TRY_CAST
+    to INTEGER (inside the range DuckDB accepts), and CAST becomes TRY_CAST. A runtime error
+    would otherwise reveal, by occurring or not, something about the exact data. Idempotent."""
     for key, child in list(node.args.items()):
         if isinstance(child, exp.Expression):
             node.set(key, harden(child))
         elif isinstance(child, list):
             node.set(key, [harden(c) if isinstance(c, exp.Expression) else c for c in child])
+    if isinstance(node, exp.Between):
+        # As `x >= low AND x <= high` (the same value, NULLs included): DuckDB releases bind
+        # BETWEEN differently, and the verdict must not follow the release.
+        return exp.Paren(this=exp.and_(exp.GTE(this=node.this, expression=node.args["low"]),
+                                       exp.LTE(this=node.this.copy(), expression=node.args["high"])))
     scalar = scalar_of(node)
     bound = _BOUND_AS[scalar.name] if scalar is not None else {}
     if "cast" in bound and not isinstance(node, exp.TryCast):
@@ -374,8 +381,11 @@ def _in_range(node: dict) -> bool:
 
 
 def _kept_between(when: dict, then: dict) -> bool:
-    """Whether `when` is `then >= low AND then <= high` with `low` and `high` in range, so that
-    CASE WHEN when THEN then holds only values in range."""
+    """Whether `when` is `then >= low AND then <= high` (or `then BETWEEN low AND high`) with
+    `low` and `high` in range, so that CASE WHEN when THEN then holds only values in range."""
+    if when.get("type") == "COMPARE_BETWEEN":
+        args = _children(when)
+        return len(args) == 3 and _same(args[0], then) and all(_in_range(a) for a in args[1:])
     parts = _children(when) if when.get("type") == "CONJUNCTION_AND" else []
     kinds = sorted(p.get("type", "") for p in parts)
     if kinds != ["COMPARE_GREATERTHANOREQUALTO", "COMPARE_LESSTHANOREQUALTO"]:

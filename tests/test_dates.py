@@ -412,7 +412,8 @@ GUARD = "CASE WHEN day BETWEEN TRY_CAST('2024-01-01' AS DATE) AND TRY_CAST('2024
 def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(dates_db, condition):
     """Raw SQL, the type rules bypassed: a date function or DATE <-> TIMESTAMP cast of a value
     the gate cannot see is within years 1 to 9999 is refused, and such forms do fail on the
-    table's extreme rows (the first three shown to)."""
+    table's extreme rows (the first and third shown to; whether EXTRACT(week) of year 5881580
+    fails depends on the DuckDB release, so the refusal cannot rely on it)."""
     from dpsql.engine.execute import schema_gate
 
     policy = parse_policy({**BASE_POLICY, **DATES_POLICY})
@@ -422,7 +423,7 @@ def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(date
         with pytest.raises(QueryRefused, match="could fail on some data value"):
             gate.check(sql)
         gate.close()
-        if condition.startswith(("date_trunc('month', day)", "EXTRACT(week", "CAST(day")):
+        if condition.startswith(("date_trunc('month', day)", "CAST(day")):
             with pytest.raises(duckdb.Error):  # as a value: a filter may be rewritten as a range
                 conn.execute(f"SELECT {condition.split(' > ')[0].split(' = ')[0]} FROM visits").fetchall()
 

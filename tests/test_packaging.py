@@ -209,3 +209,23 @@ def sysconfig_purelib() -> str:
     import sysconfig
 
     return sysconfig.get_path("purelib")
+
+
+def test_the_lock_pins_an_admitted_duckdb_and_ci_runs_the_lowest_too():
+    """The README installs requirements.lock; its DuckDB is the newest admitted release, and CI
+    runs the release-sensitive tests again under the lowest (tests/duckdb_releases.py)."""
+    from packaging.version import Version
+
+    from tests import duckdb_releases
+
+    lowest, newest = Version(duckdb_releases.lowest()), Version(duckdb_releases.newest())
+    assert lowest < newest, "at least two DuckDB releases are admitted and tested"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "-c requirements.lock" in ci and "tests.duckdb_releases lowest" in ci
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count('pip install -q -c requirements.lock -e ".[test]"') == 2
+    import duckdb
+
+    assert Version(duckdb.__version__) in (lowest, newest), duckdb.__version__
+    for test in duckdb_releases.RELEASE_SENSITIVE:
+        assert (ROOT / test).is_file(), test

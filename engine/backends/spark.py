@@ -89,9 +89,11 @@ class SparkBackend:
         self._tag = f"dpsql-{uuid.uuid4().hex}"
         self._types: dict[str, dict[str, str]] = {}
         for name, table in policy.tables.items():
-            self._types[name] = _check_schema(table, frames[name])
-            frames[name].createOrReplaceTempView(_view(name))
-            self._empty.createDataFrame([], frames[name].schema).createOrReplaceTempView(_view(name))
+            _check_schema(table, frames[name])
+            frame = _as_declared(table, frames[name])
+            self._types[name] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema.fields}
+            frame.createOrReplaceTempView(_view(name))
+            self._empty.createDataFrame([], frame.schema).createOrReplaceTempView(_view(name))
             if table.privacy_unit is not None:
                 columns = ", ".join(f"`{col}`" for col in bounded_columns(table))
                 self._empty.sql(f"SELECT {columns} FROM {_view(name)}").createOrReplaceTempView(
@@ -314,6 +316,21 @@ def _frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> 
         raise InputError(f"cannot read the Spark source of table {name}: {text} (expected a "
                          "DataFrame, a Parquet file or folder, or a catalog table)") from None
     raise InputError(f"no Spark table or Parquet path {text!r} for policy table {name}")
+
+
+# The Spark type each policy type is read as, whatever the source stores (as on DuckDB,
+# engine/execute.py DECLARED_TYPES), so a verdict follows the policy, not the file.
+_DECLARED = {"int": "bigint", "float": "double", "str": "string", "bool": "boolean"}
+
+
+def _as_declared(table: TableSpec, frame: DataFrame) -> DataFrame:
+    """`frame` with each policy column cast to its declared type (a widening of its family)."""
+    from pyspark.sql import functions as F
+
+    declared = {col.name: _DECLARED[col.type] for col in table.columns.values() if col.type in _DECLARED}
+    return frame.select(*[F.col(f"`{f.name}`").cast(declared[f.name.lower()]).alias(f.name)
+                          if f.name.lower() in declared else F.col(f"`{f.name}`")
+                          for f in frame.schema.fields])
 
 
 def _check_schema(table: TableSpec, frame: DataFrame) -> dict[str, str]:
