@@ -6,7 +6,7 @@ import contextlib
 import functools
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
@@ -83,7 +83,10 @@ class PrivateDatabase:
                 spark: Any = None) -> PrivateDatabase:
         """Open the data under a policy, with a budget ledger.
 
-        With engine="duckdb" (the default) `db` is a DuckDB, CSV or Parquet file. With
+        With engine="duckdb" (the default) `db` is a DuckDB, CSV or Parquet file, or tables the
+        caller holds (a pandas or Polars DataFrame, an Arrow table or a DuckDB relation such as
+        `con.table("people")`, or a mapping of policy table names to them), which are copied
+        into a locked-down DuckDB of the engine's own. With
         engine="spark" it is a Spark DataFrame, a Parquet file or folder, or a catalog table (or
         a mapping of policy table names to them), computed on the session `spark` (a local one
         if None). The ledger must exist unless `create=True`, which creates a new one bound to
@@ -414,8 +417,7 @@ def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str 
             raise InputError("spark= is given but engine is 'duckdb'; pass engine='spark' to "
                              "compute on that Spark session")
         if not isinstance(db, (str, Path)):
-            raise InputError(f"the DuckDB engine reads a DuckDB, CSV or Parquet file path, got "
-                             f"{type(db).__name__}; pass engine='spark' for a Spark DataFrame")
+            return DuckDBBackend.copy_of(_frames(db, policy), policy)
         key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
         return DuckDBBackend.open(db, policy, store_dir(ledger), key)
     if engine == "spark":
@@ -423,6 +425,25 @@ def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str 
 
         return SparkBackend.open(spark, db, policy)
     raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+
+
+def _frames(db: Any, policy: Policy) -> dict[str, Any]:
+    """In-memory tables by policy table name: a mapping as given (its names checked), or one
+    table (a DataFrame, an Arrow table, a DuckDB relation) for a policy with one data table."""
+    names = sorted({*policy.tables, *policy.parent_tables,
+                    *(n for n, t in policy.public_tables.items() if t.data is None)})
+    if isinstance(db, Mapping):
+        unknown = sorted(str(name) for name in db if str(name).lower() not in names)
+        missing = [name for name in names if name not in {str(n).lower() for n in db}]
+        if unknown or missing:
+            raise InputError(f"the tables given must be the policy's: {', '.join(names)} "
+                             f"(unknown: {', '.join(unknown) or 'none'}; missing: "
+                             f"{', '.join(missing) or 'none'})")
+        return {str(name).lower(): frame for name, frame in db.items()}
+    if len(names) != 1:
+        raise InputError(f"the policy has tables {', '.join(names)}: pass a mapping of each "
+                         "table's name to its DataFrame, Arrow table or DuckDB relation")
+    return {names[0]: db}
 
 
 def binding_of(policy: Policy) -> LedgerBinding:

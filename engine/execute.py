@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from sqlglot import exp
@@ -72,11 +73,7 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
         raise InputError(f"data file not found: {path} (expected a DuckDB, CSV or Parquet file)")
     suffix = path.suffix.lower()
     limits = policy.limits
-    # Every locked setting but external access goes in here (some apply per connection);
-    # DuckDB refuses to set temp_directory once external access is off, so that comes after.
-    config: dict[str, str | bool | int | float | list[str]] = {
-        "memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
-        **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
+    config = _config(limits)
     try:
         if suffix in _LOADED:
             conn = duckdb.connect(":memory:", config=config)
@@ -110,6 +107,64 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
     _check_schema(conn, policy)
     _read_as_declared(conn, policy)
     return conn
+
+
+def _config(limits: Limits) -> dict[str, str | bool | int | float | list[str]]:
+    """Every locked setting but external access (some apply per connection); DuckDB refuses to
+    set temp_directory once external access is off, so that is switched off after loading."""
+    return {"memory_limit": f"{limits.memory_mb}MB", "temp_directory": "",
+            **{key: value for key, value in _LOCKED.items() if key != "enable_external_access"}}
+
+
+def open_frames(frames: Mapping[str, Any], policy: Policy) -> duckdb.DuckDBPyConnection:
+    """Copy tables the caller holds in memory (pandas or Polars DataFrames, Arrow tables, DuckDB
+    relations), by policy table name, into a new locked-down in-memory DuckDB and check them as
+    `open_data` checks a file. The copy is the engine's own: nothing the caller holds can reach
+    it through dpsql, and changing the caller's frame afterwards changes no answer."""
+    conn = duckdb.connect(":memory:", config=_config(policy.limits))
+    try:
+        for name, frame in frames.items():
+            conn.register("dpsql_source", _scannable(frame, name))
+            with progress.step(f"copying {name}", _probe(conn)):
+                conn.execute(f"CREATE TABLE {duckdb_identifier(name)} AS SELECT * FROM dpsql_source")
+            conn.unregister("dpsql_source")
+        _load_public(conn, policy)
+        _lock_down(conn)
+    except duckdb.OutOfMemoryException:
+        conn.close()
+        raise ResourceLimitExceeded(
+            "cannot copy the data: it needs more memory than the policy's limits.memory_mb "
+            f"({policy.limits.memory_mb} MB)", "limits.memory_mb", policy.limits.memory_mb) from None
+    except duckdb.Error:
+        conn.close()
+        raise InputError("cannot copy the data into the engine's own database (DuckDB's message "
+                         "is withheld because it can quote the data)") from None
+    except BaseException:
+        conn.close()
+        raise
+    _GUARDS[conn] = _Guard(policy.limits)
+    _check_schema(conn, policy)
+    _read_as_declared(conn, policy)
+    return conn
+
+
+_FRAME_MODULES = ("pandas", "polars", "pyarrow")
+
+
+def _scannable(frame: Any, name: str) -> Any:
+    """What DuckDB scans for `frame`: the frame itself, or a relation's rows as an Arrow table
+    (read on its own connection, which the engine's cannot see)."""
+    if isinstance(frame, duckdb.DuckDBPyRelation):
+        try:
+            return frame.to_arrow_table()
+        except (ImportError, ModuleNotFoundError):
+            raise InputError(f"copying the DuckDB relation given for table {name} needs pyarrow "
+                             "(pip install pyarrow)") from None
+    if type(frame).__module__.split(".")[0] not in _FRAME_MODULES:
+        raise InputError(f"table {name}: expected a DuckDB, CSV or Parquet file path, a pandas or "
+                         f"Polars DataFrame, an Arrow table or a DuckDB relation, got "
+                         f"{type(frame).__name__}")
+    return frame
 
 
 _LOADED = (".csv", ".tsv", ".parquet", ".pq")  # files loaded into memory, not opened

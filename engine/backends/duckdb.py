@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from sqlglot import exp
@@ -35,6 +36,17 @@ class DuckDBBackend:
         """Open a DuckDB, CSV or Parquet file locked down and check it against the policy; the
         owner's bounded copies in `store` for this ledger's `hash_key` are used when current."""
         conn = execute.open_data(path, policy, store, hash_key)
+        try:
+            return cls(conn, policy)
+        except BaseException:
+            conn.close()
+            raise
+
+    @classmethod
+    def copy_of(cls, frames: Mapping[str, Any], policy: Policy) -> DuckDBBackend:
+        """Copy in-memory tables (DataFrames, Arrow tables, DuckDB relations) by policy table
+        name into a locked-down DuckDB of the engine's own, and check them against the policy."""
+        conn = execute.open_frames(frames, policy)
         try:
             return cls(conn, policy)
         except BaseException:
