@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import math
 import re
@@ -24,7 +23,7 @@ from ..calibration import (
     applies,
     require_budget,
 )
-from .declared_models import DEFAULT_CAP, DeclaredModel, models_json
+from .declared_models import DEFAULT_CAP, DeclaredModel
 from .errors import PolicyError
 
 MODEL_MODE = "model"
@@ -227,13 +226,6 @@ class Policy:
     def shared_columns(self) -> frozenset[str]:
         """Every parent table's columns (`table.column`): their eta defaults to 1, not eta."""
         return frozenset().union(*(p.qualified() for p in self.parent_tables.values()))
-
-    def fingerprint(self) -> str:
-        """A stable digest of what makes spending comparable: budget and dependence model."""
-        text = json.dumps({"budget": self.budget_epsilon, "k": self.k, "eta": self.eta,
-                           "eta_by_columns": declarations_json(self.eta_by_columns),
-                           "models": models_json(self.models)})
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def eta_for(self, columns: frozenset[str] | None) -> ScopedEta:
         """The eta of a query or transcript that reads `columns` (None: every column)."""

@@ -7,7 +7,7 @@ import math
 import duckdb
 import pytest
 from dpsql.calibration import DependenceModel, calibrate, transcript_level
-from dpsql.engine import BudgetExhausted, InputError, PolicyError, PrivateDatabase, QueryRefused
+from dpsql.engine import BudgetExhausted, InputError, LedgerError, PolicyError, PrivateDatabase, QueryRefused
 from dpsql.engine.ledger import Ledger, LedgerBinding
 
 from tests.support import create_ledger, write_policy
@@ -195,7 +195,7 @@ def test_ledger_from_another_policy_is_refused(tmp_path, setup):
     with _connect(setup) as db:
         db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
     policy = write_policy(tmp_path / "p.yaml", {"budget": {"epsilon": 5000.0}})
-    with pytest.raises(Exception, match="was created for a policy with budget"):
+    with pytest.raises(LedgerError, match="was created for a policy with budget"):
         PrivateDatabase.connect(setup.db, policy=policy, ledger=setup.ledger)
     assert Ledger(setup.ledger, LedgerBinding(1000.0, 1, 0.0)).spent_dp() == pytest.approx(0.5)
 
