@@ -171,6 +171,29 @@ def _print_history(entries: tuple[HistoryEntry, ...]) -> None:
     _console().print(table)
 
 
+@cli.command(name="init", help="Owner: write a starter policy from a data file's schema alone "
+             "(types filled in; bounds, domains, unit, dependence and budget left as marked blanks "
+             "to fill from public knowledge, never from the data).")
+@click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data.")
+@click.option("--output", "-o", default="-", show_default=True,
+              help="Where to write the policy (- for standard output); an existing file is kept.")
+def init(db, output) -> None:
+    from pathlib import Path
+
+    from .starter_policy import starter_policy
+
+    text = starter_policy(db)
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    target = Path(output)
+    if target.exists():
+        raise InputError(f"{target} exists; dpsql init never overwrites a policy (choose another "
+                         "--output or remove it)")
+    target.write_text(text)
+    click.echo(f"wrote {target}: fill in every FILL IN before opening the data with it", err=True)
+
+
 @cli.group(name="ledger", help="Create budget ledgers (the data owner's act).")
 def ledger_group() -> None:
     """Command group."""
