@@ -24,8 +24,8 @@ def _database(path: Path, seed: int) -> Path:
         conn.execute("CREATE TABLE people (person_id BIGINT, age TINYINT, income DECIMAL(10, 2), "
                      "state VARCHAR, sick BOOLEAN, visit DATE, seen TIMESTAMP, blob BLOB)")
         conn.execute(f"INSERT INTO people SELECT i, (i * {seed}) % 100, i * {seed} / 7, 'S' || i % 5, "
-                     f"i % 2 = 0, DATE '2024-01-01' + CAST(i AS INTEGER), TIMESTAMP '2024-01-01' + to_hours(i), "
-                     f"'x' FROM range(50) t(i)")
+                     "i % 2 = 0, DATE '2024-01-01' + CAST(i AS INTEGER), "
+                     "TIMESTAMP '2024-01-01' + to_hours(i), 'x' FROM range(50) t(i)")
     return path
 
 
