@@ -348,11 +348,15 @@ def analyst_cap(name, epsilon, path) -> None:
               help="Requests per second each analyst may sustain.")
 @click.option("--burst", type=click.IntRange(min=1), default=Limits.burst, show_default=True,
               help="Requests each analyst may send at once.")
-def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst) -> None:
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR",
+              help="A reverse proxy whose X-Forwarded-For header names the client (repeatable); "
+              "without one, forwarded headers are ignored.")
+def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst,
+          trusted_proxies) -> None:
     from .service.server import serve as run_server  # uvicorn and FastAPI load only to serve
 
     run_server(db, policy_path, ledger, host, port, tls_cert, tls_key,
-               replace(Limits(), rate=rate, burst=burst))
+               replace(Limits(), rate=rate, burst=burst), tuple(trusted_proxies))
 
 
 @cli.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")

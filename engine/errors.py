@@ -68,8 +68,10 @@ class QueryTooLarge(QueryRefused):
 
 
 class ResourceLimitExceeded(DpsqlError):
-    """A run on the data hit the policy's time or memory limit and was cancelled; nothing was
-    charged. `limit` names the policy field (limits.time_seconds or limits.memory_mb)."""
+    """A run on the data hit the policy's time or memory limit and was cancelled, or planning a
+    query hit a planning limit and was refused; nothing was charged. `limit` names the policy
+    field (limits.time_seconds, memory_mb, plan_seconds, max_sql_chars or max_noisy_columns),
+    `value` the limit's or the query's number."""
 
     def __init__(self, message: str, limit: str, value: float) -> None:
         super().__init__(message, limit=limit, value=value)

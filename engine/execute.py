@@ -212,8 +212,21 @@ def _load_public(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
                               for col in public.columns.values())
             reader = f"read_csv_auto(?, types = {{{types}}})"
         try:
-            conn.execute(f"CREATE TEMP TABLE {duckdb_identifier(public.name)} AS SELECT * FROM "
-                         f"{reader}", [str(public.data)])
+            # Read on a connection of its own: DuckDB shares one instance per file in a process,
+            # so `conn` may already have external access switched off by an earlier open, and
+            # a temporary table is the connection's own, so each connection loads the file.
+            with duckdb.connect() as side:
+                rows = side.sql(f"SELECT * FROM {reader}", params=[str(public.data)])
+                body = ", ".join(f"{duckdb_identifier(name)} {kind}"
+                                 for name, kind in zip(rows.columns, rows.types, strict=True))
+                frame = rows.df()
+            table = duckdb_identifier(public.name)
+            conn.execute(f"CREATE TEMP TABLE {table} ({body})")
+            conn.register("dpsql_public_rows", frame)
+            try:
+                conn.execute(f"INSERT INTO {table} SELECT * FROM dpsql_public_rows")
+            finally:
+                conn.unregister("dpsql_public_rows")
         except duckdb.Error as exc:
             raise PolicyError(f"{where}: cannot load {public.data}: "
                               f"{str(exc).splitlines()[0]}") from None

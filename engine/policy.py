@@ -41,6 +41,7 @@ LAST_MOMENT = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
 MAX_QUANTILE_BINS = 4096  # a quantile's histogram releases bins x groups noisy counts
+MIN_SQL_CHARS = 100  # shorter limits would refuse ordinary queries
 
 
 class Ranged:
@@ -174,6 +175,9 @@ class Limits:
     time_seconds: float = 30.0  # wall-clock limit of each statement run on the data
     memory_mb: int = 4096  # DuckDB's memory limit for the data connection (nothing spills to disk)
     quantile_bins: int = 64  # equal bins of an operand's [lower, upper] that quantiles are read from
+    max_sql_chars: int = 20_000  # characters of one query's SQL text, checked before it is parsed
+    max_noisy_columns: int = 1024  # noisy values per group (bins count one each), before SQL is built
+    plan_seconds: float = 10.0  # wall-clock limit on planning one query (explain included)
 
 
 @dataclass(frozen=True)
@@ -557,22 +561,38 @@ def _qualified(name: Any, path: str, tables: Mapping[str, TableSpec | ParentTabl
 
 
 def _limits(raw: Any) -> Limits:
-    fields = {"max_noisy_values", "time_seconds", "memory_mb", "quantile_bins"}
+    fields = {"max_noisy_values", "time_seconds", "memory_mb", "quantile_bins", "max_sql_chars",
+              "max_noisy_columns", "plan_seconds"}
     spec = _mapping(raw, "limits", optional=fields)
     default = Limits()
     values = _whole(spec.get("max_noisy_values", default.max_noisy_values),
                     "limits.max_noisy_values", 1)
     memory = _whole(spec.get("memory_mb", default.memory_mb), "limits.memory_mb", MIN_MEMORY_MB)
-    seconds = _number(spec.get("time_seconds", default.time_seconds), "limits.time_seconds")
-    if not 0.001 <= seconds <= MAX_TIME_SECONDS:
-        raise PolicyError(f"limits.time_seconds: expected a number of seconds from 0.001 to "
-                          f"{MAX_TIME_SECONDS:g}, got {seconds!r}")
+    seconds = _seconds(spec.get("time_seconds", default.time_seconds), "limits.time_seconds")
+    planning = _seconds(spec.get("plan_seconds", default.plan_seconds), "limits.plan_seconds")
     bins = _whole(spec.get("quantile_bins", default.quantile_bins), "limits.quantile_bins", 2)
     if bins > MAX_QUANTILE_BINS:
         raise PolicyError(f"limits.quantile_bins: expected a whole number from 2 to "
                           f"{MAX_QUANTILE_BINS}, got {bins}")
-    return Limits(max_noisy_values=values, time_seconds=float(seconds), memory_mb=memory,
-                  quantile_bins=bins)
+    chars = _whole(spec.get("max_sql_chars", default.max_sql_chars), "limits.max_sql_chars",
+                   MIN_SQL_CHARS)
+    columns = _whole(spec.get("max_noisy_columns", default.max_noisy_columns),
+                     "limits.max_noisy_columns", 1)
+    if bins > columns:
+        raise PolicyError(f"limits.quantile_bins: {bins} bins are more than limits."
+                          f"max_noisy_columns ({columns}), so every quantile would be refused; "
+                          f"raise max_noisy_columns to at least {bins} or lower quantile_bins")
+    return Limits(max_noisy_values=values, time_seconds=seconds, memory_mb=memory,
+                  quantile_bins=bins, max_sql_chars=chars, max_noisy_columns=columns,
+                  plan_seconds=planning)
+
+
+def _seconds(value: Any, path: str) -> float:
+    seconds = _number(value, path)
+    if not 0.001 <= seconds <= MAX_TIME_SECONDS:
+        raise PolicyError(f"{path}: expected a number of seconds from 0.001 to "
+                          f"{MAX_TIME_SECONDS:g}, got {seconds!r}")
+    return float(seconds)
 
 
 def _whole(value: Any, path: str, least: int) -> int:

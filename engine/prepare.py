@@ -31,6 +31,7 @@ from .gate import SchemaGate
 from .noise import Mechanism, build_mechanism
 from .parse import parse_select
 from .plan import QueryPlan
+from .planning_limits import Deadline, check_text, check_width
 from .policy import MODEL_MODE, Policy, ScopedEta
 from .rewrite import rewrite
 from .sensitivity import sensitivity
@@ -74,7 +75,9 @@ class Preparer:
 
     def prepare(self, sql: str, epsilon: float | None, mode: str | None,
                 cost: float | None = None) -> PreparedQuery:
-        """Validate and plan; everything here is independent of the data's values."""
+        """Validate and plan; everything here is independent of the data's values. Planning
+        longer than the policy's limits.plan_seconds is refused between its steps."""
+        deadline = Deadline(self.policy.limits)
         if (epsilon is None) == (cost is None):
             raise InputError("ask either an epsilon or a cost (how much the transcript level may "
                              f"rise), exactly one of them; got epsilon={epsilon!r}, cost={cost!r}")
@@ -85,7 +88,7 @@ class Preparer:
         if mode not in MODE_CHOICES + (MODEL_MODE,):
             raise InputError(f"mode must be one of {', '.join(MODE_CHOICES)} or {MODEL_MODE}, "
                              f"got {mode!r}")
-        plan, rewritten, post_sql, columns = self._plan(sql)
+        plan, rewritten, post_sql, columns = self._plan(sql, deadline)
         scope = self.policy.eta_for(columns)
         model = DependenceModel(self.policy.k, scope.eta)
         declared, times, why = self._covering(plan, columns)
@@ -102,8 +105,11 @@ class Preparer:
             cal = self.calibrate(target, mode, model)
             if wants_model:
                 cal = replace(cal, justification=f"{cal.justification}; no declared model: {why}")
+        deadline.check()
         mechanisms = self.mechanisms(plan, cal.epsilon_dp)
+        deadline.check()
         self._check_post_processing(plan, post_sql, mechanisms)
+        deadline.check()
         return PreparedQuery(plan, cal, mechanisms, rewritten, post_sql, mode,
                              None if cost is None else target, columns, scope, model,
                              declared if mode == MODEL_MODE else None,
@@ -164,20 +170,30 @@ class Preparer:
         self._mechanisms[key] = (plan, built)  # the plan is kept, so its id is not reused
         return built
 
-    def _plan(self, sql: str) -> tuple[QueryPlan, str, str, frozenset[str]]:
+    def _plan(self, sql: str, deadline: Deadline) -> tuple[QueryPlan, str, str, frozenset[str]]:
         """Plan, rewritten SQL and post-processing SQL of a query text, both passed by the gate,
         and the columns it reads. They depend only on the text and the policy, so repeated
-        texts reuse them, like a prepared statement."""
+        texts reuse them, like a prepared statement. The size limits are checked before the
+        step whose cost they bound, the time limit after each step."""
         cached = self._plans.get(sql)
         if cached is None:
+            limits = self.policy.limits
+            check_text(sql, limits)
             parsed = parse_select(sql)
+            deadline.check()
             flat = flatten(parsed, self.policy)
+            deadline.check()
             plan = build_plan(flat, self.policy, sql, self._backend.data_columns())
             if flat is not parsed:
                 plan = replace(plan, flattened_sql=flat.sql(dialect="duckdb"))
-            check_size(plan, self.policy.limits)
-            rewritten, post_sql = self._backend.render(rewrite(plan)), postprocess.query_sql(plan)
+            check_size(plan, limits)
+            check_width(plan, limits)
+            deadline.check()
+            rewritten = self._backend.render(rewrite(plan))
+            deadline.check()
+            post_sql = postprocess.query_sql(plan)
             self._backend.check(rewritten)
+            deadline.check()
             self._post_gate(plan).check(post_sql)
             cached = (plan, rewritten, post_sql, columns_read(plan))
             if len(self._plans) >= PLAN_CACHE_SIZE:

@@ -52,8 +52,14 @@ def test_limits_default_when_absent_and_read_when_given():
         ({"memory_mb": "4GB"}, "limits.memory_mb: expected an integer >= 64"),
         ({"quantile_bins": 1}, "limits.quantile_bins: expected an integer >= 2, got 1"),
         ({"quantile_bins": 5000}, "limits.quantile_bins: expected a whole number from 2 to 4096"),
-        ({"threads": 2}, "limits.threads: unknown field (allowed: max_noisy_values, memory_mb, "
-                         "quantile_bins, time_seconds)"),
+        ({"threads": 2}, "limits.threads: unknown field (allowed: max_noisy_columns, "
+                         "max_noisy_values, max_sql_chars, memory_mb, plan_seconds, quantile_bins, "
+                         "time_seconds)"),
+        ({"plan_seconds": 0}, "limits.plan_seconds: expected a number of seconds from 0.001"),
+        ({"max_sql_chars": 99}, "limits.max_sql_chars: expected an integer >= 100, got 99"),
+        ({"max_noisy_columns": 0}, "limits.max_noisy_columns: expected an integer >= 1, got 0"),
+        ({"quantile_bins": 128, "max_noisy_columns": 100},
+         "limits.quantile_bins: 128 bins are more than limits.max_noisy_columns (100)"),
         ([1], "limits: expected a mapping"),
     ],
 )

@@ -28,6 +28,7 @@ from dpsql.engine.ledger import Ledger
 from dpsql.engine.service import auth
 from dpsql.engine.service.app import create_app
 from dpsql.engine.service.limits import Limits
+from dpsql.engine.service.server import uvicorn_config
 
 import dpsql
 from tests.support import charge_count, create_ledger, make_people, run_cli, write_policy
@@ -83,7 +84,8 @@ def add_analysts(ledger: Path, analysts: dict[str, tuple[str, float | None]]) ->
 def start(tmp_path: Path, analysts: dict[str, tuple[str, float | None]] | None = None,
           limits: Limits = FAST, policy: dict | None = None,
           opener: Callable[[Path, Path, Path], PrivateDatabase] | None = None,
-          wait: bool = True, files: tuple[Path, Path] | None = None) -> Service:
+          wait: bool = True, files: tuple[Path, Path] | None = None,
+          trusted_proxies: tuple[str, ...] = ()) -> Service:
     """Files (the people table, or `files`: data and policy), analysts and a running service
     (waits until /healthz says ok unless `wait` is False)."""
     if files is None:
@@ -98,8 +100,8 @@ def start(tmp_path: Path, analysts: dict[str, tuple[str, float | None]] | None =
     open_db = (lambda: PrivateDatabase.connect(db, policy_path, ledger)) if opener is None else \
         (lambda: opener(db, policy_path, ledger))
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(open_db, limits), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(create_app(open_db, limits), "127.0.0.1", port,
+                                           trusted_proxies=trusted_proxies, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     service = Service(f"http://127.0.0.1:{port}", db, policy_path, ledger, tokens, server, thread)
@@ -252,8 +254,9 @@ def test_brute_force_is_limited_compared_in_constant_time_and_logged_without_tok
         with caplog.at_level(logging.WARNING, logger="dpsql.service"):
             codes = [running.client(token=g).get("/v1/budget").status_code for g in guesses]
         assert codes == [401] * 5 + [429] * 3
-        # every guess that was checked was compared with every active analyst's hash
-        assert len(compared) == 5 * 3
+        # every guess was checked (a valid token behind the address is never locked out) and
+        # compared with every active analyst's hash
+        assert len(compared) == 8 * 3
         compared.clear()
         logged = "\n".join(r.getMessage() for r in caplog.records)
         assert logged.count("refused GET /v1/budget from 127.0.0.1") == 5
@@ -509,17 +512,31 @@ def test_serve_over_tls_and_a_failed_start_is_one_line(tmp_path):
                                               "(expected a DuckDB, CSV or Parquet file)")
 
 
-def test_only_the_worker_thread_touches_the_database(service, monkeypatch):
-    """Sixteen request threads at once; the data and the ledger are used from one thread only
-    (sqlite connections must not be shared between threads, and DuckDB's is not made for it)."""
-    seen: set[str] = set()
+def test_only_the_worker_thread_touches_the_data(service, monkeypatch):
+    """Sixteen request threads at once; the data and the worker's ledger connection are used
+    from one thread only (sqlite connections must not be shared between threads, and DuckDB's
+    is not made for it); the ledger reader's own connection (token checks, budgets) is used by
+    one request thread at a time and never reaches the data."""
+    seen: dict[int, set[str]] = {}
+    inside: dict[int, list[str]] = {}  # the threads inside a method of each ledger
+    most = [0]
+    lock = threading.Lock()
     for cls, name in ((Ledger, "state"), (Ledger, "charge"), (Ledger, "credentials"),
-                      (PrivateDatabase, "explain")):
+                      (PrivateDatabase, "explain"), (PrivateDatabase, "query")):
         real = getattr(cls, name)
 
-        def spy(*args, __real=real, **kwargs):
-            seen.add(threading.current_thread().name)
-            return __real(*args, **kwargs)
+        def spy(self, *args, __real=real, **kwargs):
+            book = self if isinstance(self, Ledger) else self.ledger
+            me = threading.current_thread().name
+            with lock:
+                seen.setdefault(id(book), set()).add(me)
+                inside.setdefault(id(book), []).append(me)
+                most[0] = max(most[0], len(set(inside[id(book)])))
+            try:
+                return __real(self, *args, **kwargs)
+            finally:
+                with lock:
+                    inside[id(book)].remove(me)
 
         monkeypatch.setattr(cls, name, spy)
     errors: list[int] = []
@@ -531,14 +548,19 @@ def test_only_the_worker_thread_touches_the_database(service, monkeypatch):
                 response = http.post(path, json={"sql": SQL, "epsilon": 0.01})
                 if response.status_code != 200:
                     errors.append(response.status_code)
+            if http.get("/v1/budget").status_code != 200:
+                errors.append(0)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == [] and seen == {"dpsql-worker"}
-    assert charge_count(service.ledger) == 16
+    assert errors == [] and charge_count(service.ledger) == 16
+    assert len(seen) == 2  # the worker's ledger and the reader's
+    worker, reader = sorted(seen.values(), key=lambda names: "dpsql-worker" not in names)
+    assert worker == {"dpsql-worker"} and "dpsql-worker" not in reader
+    assert most[0] == 1  # each ledger connection is used by one thread at a time
 
 
 def test_rate_limiter_refills_and_forgets_refilled_keys(monkeypatch):

@@ -75,15 +75,15 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
 
     def caller(request: Request,
                _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> Analyst:
-        """The analyst the request's token belongs to (never a name the request states)."""
+        """The analyst the request's token belongs to (never a name the request states). Every
+        token is checked, so failed tokens from an address never lock out a valid one behind
+        it; only failures count against the address (429 once it has sent too many)."""
         address = request.client.host if request.client else "unknown"
-        failures.exhausted(address)
         header = request.headers.get("authorization")
         try:
-            analyst = worker.call(lambda db: identify(db.ledger, header))
+            analyst = worker.read(lambda db: identify(db.ledger, header))
         except AccessDenied as exc:
-            with contextlib.suppress(TooManyRequests):
-                failures.take(address, "failed tokens")
+            failures.take(address, "failed tokens from this address")
             log.warning("refused %s %s from %s: %s", request.method, request.url.path, address, exc)
             raise
         requests.take(analyst.name, "requests")
@@ -102,28 +102,32 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     AccountantRole = Annotated[Analyst, Depends(role("accountant"))]
 
     @app.get("/healthz", summary="Ready (200) or starting (503)")
-    def health() -> JSONResponse:
+    async def health() -> JSONResponse:
         if worker.ready.is_set():
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "starting" if worker.failure is None else "failed"}, 503)
 
     @app.get("/v1/schema", summary="The public policy: tables, columns, bounds, domains, SQL")
     def schema(_: Caller) -> dict:
-        return worker.call(lambda db: public_schema(db.policy))
+        return worker.read(lambda db: public_schema(db.policy))
 
     @app.post("/v1/explain", summary="Plan, noise and cost of a query; spends nothing, reads no data")
-    def explain(ask: Ask, _: AnalystRole) -> dict:
-        return worker.call(lambda db: db.explain(ask.sql, ask.epsilon, ask.mode, ask.cost)).to_dict()
+    async def explain(ask: Ask, _: AnalystRole) -> JSONResponse:
+        return JSONResponse(await worker.run(
+            lambda db: db.explain(ask.sql, ask.epsilon, ask.mode, ask.cost).to_dict()))
 
     @app.post("/v1/query", summary="A private answer, charged to the token's analyst")
-    def query(ask: Ask, analyst: AnalystRole) -> JSONResponse:
-        result = worker.call(lambda db: db.query(ask.sql, ask.epsilon, ask.mode,
-                                                 analyst=analyst.name, cost=ask.cost))
-        return JSONResponse(result.to_dict(), headers={ANSWER_ID: str(result.id)})
+    async def query(ask: Ask, analyst: AnalystRole) -> JSONResponse:
+        def answer(db: PrivateDatabase) -> tuple[dict, int | None]:
+            result = db.query(ask.sql, ask.epsilon, ask.mode, analyst=analyst.name, cost=ask.cost)
+            return result.to_dict(), result.id
+
+        body, ident = await worker.run(answer)
+        return JSONResponse(body, headers={ANSWER_ID: str(ident)})
 
     @app.get("/v1/budget", summary="The global budget, your cap and the largest epsilon left")
     def budget(analyst: Caller) -> dict:
-        total, cap = worker.call(lambda db: (db.budget(), db.cap_status(analyst.name)))
+        total, cap = worker.read(lambda db: (db.budget(), db.cap_status(analyst.name)))
         largest = min(total.largest_epsilon, math.inf if cap is None else cap.largest_epsilon)
         return {"analyst": analyst.name, "role": analyst.role, "largest_epsilon": largest,
                 "global": asdict(total), "cap": None if cap is None else asdict(cap)}
@@ -137,11 +141,11 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
         if of is not None and of != analyst.name and analyst.role != "accountant":
             raise WrongRole("only the role accountant may read another analyst's history")
         who = analyst.name if of is None else of
-        return [e.to_dict() for e in worker.call(lambda db: db.ledger.history(who, id))]
+        return [e.to_dict() for e in worker.read(lambda db: db.ledger.history(who, id))]
 
     @app.get("/v1/report", summary="The full budget report (accountant)")
     def report(_: AccountantRole) -> dict:
-        return worker.call(lambda db: db.report()).to_dict()
+        return worker.read(lambda db: db.report()).to_dict()
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -66,17 +66,6 @@ class RateLimiter:
                 full = now - self.burst / self.rate
                 self._buckets = {k: v for k, v in self._buckets.items() if v[1] > full}
 
-    def exhausted(self, key: str) -> None:
-        """Raise TooManyRequests if `key` has nothing left, without spending anything."""
-        now = time.monotonic()
-        with self._lock:
-            level, then = self._buckets.get(key, (float(self.burst), now))
-            level = min(float(self.burst), level + (now - then) * self.rate)
-        if level < 1.0:
-            wait = (1.0 - level) / self.rate
-            raise TooManyRequests(f"too many failed tokens from this address; retry in {wait:.2g} s",
-                                  retry_after=wait)
-
 
 class BodyLimit:
     """ASGI middleware answering 413 to a body over `limit` bytes, read no further than that

@@ -1,9 +1,11 @@
 """The one thread that owns the PrivateDatabase: its DuckDB connections, caches and the sqlite
-ledger are only ever used from it, and requests queue to it (sqlite refuses to be shared
-between threads, and one answer at a time keeps the budget arithmetic simple)."""
+ledger are only ever used from it, and queries and explains queue to it (sqlite refuses to be
+shared between threads, and one answer at a time keeps the budget arithmetic simple). What needs
+no data is read beside it (reader.py), so it never waits behind a query."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from collections.abc import Callable
@@ -12,6 +14,7 @@ from typing import TypeVar
 
 from ..database import PrivateDatabase
 from ..errors import DpsqlError
+from .reader import Reader
 
 T = TypeVar("T")
 
@@ -35,27 +38,38 @@ class Worker:
         self._on_failure = on_failure
         self.ready = threading.Event()
         self.failure: BaseException | None = None
+        self._reader: Reader | None = None
         self._thread = threading.Thread(target=self._run, name="dpsql-worker", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def call(self, work: Callable[[PrivateDatabase], T], timeout: float | None = None) -> T:
+    async def run(self, work: Callable[[PrivateDatabase], T]) -> T:
         """Run `work(database)` on the worker thread and return what it returns (or raise what
-        it raised). Refused at once while starting and when the queue is full."""
-        if not self.ready.is_set():
-            if self.failure is not None:
-                raise ServiceStarting("the service could not open its data or ledger; its owner "
-                                      "has the details")
-            raise ServiceStarting("the service is starting (opening the data and the ledger); "
-                                  "retry in a few seconds")
+        it raised), awaiting it without holding a request thread. Refused at once while
+        starting and when the queue is full."""
+        self._check_ready()
         future: Future = Future()
         try:
             self._queue.put_nowait((work, future))
         except queue.Full:
             raise ServiceBusy(f"the service is busy ({self._queue.maxsize} requests queued); "
                               "retry in a moment") from None
-        return future.result(timeout)
+        return await asyncio.wrap_future(future)
+
+    def read(self, work: Callable[[PrivateDatabase], T]) -> T:
+        """Run `work` on the ledger reader, a database without data (never on the worker)."""
+        self._check_ready()
+        assert self._reader is not None
+        return self._reader.read(work)
+
+    def _check_ready(self) -> None:
+        if not self.ready.is_set():
+            if self.failure is not None:
+                raise ServiceStarting("the service could not open its data or ledger; its owner "
+                                      "has the details")
+            raise ServiceStarting("the service is starting (opening the data and the ledger); "
+                                  "retry in a few seconds")
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the queued calls, close the database and end the thread."""
@@ -67,6 +81,7 @@ class Worker:
         try:
             database = self._open()
             database.warm()
+            reader = self._reader = Reader(database)
         except BaseException as exc:  # reported to the owner, never to an analyst as data
             self.failure = exc
             if self._on_failure is not None:
@@ -84,4 +99,5 @@ class Worker:
                     future.set_exception(exc)
         finally:
             self.ready.clear()
+            reader.close()
             database.close()
