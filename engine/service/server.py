@@ -1,20 +1,27 @@
 """`dpsql serve`: the application on uvicorn, with the database opened on the worker thread
-while the endpoints answer 503; a failure to open it stops the server with its one line."""
+while the endpoints answer 503; a failure to open it stops the server with its one line. With
+--pg-port the Postgres wire listener (pgwire.py) runs beside it on the same event loop, worker,
+ledger and rate limiters."""
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
 from ..database import PrivateDatabase
 from ..errors import InputError
+from . import pgwire
 from .app import create_app
 from .limits import Limits
 
 
 def serve(db: str, policy: str, ledger: str, host: str = "127.0.0.1", port: int = 8765,
-          tls_cert: str | None = None, tls_key: str | None = None, limits: Limits | None = None) -> None:
+          tls_cert: str | None = None, tls_key: str | None = None, limits: Limits | None = None,
+          pg_port: int | None = None) -> None:
     """Serve until interrupted; raise the error that kept the database from opening."""
     if (tls_cert is None) != (tls_key is None):
         raise InputError("--tls-cert and --tls-key go together: give both (HTTPS) or neither (HTTP)")
@@ -24,6 +31,8 @@ def serve(db: str, policy: str, ledger: str, host: str = "127.0.0.1", port: int 
     if not Path(ledger).is_file():
         raise InputError(f"ledger file not found: {ledger}; create it first with dpsql ledger init "
                          f"--ledger {ledger} --policy {policy}")
+    if pg_port is not None and pg_port == port and port != 0:
+        raise InputError(f"--pg-port must differ from --port (both {port})")
     failures: list[BaseException] = []
 
     def failed(exc: BaseException) -> None:
@@ -34,6 +43,25 @@ def serve(db: str, policy: str, ledger: str, host: str = "127.0.0.1", port: int 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, ssl_certfile=tls_cert,
                                            ssl_keyfile=tls_key, log_level="info",
                                            timeout_graceful_shutdown=30))
-    server.run()
+    if pg_port is None:
+        server.run()
+    else:
+        tls = None
+        if tls_cert is not None and tls_key is not None:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(tls_cert, tls_key)
+        asyncio.run(run_with_pg(server, app, host, pg_port, tls))
     if failures:
         raise failures[0]
+
+
+async def run_with_pg(server: uvicorn.Server, app: FastAPI, host: str, pg_port: int,
+                      tls: ssl.SSLContext | None = None) -> None:
+    """Run uvicorn and the Postgres listener on one event loop until uvicorn stops."""
+    shared = pgwire.Shared(app.state.worker, app.state.requests, app.state.failures, app.state.limits,
+                           tls)
+    listener = await pgwire.listen(shared, host, pg_port)
+    try:
+        await server.serve()
+    finally:
+        await pgwire.close(listener, shared)
