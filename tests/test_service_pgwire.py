@@ -176,6 +176,15 @@ def test_injection_through_set_is_refused_and_costs_nothing(pg):
             assert _error(conn, statement).sqlstate in ("22023", "42601", "42704")
         assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("",)
         assert conn.execute("SHOW dpsql.mode").fetchone() == ("",)
+        # the catalog is the policy's empty tables: no data, no files, nothing it can be changed by
+        assert conn.execute("SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relname = 'people'").fetchone() \
+            == (1,)
+        for statement in ("SELECT 1; CREATE TABLE public.x (a INT)", "SELECT * FROM read_csv('/etc/passwd')",
+                          "SELECT * FROM pg_class, read_text('/etc/hostname')"):
+            assert _error(conn, statement).sqlstate in ("0A000", "42601", "22023")
+        conn.execute("SET dpsql.epsilon = 0.5")
+        assert _error(conn, "SELECT * FROM public.people").sqlstate == "0A000"  # the engine's refusal
+        assert conn.execute("SELECT relname FROM pg_catalog.pg_class WHERE relname = 'x'").fetchall() == []
     assert charge_count(pg.ledger) == before
 
 

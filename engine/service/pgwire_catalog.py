@@ -116,6 +116,13 @@ class Catalog:
     def _run(self, sql: str) -> Rows:
         from .pgwire_sql import WireError
 
+        try:
+            statements = duckdb.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise WireError(f"could not parse the SQL: {str(exc).splitlines()[0][:200]}", "42601") from None
+        if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+            raise WireError("catalog statement refused: one SELECT about the tables and columns is "
+                            "answered at a time, nothing that changes the catalog", "0A000")
         cursor = self._db
         timer = threading.Timer(TIME_LIMIT, cursor.interrupt)
         timer.start()
