@@ -317,26 +317,34 @@ def test_a_psql_session(pg):
     assert "sql: SELECT COUNT(*) FROM people" in out
 
 
-def test_dpsql_serve_pg_port_on_the_command_line(tmp_path):
+def test_dpsql_serve_pg_port_on_the_command_line_requires_tls_when_it_has_a_certificate(tmp_path):
     db = make_people(tmp_path / "people.duckdb")
     policy = write_policy(tmp_path / "policy.yaml")
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     token = add_analysts(ledger, {"ana": ("analyst", None)})["ana"]
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     pg_port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "dpsql", "serve", "--db", str(db), "--policy",
-                                str(policy), "--ledger", str(ledger), "--port", "0", "--pg-port", str(pg_port)],
+                                str(policy), "--ledger", str(ledger), "--port", "0", "--pg-port", str(pg_port),
+                                "--tls-cert", str(cert), "--tls-key", str(key)],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    options = {"host": "127.0.0.1", "port": pg_port, "user": "ana", "password": token, "dbname": "dpsql",
+               "autocommit": True}
     try:
         deadline, rows = time.monotonic() + 60, None
         while rows is None and time.monotonic() < deadline:
             try:
-                with psycopg.connect(host="127.0.0.1", port=pg_port, user="ana", password=token,
-                                     dbname="dpsql", autocommit=True) as conn:
+                with psycopg.connect(**options, sslmode="verify-full", sslrootcert=str(cert)) as conn:
                     conn.execute("SET dpsql.epsilon = 0.5")
                     rows = conn.execute(SQL).fetchall()
             except psycopg.OperationalError:
                 time.sleep(0.2)
         assert rows is not None and len(rows) == 4
+        with pytest.raises(psycopg.OperationalError, match="requires TLS"):
+            psycopg.connect(**options, sslmode="disable")
         assert charge_count(ledger) == 1
     finally:
         process.terminate()
