@@ -335,8 +335,8 @@ def analyst_cap(name, epsilon, path) -> None:
                                   + ("none" if analyst.cap is None else f"{analyst.cap:g}"))))
 
 
-@cli.command(help="Serve analysts over HTTP: the data and ledger stay here, analysts hold tokens "
-             "(dpsql analyst add). Runs until interrupted.")
+@cli.command(help="Serve analysts over HTTP (and the Postgres protocol with --pg-port): the data and "
+             "ledger stay here, analysts hold tokens (dpsql analyst add). Runs until interrupted.")
 @click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data.")
 @click.option("--policy", "policy_path", required=True, help="The data owner's policy (YAML).")
 @click.option("--ledger", required=True, help="sqlite ledger file recording the budget spent.")
@@ -351,12 +351,15 @@ def analyst_cap(name, epsilon, path) -> None:
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR",
               help="A reverse proxy whose X-Forwarded-For header names the client (repeatable); "
               "without one, forwarded headers are ignored.")
-def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst,
-          trusted_proxies) -> None:
+@click.option("--pg-port", type=click.IntRange(0, 65535), default=None,
+              help="Also speak the Postgres wire protocol on this port (psql, psycopg, JDBC): user = "
+              "analyst name, password = token.")
+def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst, trusted_proxies,
+          pg_port) -> None:
     from .service.server import serve as run_server  # uvicorn and FastAPI load only to serve
 
     run_server(db, policy_path, ledger, host, port, tls_cert, tls_key,
-               replace(Limits(), rate=rate, burst=burst), tuple(trusted_proxies))
+               replace(Limits(), rate=rate, burst=burst), tuple(trusted_proxies), pg_port=pg_port)
 
 
 @cli.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")

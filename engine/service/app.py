@@ -72,6 +72,7 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
                   description="Differentially private SQL for analysts who hold only a token.")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     app.state.worker = worker
+    app.state.requests, app.state.failures, app.state.limits = requests, failures, limits  # pgwire
 
     def caller(request: Request,
                _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> Analyst:
