@@ -57,7 +57,7 @@ class Shared:
 
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = self.worker.call(lambda db: Catalog(db.policy))
+            self._catalog = self.worker.read(lambda db: Catalog(db.policy))
         return self._catalog
 
 
@@ -160,16 +160,20 @@ class Connection:
             raise Refused("expected a password message")
         token = _text(body)
         try:
-            self.shared.failures.exhausted(self.address)
-            analyst = await self._call(lambda: self.shared.worker.call(
+            analyst = await self._call(lambda: self.shared.worker.read(
                 lambda db: identify(db.ledger, f"Bearer {token}")))
             if not secrets.compare_digest(analyst.name.encode(), user.encode()):
                 raise AccessDenied("the token is wrong or was revoked; ask the data owner for a token "
                                    "(dpsql analyst add)")
         except AccessDenied as exc:
-            with contextlib.suppress(TooManyRequests):
-                self.shared.failures.take(self.address, "failed tokens")
+            # As over HTTP: every token is checked first, so failures from this address never
+            # lock out a valid token; only the failure counts, and past the limit it says so.
             log.warning("refused a Postgres login as %r from %s: %s", user[:100], self.address, exc)
+            try:
+                self.shared.failures.take(self.address, "failed tokens from this address")
+            except TooManyRequests as limited:
+                _error(self.writer, "FATAL", sqlstate(limited), str(limited))
+                return None
             _error(self.writer, "FATAL", "28P01", f"password authentication failed for user "
                                                   f"{user[:100]!r}: {exc}")
             return None

@@ -48,6 +48,14 @@ class Worker:
         """Run `work(database)` on the worker thread and return what it returns (or raise what
         it raised), awaiting it without holding a request thread. Refused at once while
         starting and when the queue is full."""
+        return await asyncio.wrap_future(self._submit(work))
+
+    def call(self, work: Callable[[PrivateDatabase], T]) -> T:
+        """`run` for a caller on a thread of its own (the Postgres endpoint's connections):
+        blocks that thread until the worker has run `work`."""
+        return self._submit(work).result()
+
+    def _submit(self, work: Callable[[PrivateDatabase], T]) -> Future:
         self._check_ready()
         future: Future = Future()
         try:
@@ -55,7 +63,7 @@ class Worker:
         except queue.Full:
             raise ServiceBusy(f"the service is busy ({self._queue.maxsize} requests queued); "
                               "retry in a moment") from None
-        return await asyncio.wrap_future(future)
+        return future
 
     def read(self, work: Callable[[PrivateDatabase], T]) -> T:
         """Run `work` on the ledger reader, a database without data (never on the worker)."""
