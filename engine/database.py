@@ -39,6 +39,7 @@ from .result import (
     ModelCheck,
     QueryResult,
 )
+from .workload_result import WorkloadExplanation, WorkloadResult
 
 DEFAULT_ANALYST = "analyst"
 
@@ -254,6 +255,27 @@ class PrivateDatabase:
         except _PostProcessingFailed:
             self._halt(f"post-processing failed on noisy values (analyst {analyst!r}, query {sql!r})")
         return replace(result, id=ident)
+
+    @_serialized
+    def query_many(self, statements: list[str], epsilon: float | None = None,
+                   mode: str | None = None, analyst: str | None = None,
+                   cost: float | None = None) -> WorkloadResult:
+        """Answer a workload of statements together at one epsilon (or cost) for the whole set,
+        charged once: linear counts over one table's public domain are measured by one strategy
+        and answered by least squares; the others are answered alone within the same split
+        (docs/theory.md §18)."""
+        from .workload_run import query_many
+
+        return query_many(self, statements, epsilon, mode, analyst, cost)
+
+    @_serialized
+    def explain_many(self, statements: list[str], epsilon: float | None = None,
+                     mode: str | None = None, cost: float | None = None) -> WorkloadExplanation:
+        """The workload's strategy, each statement's expected per-cell error against asking
+        the statements separately at epsilon / (their number), and the cost; reads no data."""
+        from .workload_run import explain_many
+
+        return explain_many(self, statements, epsilon, mode, cost)
 
     def _prepare(self, sql: str, epsilon: float | None, mode: str | None,
                  cost: float | None = None) -> PreparedQuery:
