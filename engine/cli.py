@@ -84,8 +84,17 @@ def cli() -> None:
 @click.option("--file", "workload", default=None, type=click.Path(dir_okay=False),
               help="Answer the statements of this file (separated by ';') together, at --epsilon "
                    "(or --cost) for the whole set, charged once (instead of SQL).")
+@click.option("--ci95", type=float, default=None,
+              help="Instead of --epsilon: the smallest epsilon whose 95%% half-width on every "
+                   "noisy cell is at most this (asks for confirmation unless --yes).")
+@click.option("--yes", is_flag=True, help="Spend the epsilon --ci95 finds without asking.")
 def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token,
-          workload, sql) -> None:
+          workload, ci95, yes, sql) -> None:
+    if ci95 is not None:
+        from .workload_cli import epsilon_by_accuracy
+
+        epsilon = epsilon_by_accuracy(workload, sql, db, engine, policy_path, ledger, epsilon,
+                                      cost, mode, analyst, server, ci95, confirm=not yes)
     if workload is not None:
         from .workload_cli import run_workload
 
@@ -129,8 +138,16 @@ def _show_result(result: QueryResult, fmt: str) -> None:
               help="Explain the statements of this file (separated by ';') as one workload: its "
                    "strategy, each statement's expected error against asking them separately, "
                    "and the cost.")
-def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, workload,
+@click.option("--ci95", type=float, default=None,
+              help="Instead of --epsilon: explain at the smallest epsilon whose 95%% half-width "
+                   "on every noisy cell is at most this.")
+def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, workload, ci95,
             sql) -> None:
+    if ci95 is not None:
+        from .workload_cli import epsilon_by_accuracy
+
+        epsilon = epsilon_by_accuracy(workload, sql, db, engine, policy_path, ledger, epsilon,
+                                      cost, mode, analyst, None, ci95, confirm=False)
     if workload is not None:
         from .workload_cli import run_workload
 

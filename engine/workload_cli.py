@@ -32,11 +32,7 @@ def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy
     if fmt == "csv":
         raise InputError("a workload is printed as table or json (one answer per statement), "
                          "not csv")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read workload file {path}: {exc}") from None
-    statements = split_statements(text)
+    statements = split_statements(_read(path))
     with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst=analyst,
                                  engine=engine) as private:
         if explain:
@@ -50,6 +46,42 @@ def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy
         _print_result(shown)
     else:
         _print_explanation(shown)
+
+
+def epsilon_by_accuracy(path: str | None, sql: str | None, db: str | None, engine: str,
+                        policy: str | None, ledger: str | None, epsilon: float | None,
+                        cost: float | None, mode: str | None, analyst: str, server: str | None,
+                        ci95: float, confirm: bool) -> float:
+    """The epsilon `--ci95` asks for a query or a workload file, said on stderr; with
+    `confirm`, the user must agree before it is spent (click.Abort otherwise)."""
+    if epsilon is not None or cost is not None:
+        raise InputError("give --ci95, --epsilon or --cost: exactly one of them")
+    if server is not None:
+        raise InputError("--ci95 is computed on the local policy; a service is asked by epsilon")
+    missing = [name for name, value in (("--db", db), ("--policy", policy), ("--ledger", ledger))
+               if value is None]
+    if missing:
+        raise InputError(f"missing option {', '.join(missing)}: --ci95 needs --db, --policy and "
+                         "--ledger")
+    if (path is None) == (sql is None):
+        raise InputError("give either SQL or --file, exactly one of them")
+    asked: str | list[str] = sql if sql is not None else split_statements(_read(path))
+    with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst=analyst,
+                                 engine=engine) as private:
+        plan = private.epsilon_for(asked, ci95, mode)
+    click.echo(f"{plan.explanation}; the widest 95% half-width is then "
+               f"±{number(plan.halfwidth)}", err=True)
+    if confirm:
+        click.confirm(f"spend epsilon {plan.epsilon:g}?", abort=True, err=True)
+    return plan.epsilon
+
+
+def _read(path: str | None) -> str:
+    assert path is not None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read workload file {path}: {exc}") from None
 
 
 def _print_result(result: WorkloadResult) -> None:

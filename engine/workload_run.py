@@ -5,6 +5,7 @@ one charge (docs/theory.md §18). `PrivateDatabase.query_many` and `explain_many
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -222,3 +223,30 @@ def _rmse(mechanisms: dict[str, Mechanism]) -> float:
     return math.sqrt(2.0) * mech.scale
 
 
+
+
+def workload_halfwidth(db: PrivateDatabase, statements: list[str],
+                       mode: str | None) -> Callable[[float], float]:
+    """The widest 95% half-width of a noisy cell of the workload at an epsilon (under this
+    connection's policy): non-increasing in epsilon, for `epsilon_for`'s bisection."""
+    work, combined = _plan_workload(db, statements, 1.0, mode, None)
+    n = len(work.members)
+    widest = max((max(m.unit_halfwidths) for m in work.measured), default=0.0)
+
+    def halfwidth(epsilon: float) -> float:
+        share = db._preparer.calibrate(epsilon, combined.mode, combined.model).epsilon_dp / n
+        out = [widest * work.sensitivity / (share * len(work.measured))] if work.measured else []
+        out += [mech.ci95 for member in work.alone
+                for mech in db._preparer.mechanisms(member.prepared.plan, share).values()]
+        return max(out)
+
+    return halfwidth
+
+
+def accuracy_epsilon(db: PrivateDatabase, statements: list[str], accuracy: float,
+                     mode: str | None, epsilon: float | None, cost: float | None) -> float:
+    """The epsilon `accuracy=` asks for a workload (refused beside an epsilon or a cost)."""
+    if epsilon is not None or cost is not None:
+        raise InputError("ask by accuracy, epsilon or cost: exactly one of them; got "
+                         f"accuracy={accuracy!r}, epsilon={epsilon!r}, cost={cost!r}")
+    return db.epsilon_for(list(statements), accuracy, mode).epsilon

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
-    ("values", frozenset({"policy", "result", "accounting", "declared_models", "workload_result"})),
+    ("values", frozenset({"policy", "result", "accounting", "declared_models", "workload_result",
+                        "accuracy"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
                         "postprocess", "columns", "workload_strategy", "workload_intervals"})),
