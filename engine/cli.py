@@ -60,7 +60,7 @@ def _common(func, local: bool = True):
                      help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
-        click.argument("sql"),
+        click.argument("sql", required=False),
     ]
     for option in reversed(options):
         func = option(func)
@@ -81,7 +81,28 @@ def cli() -> None:
               "(then give --token, not --db, --policy, --ledger or --analyst).")
 @click.option("--token", envvar="DPSQL_TOKEN", default=None,
               help="Your token for --server (or the environment variable DPSQL_TOKEN).")
-def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token, sql) -> None:
+@click.option("--file", "workload", default=None, type=click.Path(dir_okay=False),
+              help="Answer the statements of this file (separated by ';') together, at --epsilon "
+                   "(or --cost) for the whole set, charged once (instead of SQL).")
+@click.option("--ci95", type=float, default=None,
+              help="Instead of --epsilon: the smallest epsilon whose 95%% half-width on every "
+                   "noisy cell is at most this (asks for confirmation unless --yes).")
+@click.option("--yes", is_flag=True, help="Spend the epsilon --ci95 finds without asking.")
+def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token,
+          workload, ci95, yes, sql) -> None:
+    if ci95 is not None:
+        from .workload_cli import epsilon_by_accuracy
+
+        epsilon = epsilon_by_accuracy(workload, sql, db, engine, policy_path, ledger, epsilon,
+                                      cost, mode, analyst, server, ci95, confirm=not yes)
+    if workload is not None:
+        from .workload_cli import run_workload
+
+        run_workload(workload, sql, db, engine, policy_path, ledger, epsilon, cost, mode, analyst,
+                     fmt, server, explain=False)
+        return
+    if sql is None:
+        raise InputError("give the SQL to answer, or --file with a workload of statements")
     if server is not None:
         result = remote_query(server, token, sql, epsilon=epsilon, mode=mode, cost=cost,
                               local=[name for name, value in (("--db", db), ("--policy", policy_path),
@@ -113,7 +134,28 @@ def _show_result(result: QueryResult, fmt: str) -> None:
 @cli.command(help="Show the plan, rewritten SQL, sensitivities, noise and cost; spends nothing.")
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
-def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
+@click.option("--file", "workload", default=None, type=click.Path(dir_okay=False),
+              help="Explain the statements of this file (separated by ';') as one workload: its "
+                   "strategy, each statement's expected error against asking them separately, "
+                   "and the cost.")
+@click.option("--ci95", type=float, default=None,
+              help="Instead of --epsilon: explain at the smallest epsilon whose 95%% half-width "
+                   "on every noisy cell is at most this.")
+def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, workload, ci95,
+            sql) -> None:
+    if ci95 is not None:
+        from .workload_cli import epsilon_by_accuracy
+
+        epsilon = epsilon_by_accuracy(workload, sql, db, engine, policy_path, ledger, epsilon,
+                                      cost, mode, analyst, None, ci95, confirm=False)
+    if workload is not None:
+        from .workload_cli import run_workload
+
+        run_workload(workload, sql, db, engine, policy_path, ledger, epsilon, cost, mode, analyst,
+                     fmt, None, explain=True)
+        return
+    if sql is None:
+        raise InputError("give the SQL to explain, or --file with a workload of statements")
     with progress_bar(fmt == "table"), \
             PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
                                     engine=engine) as private:

@@ -20,6 +20,7 @@ from ..calibration import (
 from ..calibration.model_exact import largest_within
 from . import postprocess
 from .accounting import AnswerMap, ScopedAccountant, TimeSpend, inverse, no_column_answers, union
+from .accuracy import AccuracyPlan
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
@@ -39,6 +40,7 @@ from .result import (
     ModelCheck,
     QueryResult,
 )
+from .workload_result import WorkloadExplanation, WorkloadResult
 
 DEFAULT_ANALYST = "analyst"
 
@@ -257,6 +259,50 @@ class PrivateDatabase:
         except _PostProcessingFailed:
             self._halt(f"post-processing failed on noisy values (analyst {analyst!r}, query {sql!r})")
         return replace(result, id=ident)
+
+    @_serialized
+    def query_many(self, statements: list[str], epsilon: float | None = None,
+                   mode: str | None = None, analyst: str | None = None,
+                   cost: float | None = None, accuracy: float | None = None) -> WorkloadResult:
+        """Answer a workload of statements together at one epsilon (or cost) for the whole set,
+        charged once: linear counts over one table's public domain are measured by one strategy
+        and answered by least squares; the others are answered alone within the same split
+        (docs/theory.md §18). `accuracy=H` asks the smallest epsilon keeping every noisy
+        cell's 95% half-width within ±H (`epsilon_for`)."""
+        from .workload_run import accuracy_epsilon, query_many
+
+        if accuracy is not None:
+            epsilon = accuracy_epsilon(self, statements, accuracy, mode, epsilon, cost)
+        return query_many(self, statements, epsilon, mode, analyst, cost)
+
+    @_serialized
+    def explain_many(self, statements: list[str], epsilon: float | None = None,
+                     mode: str | None = None, cost: float | None = None,
+                     accuracy: float | None = None) -> WorkloadExplanation:
+        """The workload's strategy, each statement's expected per-cell error against asking
+        the statements separately at epsilon / (their number), and the cost; reads no data."""
+        from .workload_run import accuracy_epsilon, explain_many
+
+        if accuracy is not None:
+            epsilon = accuracy_epsilon(self, statements, accuracy, mode, epsilon, cost)
+        return explain_many(self, statements, epsilon, mode, cost)
+
+    @_serialized
+    def epsilon_for(self, sql: str | list[str], ci95: float,
+                    mode: str | None = None) -> AccuracyPlan:
+        """The smallest epsilon whose 95% half-width on every noisy cell of `sql` (a query, or
+        a list of statements asked as one workload) is at most `ci95`; reads no data, spends
+        nothing (docs/theory.md §18)."""
+        from .accuracy import smallest_epsilon
+        from .workload_run import workload_halfwidth
+
+        if isinstance(sql, str):
+            def widest(epsilon: float) -> float:
+                prepared = self._prepare(sql, epsilon, mode)
+                return max(m.ci95 for m in prepared.mechanisms.values())
+
+            return smallest_epsilon(widest, ci95, "this query")
+        return smallest_epsilon(workload_halfwidth(self, sql, mode), ci95, "this workload")
 
     def _prepare(self, sql: str, epsilon: float | None, mode: str | None,
                  cost: float | None = None) -> PreparedQuery:

@@ -79,10 +79,11 @@ def _sum_accuracy(mechanism: str, scale: float, terms: int, alpha: float) -> flo
 
 
 def build_mechanism(measurement: Measurement, sensitivity: float | int,
-                    epsilon: float) -> Mechanism:
+                    epsilon: float, integer: bool | None = None) -> Mechanism:
     """Make the OpenDP measurement for a vector of group values with this L1 sensitivity, and
-    check OpenDP's own privacy map: it must not exceed the epsilon we mean to spend."""
-    integer = measurement.integer
+    check OpenDP's own privacy map: it must not exceed the epsilon we mean to spend. `integer`
+    False asks Laplace noise on real values (a workload's weighted strategy answers)."""
+    integer = measurement.integer if integer is None else integer
     scale = sensitivity / epsilon
     d_in: int | float
     if integer:

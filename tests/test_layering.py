@@ -11,17 +11,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
-    ("values", frozenset({"policy", "result", "accounting", "declared_models"})),
+    ("values", frozenset({"policy", "result", "accounting", "declared_models", "workload_result",
+                        "accuracy"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
-                        "postprocess", "columns"})),
+                        "postprocess", "columns", "workload_strategy", "workload_intervals"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
-    ("run", frozenset({"execute", "backends", "prepare", "bounded_store"})),
+    ("run", frozenset({"execute", "backends", "prepare", "bounded_store", "workload"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
-    ("api", frozenset({"database"})),
+    ("api", frozenset({"database", "workload_run"})),
     ("service", frozenset({"service"})),
-    ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar"})),
+    ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar", "workload_cli"})),
 )
 
 

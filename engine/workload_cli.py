@@ -1,0 +1,124 @@
+"""`dpsql query --file` and `dpsql explain --file`: a workload file answered or explained
+together, printed as JSON or as one table per statement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .database import PrivateDatabase
+from .display import number, visible
+from .errors import InputError
+from .workload import split_statements
+from .workload_result import WorkloadExplanation, WorkloadResult
+
+
+def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy: str | None,
+                 ledger: str | None, epsilon: float | None, cost: float | None, mode: str | None,
+                 analyst: str, fmt: str, server: str | None, explain: bool) -> None:
+    """Read the file, answer (or explain) its statements together and print the result."""
+    if sql is not None:
+        raise InputError("give either SQL or --file, not both")
+    if server is not None:
+        raise InputError("--file is answered on local data; a service answers one statement "
+                         "at a time")
+    missing = [name for name, value in (("--db", db), ("--policy", policy), ("--ledger", ledger))
+               if value is None]
+    if missing:
+        raise InputError(f"missing option {', '.join(missing)}: a workload needs --db, --policy "
+                         "and --ledger")
+    if fmt == "csv":
+        raise InputError("a workload is printed as table or json (one answer per statement), "
+                         "not csv")
+    statements = split_statements(_read(path))
+    with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst=analyst,
+                                 engine=engine) as private:
+        if explain:
+            shown: WorkloadExplanation | WorkloadResult = private.explain_many(
+                statements, epsilon=epsilon, mode=mode, cost=cost)
+        else:
+            shown = private.query_many(statements, epsilon=epsilon, mode=mode, cost=cost)
+    if fmt == "json":
+        click.echo(json.dumps(shown.to_dict(), allow_nan=False))
+    elif isinstance(shown, WorkloadResult):
+        _print_result(shown)
+    else:
+        _print_explanation(shown)
+
+
+def epsilon_by_accuracy(path: str | None, sql: str | None, db: str | None, engine: str,
+                        policy: str | None, ledger: str | None, epsilon: float | None,
+                        cost: float | None, mode: str | None, analyst: str, server: str | None,
+                        ci95: float, confirm: bool) -> float:
+    """The epsilon `--ci95` asks for a query or a workload file, said on stderr; with
+    `confirm`, the user must agree before it is spent (click.Abort otherwise)."""
+    if epsilon is not None or cost is not None:
+        raise InputError("give --ci95, --epsilon or --cost: exactly one of them")
+    if server is not None:
+        raise InputError("--ci95 is computed on the local policy; a service is asked by epsilon")
+    missing = [name for name, value in (("--db", db), ("--policy", policy), ("--ledger", ledger))
+               if value is None]
+    if missing:
+        raise InputError(f"missing option {', '.join(missing)}: --ci95 needs --db, --policy and "
+                         "--ledger")
+    if (path is None) == (sql is None):
+        raise InputError("give either SQL or --file, exactly one of them")
+    asked: str | list[str] = sql if sql is not None else split_statements(_read(path))
+    with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst=analyst,
+                                 engine=engine) as private:
+        plan = private.epsilon_for(asked, ci95, mode)
+    click.echo(f"{plan.explanation}; the widest 95% half-width is then "
+               f"±{number(plan.halfwidth)}", err=True)
+    if confirm:
+        click.confirm(f"spend epsilon {plan.epsilon:g}?", abort=True, err=True)
+    return plan.epsilon
+
+
+def _read(path: str | None) -> str:
+    assert path is not None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read workload file {path}: {exc}") from None
+
+
+def _print_result(result: WorkloadResult) -> None:
+    for answer in result.answers:
+        click.echo(visible(answer.sql))
+        click.echo(f"  ({answer.answered}; ± is the 95% interval half-width of the noise)")
+        columns = [str(c) for c in answer.df.columns]
+        click.echo("  " + " | ".join(columns))
+        for row, ci in zip(answer.df.itertuples(index=False),
+                           answer.ci95.itertuples(index=False), strict=True):
+            click.echo("  " + " | ".join(
+                visible(str(v)) if c != c else f"{number(v)} ± {number(c)}"
+                for v, c in zip(row, ci, strict=True)))
+    click.echo(_cost_line(result.epsilon, result.epsilon_dp, result.k, result.eta, result.cost,
+                          result.level_before, result.level_after))
+    if result.strategy:
+        click.echo(f"strategy: {result.strategy}; sensitivity {number(result.sensitivity)}")
+    click.echo(f"answer id {result.id}")
+
+
+def _print_explanation(ex: WorkloadExplanation) -> None:
+    click.echo(f"strategy: {ex.strategy or 'none (every statement is answered alone)'}")
+    for name, rmse in ex.candidates:
+        click.echo(f"  candidate {name}: per-cell RMSE {number(rmse)} × cell sensitivity / ε_dp")
+    click.echo("expected per-cell RMSE, in the workload vs asked separately at epsilon / "
+               f"{len(ex.errors)}:")
+    for e in ex.errors:
+        click.echo(f"  {number(e.rmse_workload)} vs {number(e.rmse_separate)}  {visible(e.sql)} "
+                   f"({e.answered})")
+    click.echo(_cost_line(ex.epsilon, ex.epsilon_dp, ex.k, ex.eta, ex.cost, ex.level_before,
+                          ex.level_after))
+    if not ex.admissible:
+        click.echo("over budget: the ledger would refuse this workload")
+
+
+def _cost_line(epsilon: float, epsilon_dp: float, k: int, eta: float, cost: float,
+               before: float, after: float) -> str:
+    return (f"epsilon {number(epsilon)} for the whole workload (k={k}, eta={number(eta)}) -> "
+            f"epsilon_dp {number(epsilon_dp)}, charged once; cost {number(cost)} (transcript "
+            f"level {number(before)} -> {number(after)})")

@@ -1,0 +1,252 @@
+"""Running a workload on a database: plan, price and admit it as one answer, run the exact
+counts and the statements answered alone, then noise, least squares and intervals inside the
+one charge (docs/theory.md §18). `PrivateDatabase.query_many` and `explain_many` call it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..calibration import DependenceModel
+from . import postprocess
+from .accounting import TimeSpend
+from .backends import DataFailure
+from .database import (
+    PrivateDatabase,
+    _aggregate_infos,
+    _Books,
+    _check_analyst,
+    _PostProcessingFailed,
+)
+from .errors import EngineHalted, InputError
+from .ledger import Charge, LedgerBinding
+from .noise import Mechanism, build_mechanism, release
+from .plan import UnitJoin
+from .policy import MODEL_MODE
+from .prepare import PreparedQuery
+from .result import AggregateInfo, AnswerCost
+from .workload import (
+    Member,
+    WorkloadPlan,
+    answer_frame,
+    check_statements,
+    plan_workload,
+    release_alone,
+)
+from .workload_result import QueryError, WorkloadAnswer, WorkloadExplanation, WorkloadResult
+
+
+def query_many(db: PrivateDatabase, statements: list[str], epsilon: float | None = None,
+               mode: str | None = None, analyst: str | None = None,
+               cost: float | None = None) -> WorkloadResult:
+    """Answer a workload of statements together at one epsilon (or cost) for the whole set,
+    charged once: linear counts over one table's public domain are measured by one strategy
+    and answered by least squares; the others are answered alone within the same split
+    (docs/theory.md §18)."""
+    analyst = db.analyst if analyst is None else _check_analyst(analyst)
+    work, combined = _plan_workload(db, statements, epsilon, mode, cost)
+    books = _Books(*db._state())
+    cal = db._price(combined, books)
+    db._admit(combined, cal, books)
+    db._admit_analyst(combined, cal, analyst, books.accountants)
+    text = ";\n".join(statements)
+    try:
+        exact_cells = None
+        if work.contingency is not None:
+            db._backend.bound(work.contingency.plan.table, db.ledger.hash_key)
+            exact_cells = db._backend.run(work.contingency.sql,
+                                            len(work.contingency.plan.group_by))
+        exact_alone = {}
+        for member in work.alone:
+            plan = member.prepared.plan
+            db._backend.bound(plan.table, db.ledger.hash_key)
+            if isinstance(plan.join, UnitJoin):
+                db._backend.bound(plan.join.other, db.ledger.hash_key)
+            elif plan.join is not None and plan.join.parent is not None:
+                db._backend.bound(plan.join.parent.one_per_key(), db.ledger.hash_key)
+            exact_alone[member.sql] = db._backend.run(member.prepared.sql, len(plan.group_by))
+    except DataFailure as failure:
+        db._halt(f"{failure} (analyst {analyst!r}, workload {text!r})")
+
+    def settle(spent: float, stored: LedgerBinding, read: frozenset[str] | None,
+               times: TimeSpend | None) -> tuple[Charge, WorkloadResult]:
+        books = _Books(spent, read, db._accountants(stored), times)
+        cal = db._price(combined, books)
+        db._admit(combined, cal, books)
+        db._admit_analyst(combined, cal, analyst, books.accountants)
+        before, after = books.levels(cal.epsilon_dp, combined.columns)
+        charged = books.after(cal.epsilon_dp, combined.columns, None)
+        try:
+            answers, infos = _workload_answers(db, work, cal.epsilon_dp, exact_cells,
+                                                    exact_alone)
+            result = WorkloadResult(
+                answers=answers, strategy=_strategy_text(work),
+                sensitivity=work.sensitivity if work.solved is not None else 0.0,
+                epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
+                k=db.policy.k, eta=combined.scope.eta, budget=db._status(charged),
+                level_before=before, level_after=after, cost=after - before,
+                columns_read=tuple(sorted(combined.columns)))
+            stored_answer = result.to_dict()
+        except Exception as exc:
+            raise _PostProcessingFailed from exc
+        cost_record = AnswerCost(cal.epsilon, cal.epsilon_dp, cal.mode, db.policy.k,
+                                 combined.scope.eta)
+        return Charge(analyst, text, cost_record, infos, stored_answer, combined.columns,
+                      None), result
+
+    try:
+        ident, result = db.ledger.charge(settle)
+    except _PostProcessingFailed:
+        db._halt(f"post-processing failed on noisy values (analyst {analyst!r}, "
+                   f"workload {text!r})")
+    return replace(result, id=ident)
+
+def explain_many(db: PrivateDatabase, statements: list[str], epsilon: float | None = None,
+                 mode: str | None = None, cost: float | None = None) -> WorkloadExplanation:
+    """The workload's strategy, each statement's expected per-cell error against asking
+    the statements separately at epsilon / (their number), and the cost; reads no data."""
+    work, combined = _plan_workload(db, statements, epsilon, mode, cost)
+    books = _Books(*db._state())
+    cal = db._price(combined, books)
+    before, after = books.levels(cal.epsilon_dp, combined.columns)
+    share = cal.epsilon_dp / len(work.members)
+    errors = []
+    for member in work.members:
+        if member.matrix is not None:
+            assert work.solved is not None
+            scale = work.sensitivity / (share * len(work.measured))
+            mine = member.unit_rmse * scale
+        else:
+            mine = _rmse(db._preparer.mechanisms(member.prepared.plan, share))
+        alone = db._preparer.prepare(member.sql, cal.epsilon / len(work.members),
+                                       combined.mode, None)
+        errors.append(QueryError(member.sql, _answered(member), mine,
+                                 _rmse(alone.mechanisms)))
+    return WorkloadExplanation(
+        strategy=_strategy_text(work), candidates=work.compared,
+        sensitivity=work.sensitivity if work.solved is not None else 0.0,
+        errors=tuple(errors), epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
+        k=db.policy.k, eta=combined.scope.eta, level_before=before, level_after=after,
+        cost=after - before, admissible=books.admits(cal.epsilon_dp, combined.columns))
+
+def _plan_workload(db: PrivateDatabase, statements: list[str], epsilon: float | None, mode: str | None,
+                   cost: float | None) -> tuple[WorkloadPlan, PreparedQuery]:
+    """The workload's plan, and one PreparedQuery standing for its single charge: calibrated
+    for the union of the columns every statement reads (their eta), under the asked mode."""
+    statements = check_statements(statements)
+    if db._halted or db.ledger.halted() is not None:
+        raise EngineHalted
+    if mode == MODEL_MODE:
+        raise InputError("a workload is calibrated under the policy's dependence map, not a "
+                         "declared model; ask without mode model")
+    mode = db.policy.mode if mode is None else mode
+    work = plan_workload(db._preparer, statements, epsilon, mode, cost)
+    base = work.contingency if work.contingency is not None else work.members[0].prepared
+    columns = frozenset().union(*(m.prepared.columns for m in work.members))
+    scope = db.policy.eta_for(columns)
+    model = DependenceModel(db.policy.k, scope.eta)
+    cal = base.calibration if cost is not None else \
+        db._preparer.calibrate(base.calibration.epsilon, mode, model)
+    return work, replace(base, calibration=cal, columns=columns, scope=scope, model=model,
+                         declared=None, times=None, tight_dp=None, mode=mode)
+
+def _workload_answers(db: PrivateDatabase, work: WorkloadPlan, epsilon_dp: float, exact_cells: Any,
+                      exact_alone: dict) -> tuple[tuple[WorkloadAnswer, ...],
+                                                  tuple[AggregateInfo, ...]]:
+    """Noise, least squares and intervals: every statement's answer from one split of
+    epsilon_dp (a 1 / n share per statement; the strategy gets the counts' shares)."""
+    share = epsilon_dp / len(work.members)
+    infos: list[AggregateInfo] = []
+    estimates: dict[str, np.ndarray] = {}
+    scale = 0.0
+    if work.solved is not None and exact_cells is not None:
+        contingency = work.contingency
+        assert contingency is not None
+        (measurement,) = contingency.plan.measurements
+        x = np.asarray(exact_cells.values[measurement.name], dtype=float)
+        mech = build_mechanism(measurement, work.sensitivity, share * len(work.measured),
+                               integer=False)
+        scale = mech.scale
+        y = np.asarray(release(mech, list(work.solved.measure(x))), dtype=float)
+        for member in work.measured:
+            assert member.matrix is not None
+            estimates[member.sql] = work.solved.estimate(y, member.matrix)
+        infos.append(AggregateInfo(
+            column="workload", function=f"{work.solved.name} of COUNT(*)",
+            mechanism=mech.mechanism, sensitivity=mech.sensitivity, epsilon_dp=mech.epsilon,
+            scale=mech.scale, ci95_halfwidth=mech.ci95))
+    answers = []
+    for member in work.members:
+        plan = member.prepared.plan
+        if member.matrix is not None:
+            df, ci, cs = answer_frame(member, estimates[member.sql], scale)
+            answers.append(WorkloadAnswer(member.sql, df, ci, cs, _answered(member),
+                                          share, tuple(infos[:1])))
+            continue
+        mechanisms = db._preparer.mechanisms(plan, share)
+        exact = exact_alone[member.sql]
+        noisy = release_alone(mechanisms, exact.values)
+        finished = postprocess.direct(plan, exact.keys, noisy, mechanisms)
+        if finished is None:
+            frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
+            finished = postprocess.finish(db._post, plan, member.prepared.post_sql, frame)
+        own = _aggregate_infos(plan, mechanisms)
+        infos += own
+        answers.append(WorkloadAnswer(member.sql, *finished, _answered(member), share, own))
+    return tuple(answers), tuple(infos)
+
+
+
+def _strategy_text(work: WorkloadPlan) -> str:
+    """The workload's strategy in words ("" when every statement is answered alone)."""
+    if work.solved is None:
+        return ""
+    strategy = work.solved
+    return f"{strategy.name}: {strategy.detail} (L1 norm {strategy.l1:.4g})"
+
+
+def _answered(member: Member) -> str:
+    return ("least squares from the workload's strategy" if member.matrix is not None
+            else f"alone: {member.alone}")
+
+
+def _rmse(mechanisms: dict[str, Mechanism]) -> float:
+    """Root mean squared error of one noisy value of a statement's first measurement."""
+    mech = next(iter(mechanisms.values()))
+    if mech.mechanism == "discrete_laplace":
+        r = math.exp(-1.0 / mech.scale)
+        return math.sqrt(2.0 * r) / (1.0 - r)
+    return math.sqrt(2.0) * mech.scale
+
+
+
+
+def workload_halfwidth(db: PrivateDatabase, statements: list[str],
+                       mode: str | None) -> Callable[[float], float]:
+    """The widest 95% half-width of a noisy cell of the workload at an epsilon (under this
+    connection's policy): non-increasing in epsilon, for `epsilon_for`'s bisection."""
+    work, combined = _plan_workload(db, statements, 1.0, mode, None)
+    n = len(work.members)
+    widest = max((max(m.unit_halfwidths) for m in work.measured), default=0.0)
+
+    def halfwidth(epsilon: float) -> float:
+        share = db._preparer.calibrate(epsilon, combined.mode, combined.model).epsilon_dp / n
+        out = [widest * work.sensitivity / (share * len(work.measured))] if work.measured else []
+        out += [mech.ci95 for member in work.alone
+                for mech in db._preparer.mechanisms(member.prepared.plan, share).values()]
+        return max(out)
+
+    return halfwidth
+
+
+def accuracy_epsilon(db: PrivateDatabase, statements: list[str], accuracy: float,
+                     mode: str | None, epsilon: float | None, cost: float | None) -> float:
+    """The epsilon `accuracy=` asks for a workload (refused beside an epsilon or a cost)."""
+    if epsilon is not None or cost is not None:
+        raise InputError("ask by accuracy, epsilon or cost: exactly one of them; got "
+                         f"accuracy={accuracy!r}, epsilon={epsilon!r}, cost={cost!r}")
+    return db.epsilon_for(list(statements), accuracy, mode).epsilon
