@@ -12,6 +12,7 @@ from typing import Any
 from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
+from .aggregates.quantile import parse_value_column
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
 from .join import bind_join, joined_column
@@ -598,8 +599,15 @@ def _single_aggregate(node: exp.Expression) -> Aggregate | None:
 
 
 def _measurements_in(expression: exp.Expression, post: _PostScope) -> tuple[str, ...]:
+    """The measurements an expression reads: by name, or through a quantile read from a
+    histogram's cells (`MEDIAN(age) + 1`)."""
     names = {m.name for m in post.measurements.values()}
-    found = [col.name for col in expression.find_all(exp.Column) if col.name in names]
+    found = []
+    for col in expression.find_all(exp.Column):
+        read = parse_value_column(col.name)
+        name = read[0] if read is not None else col.name
+        if name in names:
+            found.append(name)
     return tuple(dict.fromkeys(found))
 
 

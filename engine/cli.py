@@ -509,15 +509,20 @@ def _print_result(result: QueryResult) -> None:
 
     table = Table()
     for name in result.df.columns:
-        table.add_column(Text(visible(str(name))), justify="right")
+        header = visible(str(name))  # as wide as its longest word: cells wrap, names do not
+        table.add_column(Text(header), justify="right",
+                         min_width=min(max(map(len, header.split() or [""])), 30))
     intervals, intervals_note = result.shown_intervals()
+    ranges = result.ranges()
     for row, ci in zip(result.df.itertuples(index=False), intervals.itertuples(index=False),
                        strict=True):
-        table.add_row(*(Text(_cell(v, c)) for v, c in zip(row, ci, strict=True)))
+        table.add_row(*(Text(_cell(v, float(c), r)) for v, c, r in zip(row, ci, ranges, strict=True)))
     console = _console()
     console.print(Text(visible(result.sql)))
     console.print(table)
     console.print(intervals_note)
+    for line in result.interval_notes():
+        console.print(Text(visible(line)))
     console.print(
         f"epsilon {_number(result.epsilon)} (information privacy under k={result.k}, "
         f"eta={_number(result.eta)}{from_clause(result.eta_from)}) -> epsilon_dp "
@@ -527,12 +532,9 @@ def _print_result(result: QueryResult) -> None:
                        f"transcript's eta is now {_number(result.budget.eta)}"
                        f"{from_clause(result.budget.eta_from)}"))
     b = result.budget
-    largest = (f"largest epsilon this query can still ask: {_number(result.largest_epsilon)}"
-               if result.largest_epsilon is not None else  # answers stored before it was kept
-               f"largest epsilon a query reading no column can still ask: {_number(b.largest_epsilon)}")
     console.print(
         f"cost {_number(result.cost)}: transcript level {_number(result.level_before)} -> "
-        f"{_number(b.spent_ip)} of budget {_number(b.total)}; {largest}"
+        f"{_number(b.spent_ip)} of budget {_number(b.total)}; {result.largest_line()}"
         + ("" if result.id is None else f" (answer id {result.id}: dpsql history --id {result.id})")
     )
 
@@ -578,10 +580,17 @@ def _print_explanation(ex: Explanation) -> None:
 
 
 def _csv(result: QueryResult) -> str:
+    """The answer with, after each noisy column, its 95% half-width ("no interval" where there
+    is none) and the interval [low, high] cut to what its statistic can be."""
     frame = result.df.copy()
-    for name in result.ci95.columns:
-        if result.ci95[name].notna().any():
-            frame[f"{name}_ci95"] = result.ci95[name]
+    bounds = result.bounds(result.ci95)
+    for j, (name, possible) in enumerate(zip(result.df.columns, result.ranges(), strict=True)):
+        if possible is None:
+            continue
+        frame[f"{name}_ci95"] = [c if c == c else "no interval" for c in result.ci95[name]]
+        ends = [b[j] for b in bounds]
+        frame[f"{name}_ci95_low"] = [None if end is None else end[0] for end in ends]
+        frame[f"{name}_ci95_high"] = [None if end is None else end[1] for end in ends]
     frame.columns = [csv_text(str(name)) for name in frame.columns]
     return frame.map(csv_text).to_csv(index=False)  # text cells only; numbers stay numbers
 

@@ -230,6 +230,7 @@ class PrivateDatabase:
                     frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
                     finished = postprocess.finish(self._post, plan, prepared.post_sql, frame)
                 answer, halfwidths, simultaneous = finished
+                possible, no_interval = postprocess.interval_notes(plan, mechanisms)
                 result = QueryResult(
                     df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
                     selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,
@@ -241,6 +242,7 @@ class PrivateDatabase:
                     **_model_fields(prepared, cal.epsilon_dp),
                     largest_epsilon=charged.largest_epsilon(prepared.mode, prepared.columns,
                                                             *_answer(prepared)),
+                    possible=possible, no_interval=no_interval,
                 )
                 stored_answer = result.to_dict()
             except Exception as exc:

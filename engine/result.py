@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
-from .display import cell, html_paragraphs, html_table, number
+from .display import cell, cut, html_paragraphs, html_table, number
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,25 @@ class QueryResult:
     # The largest epsilon the same query can still ask once this answer is charged (what
     # explain would say next): its own calibration, declared model and time points included.
     largest_epsilon: float | None = None
+    # Per column, what its exact statistic can be (a count >= 0, an AVG within its operand's
+    # bounds; +-inf unbounded), which shown intervals are cut to; None for a group key.
+    possible: tuple[tuple[float, float] | None, ...] = ()
+    # The noisy columns without an interval in some or all rows, with why (never shown bare).
+    no_interval: tuple[tuple[str, str], ...] = ()
+
+    def ranges(self) -> list[tuple[float, float] | None]:
+        """`possible` per column, or (older answers) unbounded for every column with an
+        interval somewhere and None for the others."""
+        if len(self.possible) == len(self.df.columns):
+            return list(self.possible)
+        return [(-math.inf, math.inf) if self.ci95[c].notna().any() else None for c in self.df.columns]
+
+    def bounds(self, intervals: pd.DataFrame) -> list[list[list[float] | None]]:
+        """Per cell, the interval shown: [low, high] within what the statistic can be."""
+        ranges = self.ranges()
+        return [[cut(v, float(c), r) for v, c, r in zip(row, ci, ranges, strict=True)]
+                for row, ci in zip(self.df.itertuples(index=False),
+                                   intervals.astype(float).itertuples(index=False), strict=True)]
 
     @property
     def answer_cost(self) -> AnswerCost:
@@ -135,6 +154,9 @@ class QueryResult:
             "rows": self.df.to_numpy(dtype=object).tolist(),
             "ci95": self.ci95.to_numpy(dtype=object).tolist(),
             "ci95_simultaneous": self.ci95_simultaneous.to_numpy(dtype=object).tolist(),
+            "ci95_bounds": self.bounds(self.ci95),
+            "possible": [None if r is None else list(r) for r in self.possible],
+            "no_interval": dict(self.no_interval),
             "selection_adjusted": self.selection_adjusted,
             "epsilon": self.epsilon,
             "epsilon_dp": self.epsilon_dp,
@@ -174,6 +196,10 @@ class QueryResult:
             model=answer.get("model", ""), tight_epsilon_dp=answer.get("tight_epsilon_dp"),
             model_checks=tuple(ModelCheck(**c) for c in answer.get("model_checks", ())),
             largest_epsilon=answer.get("largest_epsilon"),
+            possible=tuple(None if r is None else (-math.inf if r[0] is None else float(r[0]),
+                                                   math.inf if r[1] is None else float(r[1]))
+                           for r in answer.get("possible", ())),
+            no_interval=tuple(answer.get("no_interval", {}).items()),
         )
 
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:
@@ -190,18 +216,36 @@ class QueryResult:
     def _repr_html_(self) -> str:
         """Jupyter's view: the answer as a table of `value ± ci` cells, then what it cost."""
         intervals, note = self.shown_intervals()
-        rows = [[cell(v, c) for v, c in zip(row, ci, strict=True)]
-                for row, ci in zip(self.df.itertuples(index=False), intervals.itertuples(index=False),
-                                   strict=True)]
+        rows = self.cells(intervals)
         b = self.budget
         return html_table([str(c) for c in self.df.columns], rows, caption=self.sql) + html_paragraphs(
-            note,
+            note, *self.interval_notes(),
             f"epsilon {number(self.epsilon)} (information privacy under k={self.k}, "
             f"eta={number(self.eta)}{from_clause(self.eta_from)}) -> epsilon_dp "
             f"{number(self.epsilon_dp)} via the {self.mode} bound",
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
-            f"{number(self.level_before)}); remaining {number(b.remaining)}",
+            f"{number(self.level_before)}); {self.largest_line()}",
         )
+
+    def cells(self, intervals: pd.DataFrame) -> list[list[str]]:
+        """Each cell as displays show it: `value ± half-width`, `value [low, high]` cut to what
+        the statistic can be, `value (no interval)`, or a key."""
+        ranges = self.ranges()
+        return [[cell(v, float(c), r) for v, c, r in zip(row, ci, ranges, strict=True)]
+                for row, ci in zip(self.df.itertuples(index=False),
+                                   intervals.astype(float).itertuples(index=False), strict=True)]
+
+    def largest_line(self) -> str:
+        """The largest epsilon still askable: this query's own once charged, or (answers stored
+        before it was kept) that of a query reading no column."""
+        if self.largest_epsilon is not None:
+            return f"largest epsilon this query can still ask: {number(self.largest_epsilon)}"
+        return ("largest epsilon a query reading no column can still ask: "
+                f"{number(self.budget.largest_epsilon)}")
+
+    def interval_notes(self) -> list[str]:
+        """One line per noisy column without an interval somewhere, saying why."""
+        return [f"{column}: {why}" for column, why in self.no_interval]
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,22 @@ be."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pytest
+from dpsql.engine import PrivateDatabase
 from dpsql.engine.aggregates import AVG
 from dpsql.engine.aggregates.base import Operand
+from dpsql.engine.display import number
+from dpsql.engine.result import QueryResult
+
+from tests.support import cli_paths, run_cli
 
 
 @dataclass(frozen=True)
@@ -39,3 +49,56 @@ def test_an_avg_whose_noisy_sum_is_below_every_possible_sum_keeps_its_width():
     assert halfwidths[2] == min((1.2e6 + 2000) / 95 - (1.2e6 - 2000) / 105, 1000.0)
     # A box inside the bounds is unchanged: from the clamped mean to its far corner.
     assert np.isclose(halfwidths[1], max(50 - 3000 / 105, 7000 / 95 - 50))
+
+
+def test_a_noisy_value_under_arithmetic_or_case_gets_its_interval(setup):
+    """`a + b·AGG` has |b| times the aggregate's half-width; `1 + AVG(age)` the AVG's own; a
+    CASE surely taking one branch that branch's; none is printed bare."""
+    sql = ("SELECT COUNT(*) AS n, COUNT(*) * 5 AS n5, 3 - COUNT(*) / 2 AS m, AVG(age) AS a, "
+           "1 + AVG(age) AS a1, CASE WHEN SUM(age) > 90 THEN 90 ELSE SUM(age) END AS capped, "
+           "ROUND(SUM(age) / 10) AS r FROM people")
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        result = db.query(sql, epsilon=1)
+    ci = result.ci95.iloc[0]
+    assert ci["n5"] == pytest.approx(5 * ci["n"]) and ci["m"] == pytest.approx(ci["n"] / 2)
+    assert ci["a1"] == pytest.approx(ci["a"])
+    # Hundreds of rows aged 0 to 100: the noisy SUM is surely above 90, so the value is 90.
+    assert result.df["capped"][0] == 90 and ci["capped"] == 0
+    assert ci["r"] > 0 and not result.ci95.iloc[0].isna().any()
+    assert result.no_interval == ()
+
+
+def test_a_noisy_value_without_an_interval_says_so_in_every_format(setup, capsys):
+    sql = "SELECT state, COUNT(*) > 100 AS big, COUNT(*) AS n FROM people GROUP BY state"
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", sql)
+    assert code == 0, err
+    assert out.count("(no interval)") == 4 and "big: no interval: a condition on noisy values" in out
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--format",
+                             "json", sql)
+    answer = json.loads(out)
+    assert [row[1] for row in answer["ci95"]] == [None] * 4
+    assert answer["no_interval"] == {"big": "no interval: a condition on noisy values is true or "
+                                            "false, not a number"}
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--format",
+                             "csv", sql)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [row["big_ci95"] for row in rows] == ["no interval"] * 4
+    assert all(float(row["n_ci95"]) > 0 for row in rows)
+
+
+def test_an_interval_is_cut_to_what_the_statistic_can_be(setup):
+    """An empty group's count is shown within [0, ...], never below 0; a MIN at ε = 0.05 (its
+    interval the whole column range [0, 100]) says there were too few rows."""
+    sql = "SELECT state, COUNT(*) AS n, MIN(age) AS youngest FROM people WHERE age < 0 GROUP BY state"
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        result = db.query(sql, epsilon=0.05)
+    assert result.possible == (None, (0.0, math.inf), (0.0, 100.0))
+    for row, bounds, shown in zip(result.df.itertuples(index=False), result.bounds(result.ci95),
+                                  result.cells(result.ci95), strict=True):
+        assert bounds[1][0] >= 0 and bounds[2] == [0.0, 100.0]
+        assert shown[2].endswith("[0 to 100] (too few rows)")
+        if row.n - result.ci95["n"][0] < 0:
+            assert f"[0 to {number(row.n + result.ci95['n'][0])}]" in shown[1] and "±" not in shown[1]
+    assert json.loads(json.dumps(result.to_dict()))["possible"] == [None, [0.0, None], [0.0, 100.0]]
+    again = QueryResult.from_dict(result.to_dict())
+    assert again.possible == result.possible and again.cells(again.ci95) == result.cells(result.ci95)

@@ -32,6 +32,12 @@ class Avg(Aggregate):
         return exp.Least(this=_greatest(mean, lo), expressions=[exp.Literal.number(hi)],
                          ignore_nulls=True)
 
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        if operand is None:
+            raise TypeError("AVG needs an operand")
+        lo, hi = operand.bounds
+        return float(lo), float(hi)
+
     def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """The widest distance from the clamped mean to a corner of the box that the SUM and
