@@ -564,10 +564,18 @@ def _print_explanation(ex: Explanation) -> None:
     items.add_column()
     for a in ex.aggregates:
         items.add_row("-", Text(
-            f"{visible(a.column)}: {a.function}, {a.mechanism.replace('_', ' ')} noise, sensitivity "
-            f"{_number(a.sensitivity)}, epsilon_dp {_number(a.epsilon_dp)}, scale "
-            f"{_number(a.scale)}, expected 95% error ±{_number(a.ci95_halfwidth)}"))
+            f"{visible(ex.owner(a))}: {a.function}, {a.mechanism.replace('_', ' ')} noise, "
+            f"sensitivity {_number(a.sensitivity)}, epsilon_dp {_number(a.epsilon_dp)}, scale "
+            f"{_number(a.scale)}, its own 95% error ±{_number(a.ci95_halfwidth)}"))
     console.print(items)
+    if ex.errors:
+        console.print("expected 95% error of each output:")
+        errors = Table.grid(padding=(0, 1))
+        errors.add_column(no_wrap=True)
+        errors.add_column()
+        for e in ex.errors:
+            errors.add_row("-", Text(visible(e.describe())))
+        console.print(errors)
     console.print(f"cost {_number(ex.cost)}: transcript level {_number(ex.level_before)} -> "
                   f"{_number(ex.level_after)} of budget {_number(ex.budget.total)}: "
                   + ("admissible" if ex.admissible else "would be REFUSED (over budget)")

@@ -180,6 +180,7 @@ class PrivateDatabase:
             largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared)),
             **_model_fields(prepared, cal.epsilon_dp),
             flattened_sql=plan.flattened_sql,
+            errors=postprocess.expected_errors(plan, mechanisms),
         )
 
     @_serialized

@@ -18,8 +18,10 @@ import pandas as pd
 from sqlglot import exp
 
 from .aggregates import quantile
-from .aggregates.base import Accuracy, Operand
+from .aggregates.avg import Avg
+from .aggregates.base import Accuracy, Measured, Operand
 from .plan import OutputColumn, QueryPlan
+from .result import ExpectedError
 
 Bounds = tuple[np.ndarray, np.ndarray]  # per group: the lowest and highest value
 Leaf = Callable[[exp.Column], "Bounds | None"]
@@ -387,3 +389,38 @@ _RULES: dict[type[exp.Expression], Callable[[exp.Expression, Child], Bounds | No
     exp.Ceil: _monotone(np.ceil), exp.Least: _extreme, exp.Greatest: _extreme,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Case: _case,
 }
+
+
+def expected_errors(plan: QueryPlan, mechanisms: Mapping[str, Accuracy],
+                    alpha: float) -> tuple[ExpectedError, ...]:
+    """Each noisy output's expected error at 1 - alpha before the data is read: a measurement's
+    half-width, an AVG's formula in its group's rows and mean (`ExpectedError.at`, what
+    `Avg.halfwidths` gives once the noisy count is well above its noise), else none."""
+    labels = {m.name: m.label for m in plan.measurements}
+    found = []
+    for out in plan.outputs:
+        if not out.measurements:
+            continue
+        function = _function(out, labels)
+        if isinstance(out.aggregate, Measured) and len(out.measurements) == 1:
+            found.append(ExpectedError(out.name, function,
+                                       halfwidth=mechanisms[out.measurements[0]].accuracy(alpha)))
+        elif isinstance(out.aggregate, Avg) and out.operand is not None:
+            total, count = out.measurements
+            lo, hi = out.operand.bounds
+            found.append(ExpectedError(out.name, function,
+                                       sum_error=mechanisms[total].accuracy(alpha / 2),
+                                       count_error=mechanisms[count].accuracy(alpha / 2),
+                                       widest=float(max(abs(lo), abs(hi)))))
+        else:
+            found.append(ExpectedError(out.name, function))
+    return tuple(found)
+
+
+def _function(out: OutputColumn, labels: Mapping[str, str]) -> str:
+    """How an output's aggregate is named: its measurement's label, AVG(operand), or its SQL."""
+    if isinstance(out.aggregate, Measured) and len(out.measurements) == 1:
+        return labels[out.measurements[0]]
+    if out.aggregate is not None and out.operand is not None:
+        return f"{out.aggregate.name}({out.operand.name})"
+    return out.name

@@ -19,6 +19,7 @@ from . import intervals
 from .aggregates import quantile
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
+from .result import ExpectedError
 
 ALPHA = 0.05  # 1 - the intervals' coverage
 _DTYPES = {"BOOLEAN": "bool", "BIGINT": "int64", "DOUBLE": "float64", "VARCHAR": "object",
@@ -75,6 +76,11 @@ def _halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame,
             return np.full(len(frame), np.nan)
         return intervals.halfwidths(out, plan, frame, known, alpha)
     return out.aggregate.halfwidths(out.measurements, out.operand, frame, mechanisms, alpha)
+
+
+def expected_errors(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[ExpectedError, ...]:
+    """Each noisy output's own expected 95% error, before the data is read (explain)."""
+    return intervals.expected_errors(plan, mechanisms, ALPHA)
 
 
 def interval_notes(plan: QueryPlan, mechanisms: dict[str, Mechanism]

@@ -80,6 +80,42 @@ class AggregateInfo(AggregateRecord):
 
 
 @dataclass(frozen=True)
+class ExpectedError:
+    """An output column's expected 95% error, known before the data is read: a half-width, or
+    for an AVG the one its group's row count n and mean give, (sum_error + |mean| ·
+    count_error) / (n − count_error), from its SUM's and COUNT's noise (each at 2.5%)."""
+
+    column: str
+    function: str  # e.g. AVG(income)
+    halfwidth: float | None = None  # when it does not depend on the data
+    sum_error: float | None = None  # an AVG's SUM half-width at 2.5%
+    count_error: float | None = None  # an AVG's COUNT half-width at 2.5%
+    widest: float | None = None  # an AVG's largest |value|: max(|lower|, |upper|)
+
+    def at(self, rows: float, mean: float) -> float | None:
+        """An AVG's half-width over `rows` rows averaging `mean` (None when not an AVG, or
+        when the COUNT's noise reaches 0 rows)."""
+        if self.sum_error is None or self.count_error is None or rows <= self.count_error:
+            return None
+        return (self.sum_error + abs(mean) * self.count_error) / (rows - self.count_error)
+
+    def describe(self) -> str:
+        """One readable phrase: the column, its aggregate and its expected 95% error."""
+        named = self.column if self.function == self.column else f"{self.column} = {self.function}"
+        head = f"{named}: expected 95% error "
+        if self.halfwidth is not None:
+            return head + f"±{number(self.halfwidth)}"
+        if self.sum_error is None or self.count_error is None:
+            return head + "depends on the data (the answer gives its interval)"
+        example = self.at(1000.0, self.widest or 0.0)
+        return head + (f"±({number(self.sum_error)} + |mean|·{number(self.count_error)}) / "
+                       f"(n − {number(self.count_error)}) over a group of n rows"
+                       + ("" if example is None else
+                          f", e.g. ±{number(example)} for 1,000 rows at the largest |mean| "
+                          f"{number(self.widest)}"))
+
+
+@dataclass(frozen=True)
 class ModelCheck:
     """An answer's level under a declared model moved by one stated change (a model that is
     off), so a reader sees how much the guarantee leans on the model (docs/theory.md §14)."""
@@ -297,19 +333,35 @@ class Explanation:
     model: str = ""  # the declared model that calibrates the query (mode model), else ""
     tight_epsilon_dp: float | None = None  # the tight map's epsilon_dp, beside the model's
     model_checks: tuple[ModelCheck, ...] = ()  # the answer's level if the model is off
+    # Each noisy output's own expected error (an AVG's is not its SUM's), in output order.
+    errors: tuple[ExpectedError, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Read `errors` back from their JSON form (as the service's client passes them)."""
+        object.__setattr__(self, "errors", tuple(
+            e if isinstance(e, ExpectedError) else ExpectedError(**e) for e in self.errors))
+
+    def owner(self, aggregate: AggregateInfo) -> str:
+        """The output a measurement is (its column), or the one it is a part of, e.g. "part of
+        mean_income" for the SUM of an AVG: its error is not that output's."""
+        if not self.errors or any(e.column == aggregate.column and e.function == aggregate.function
+                                  for e in self.errors):
+            return aggregate.column
+        return f"part of {aggregate.column}"
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["aggregates"] = [asdict(a) for a in self.aggregates]
         out["model_checks"] = [asdict(c) for c in self.model_checks]
+        out["errors"] = [asdict(e) for e in self.errors]
         return _json_ready(out)
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the noise of each aggregate as a table, the cost and the SQL run."""
-        rows = [[a.column, a.function, a.mechanism, number(a.sensitivity), number(a.epsilon_dp),
+        rows = [[self.owner(a), a.function, a.mechanism, number(a.sensitivity), number(a.epsilon_dp),
                  number(a.scale), f"±{number(a.ci95_halfwidth)}"] for a in self.aggregates]
         headers = ["output", "aggregate", "mechanism", "sensitivity", "epsilon_dp", "scale",
-                   "expected 95% error"]
+                   "its own 95% error"]
         verdict = "admissible" if self.admissible else "would be REFUSED"
         return html_paragraphs(
             f"epsilon {number(self.epsilon)} -> epsilon_dp {number(self.epsilon_dp)} via {self.mode} "
@@ -317,6 +369,7 @@ class Explanation:
             f"{from_clause(self.eta_from)}",
             f"columns read: {', '.join(self.columns_read) or 'none'}",
         ) + html_table(headers, rows, caption=self.sql) + html_paragraphs(
+            *(e.describe() for e in self.errors),
             f"transcript level {number(self.level_before)} -> {number(self.level_after)} of budget "
             f"{number(self.budget.total)}: {verdict}",
             *([f"flattened SQL: {self.flattened_sql}"] if self.flattened_sql else []),

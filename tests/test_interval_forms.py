@@ -102,3 +102,33 @@ def test_an_interval_is_cut_to_what_the_statistic_can_be(setup):
     assert json.loads(json.dumps(result.to_dict()))["possible"] == [None, [0.0, None], [0.0, 100.0]]
     again = QueryResult.from_dict(result.to_dict())
     assert again.possible == result.possible and again.cells(again.ci95) == result.cells(result.ci95)
+
+
+def test_explain_gives_an_avg_its_own_expected_error_not_its_sums(setup, capsys):
+    """explain's SUM of an AVG is labelled a part of it, and the AVG's expected error is its
+    own: the answer's half-width over the group's rows and mean, within 10%."""
+    sql = "SELECT AVG(income) AS mean_income, COUNT(*) AS n FROM people"
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        explained = db.explain(sql, epsilon=5)
+        result = db.query(sql, epsilon=5)
+    mean, n = explained.errors
+    assert (mean.column, mean.function, n.column, n.halfwidth) == (
+        "mean_income", "AVG(income)", "n", result.ci95["n"][0])
+    rows = result.df["n"][0]  # COUNT(*) = COUNT(income) here: income is never NULL
+    expected = mean.at(rows, result.df["mean_income"][0])
+    assert expected == pytest.approx(result.ci95["mean_income"][0], rel=0.1)
+    total = next(a for a in explained.aggregates if a.function == "SUM(income)")
+    assert total.ci95_halfwidth > 10 * expected and explained.owner(total) == "part of mean_income"
+    code, out, err = run_cli(capsys, "explain", *cli_paths(setup), "--epsilon", "5", sql)
+    text = " ".join(out.split())
+    assert code == 0 and "mean_income = AVG(income): expected 95% error ±(" in text
+    assert "- mean_income: SUM(income)" not in text and "- part of mean_income: SUM(income)" in text
+    assert "mean_income = AVG(income)" in explained._repr_html_()
+
+
+def test_the_notebook_view_shows_the_largest_epsilon_still_askable(setup):
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        result = db.query("SELECT COUNT(*) AS n FROM people", epsilon=1)
+    page = result._repr_html_()
+    assert f"largest epsilon this query can still ask: {number(result.largest_epsilon)}" in page
+    assert "remaining" not in page
