@@ -84,19 +84,27 @@ def reason(out: OutputColumn, plan: QueryPlan, known: Mapping[str, Reading]) -> 
     alone), or None when it always has one (or is not noisy)."""
     if out.aggregate is not None or not out.measurements:
         return None
-    if isinstance(_unwrapped(out.expression), _CONDITIONS):
-        return "no interval: a condition on noisy values is true or false, not a number"
+    blocked = _blocked(out, plan, known)
+    if blocked is not None:
+        return blocked
     leaf = _possible_leaf(plan, known)
-    try:
-        evaluate(out.expression, leaf)
-    except NoInterval as exc:
-        return (f"no interval: {exc} has no interval rule (intervals follow through "
-                "arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, CASE and numeric CAST)")
     for node in out.expression.find_all(exp.Div, exp.IntDiv):
         divisor = evaluate(node.expression, leaf)
         if divisor is not None and divisor[0][0] <= 0 <= divisor[1][0]:
             return ("no interval in rows where the interval of the divisor "
                     f"{node.expression.sql('duckdb')} reaches 0")
+    return None
+
+
+def _blocked(out: OutputColumn, plan: QueryPlan, known: Mapping[str, Reading]) -> str | None:
+    """Why an expression has no interval in any row, or None."""
+    if isinstance(_unwrapped(out.expression), _CONDITIONS):
+        return "no interval: a condition on noisy values is true or false, not a number"
+    try:
+        evaluate(out.expression, _possible_leaf(plan, known))
+    except NoInterval as exc:
+        return (f"no interval: {exc} has no interval rule (intervals follow through "
+                "arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, CASE and numeric CAST)")
     return None
 
 
@@ -148,8 +156,7 @@ def halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame, known: M
     """Per group, the half-width around the released value of an interval holding the exact
     value with probability >= 1 - alpha; NaN where none can be computed (`reason` says why)."""
     rows = len(frame)
-    if reason(out, plan, known) not in (None, "no interval in rows where the interval of a noisy "
-                                              "divisor reaches 0"):
+    if _blocked(out, plan, known) is not None:
         return np.full(rows, np.nan)
     read = sorted({c.name for c in out.expression.find_all(exp.Column) if c.name in known})
     share = alpha / max(len(read), 1)
@@ -277,14 +284,16 @@ def _monotone(function: Callable[[np.ndarray], np.ndarray]) -> Callable[[exp.Exp
     return rule
 
 
+def _rounded(value: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """Rounding half away from zero, as DuckDB's ROUND and casts to integers do (monotone)."""
+    return np.sign(value) * np.floor(np.abs(value) * scale + 0.5) / scale
+
+
 def _round(node: exp.Expression, child: Child) -> Bounds:
     low, high = _needed(child(node.this))
     digits = node.args.get("decimals")
     scale = 10.0 ** (int(digits.this) if isinstance(digits, exp.Literal) else 0)
-
-    def rounded(value: np.ndarray) -> np.ndarray:  # half away from zero, as DuckDB; monotone
-        return np.sign(value) * np.floor(np.abs(value) * scale + 0.5) / scale
-    return rounded(low), rounded(high)
+    return _rounded(low, scale), _rounded(high, scale)
 
 
 def _extreme(node: exp.Expression, child: Child) -> Bounds | None:
@@ -312,7 +321,7 @@ def _cast(node: exp.Expression, child: Child) -> Bounds | None:
         return found
     if to in (exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT,
               exp.DataType.Type.TINYINT):
-        return np.floor(found[0]), np.ceil(found[1])  # a cast to an integer rounds
+        return _rounded(found[0]), _rounded(found[1])  # a cast to an integer rounds
     raise NoInterval(f"CAST to {node.args['to'].sql('duckdb')}")
 
 
