@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .aggregates.quantile import parse_value_column
+from .domain_literals import check_domain_literals
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
 from .join import bind_join, joined_column
@@ -68,6 +69,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     group_by = _bind_group(select, scope)
     post = _PostScope(scope, group_by, policy.limits.quantile_bins)
     outputs = _bind_outputs(select, post)
+    check_domain_literals(select, scope.spec_of)
     if not any(out.measurements for out in outputs):
         raise QueryRefused(f"no aggregate in SELECT: use one of {supported()}")
     aliases_to_outputs = {out.name.lower(): out for out in outputs}
@@ -580,8 +582,9 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
 
 
 def _display_name(node: exp.Expression) -> str:
+    """An output's name as the query wrote it (`SELECT Region` gives `Region`)."""
     if isinstance(node, exp.Column):
-        return node.name.lower()
+        return node.name
     return node.sql(dialect="duckdb")
 
 
@@ -683,6 +686,13 @@ class _Scope:
         """Whether `node` names a policy column of the private or the joined table."""
         name = node.name.lower()
         return name in self.table.columns or (self.join is not None and name in self.join.other.columns)
+
+    def spec_of(self, node: exp.Column) -> ColumnSpec | None:
+        """The policy column `node` names, or None (an output alias, an unknown name)."""
+        try:
+            return self.column(node)
+        except QueryRefused:
+            return None
 
     def column(self, node: exp.Expression) -> ColumnSpec:
         if not isinstance(node, exp.Column):

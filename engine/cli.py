@@ -43,14 +43,18 @@ def _common(func, local: bool = True):
     """Options shared by `query` and `explain` (`local=False`: the data options become optional,
     since `query --server` asks a service instead)."""
     options = [
-        click.option("--db", required=local,
+        click.option("--db", required=local, envvar="DPSQL_DB",
                      help="DuckDB, CSV or Parquet file with the private data (with --engine spark: "
-                          "a Parquet file or folder, or a catalog table)."),
+                          "a Parquet file or folder, or a catalog table; or the environment "
+                          "variable DPSQL_DB)."),
         click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
                      help="Where the exact aggregates are computed (spark: a local Spark session; "
                           "needs pip install 'dpsql[spark]')."),
-        click.option("--policy", "policy_path", required=local, help="The data owner's policy (YAML)."),
-        click.option("--ledger", required=local, help="sqlite ledger file recording the budget spent."),
+        click.option("--policy", "policy_path", required=local, envvar="DPSQL_POLICY",
+                     help="The data owner's policy (YAML; or the environment variable DPSQL_POLICY)."),
+        click.option("--ledger", required=local, envvar="DPSQL_LEDGER",
+                     help="sqlite ledger file recording the budget spent (or the environment "
+                          "variable DPSQL_LEDGER)."),
         click.option("--epsilon", type=float, default=None,
                      help="Information-privacy level this answer must meet (> 0)."),
         click.option("--cost", type=float, default=None,
@@ -60,7 +64,7 @@ def _common(func, local: bool = True):
                      help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
-        click.argument("sql"),
+        click.argument("sql", metavar="SQL"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -82,22 +86,87 @@ def cli() -> None:
 @click.option("--token", envvar="DPSQL_TOKEN", default=None,
               help="Your token for --server (or the environment variable DPSQL_TOKEN).")
 def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token, sql) -> None:
+    sql = _sql_text(sql)
     if server is not None:
+        # Options set in the environment (DPSQL_DB, ...) are for local queries: only those
+        # written on the command line are a mistake beside --server.
+        written = [name for name, key in (("--db", "db"), ("--policy", "policy_path"),
+                                          ("--ledger", "ledger"))
+                   if click.get_current_context().get_parameter_source(key)
+                   == click.core.ParameterSource.COMMANDLINE]
         result = remote_query(server, token, sql, epsilon=epsilon, mode=mode, cost=cost,
-                              local=[name for name, value in (("--db", db), ("--policy", policy_path),
-                                                              ("--ledger", ledger)) if value])
+                              local=written)
         _show_result(result, fmt)
         return
     missing = [name for name, value in (("--db", db), ("--policy", policy_path), ("--ledger", ledger))
                if value is None]
     if missing:
         raise InputError(f"missing option {', '.join(missing)}: a local query needs --db, --policy "
-                         "and --ledger (or ask a service with --server URL --token TOKEN)")
-    with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                    engine=engine) as private:
+                         "and --ledger (or DPSQL_DB, DPSQL_POLICY and DPSQL_LEDGER in the "
+                         "environment; or ask a service with --server URL --token TOKEN)")
+    _check_level(epsilon, cost)
+    with progress_bar(fmt == "table"), _open(db, policy_path, ledger, analyst, engine) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
+
+
+def _sql_text(sql: str) -> str:
+    """The SQL argument, or the SQL read from standard input when it is `-`."""
+    if sql != "-":
+        return sql
+    text = click.get_text_stream("stdin").read()
+    if not text.strip():
+        raise InputError("SQL '-' reads the query from standard input, which was empty")
+    return text
+
+
+def _check_level(epsilon: float | None, cost: float | None) -> None:
+    """Exactly one of --epsilon and --cost, named as the command line writes them."""
+    if epsilon is None and cost is None:
+        raise InputError("missing option --epsilon: the privacy level this answer must meet, "
+                         "e.g. --epsilon 0.5 (or --cost, the most the transcript's level may rise)")
+    if epsilon is not None and cost is not None:
+        raise InputError(f"give --epsilon or --cost, not both (got --epsilon {epsilon:g} and "
+                         f"--cost {cost:g})")
+
+
+def _open(db: str, policy_path: str, ledger: str, analyst: str, engine: str) -> PrivateDatabase:
+    """PrivateDatabase.connect, its refusals naming what the command line gave: a DuckDB file
+    given as --ledger, a CSV or Parquet --db whose table (named after the file) the policy does
+    not list."""
+    _check_ledger_file(ledger)
+    try:
+        return PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                       engine=engine)
+    except PolicyError as exc:
+        from pathlib import Path
+
+        name = Path(str(db)).name
+        table = str(exc).split(":", 1)[0].removeprefix("tables.")
+        if engine != "duckdb" or "no such table in the data" not in str(exc) \
+                or not str(db).lower().endswith((".csv", ".tsv", ".parquet", ".pq")):
+            raise
+        raise PolicyError(
+            f"{exc}: a CSV or Parquet file given as --db holds one table, named after the file "
+            f"({Path(name).stem.lower()!r} for {name}); rename the file after the "
+            f"policy's table ({table}{Path(name).suffix.lower()}) or load it into a DuckDB "
+            "database") from None
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_ledger_file(ledger: str) -> None:
+    """Refuse, naming it, a --ledger that is a DuckDB database (the data, not a ledger)."""
+    try:
+        with open(ledger, "rb") as handle:
+            head = handle.read(16)
+    except OSError:
+        return  # a missing or unreadable ledger: the ledger's own message says so
+    if not head.startswith(_SQLITE_HEADER) and head[8:12] == b"DUCK":
+        raise InputError(f"--ledger {ledger} is a DuckDB database, not a dpsql ledger (an sqlite "
+                         "file made by dpsql ledger init); did you mean --db "
+                         f"{ledger}?")
 
 
 def _show_result(result: QueryResult, fmt: str) -> None:
@@ -114,9 +183,9 @@ def _show_result(result: QueryResult, fmt: str) -> None:
 @_common
 @click.option("--format", "fmt", type=EXPLAIN_FORMATS, default="table", show_default=True)
 def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, sql) -> None:
-    with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                    engine=engine) as private:
+    sql = _sql_text(sql)
+    _check_level(epsilon, cost)
+    with progress_bar(fmt == "table"), _open(db, policy_path, ledger, analyst, engine) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
@@ -126,7 +195,8 @@ def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, 
 
 @cli.command(help="Show your released answers again, as stored with their charges: no charge, "
              "no fresh noise.")
-@click.option("--ledger", required=True, help="The sqlite ledger (read only, never modified).")
+@click.option("--ledger", required=True, envvar="DPSQL_LEDGER",
+              help="The sqlite ledger (read only, never modified; or DPSQL_LEDGER).")
 @click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
               help="Whose answers to show.")
 @click.option("--id", "ident", type=click.IntRange(min=1), default=None,
@@ -455,7 +525,8 @@ def dependence_eta(policy_path, table_name, model_path, db, asked, epsilon, conf
 
 @cli.command(name="report", help="Report the budget spent: per answer, per analyst, totals and "
              "what the transcript guarantees.")
-@click.option("--ledger", required=True, help="The sqlite ledger to report on (never modified).")
+@click.option("--ledger", required=True, envvar="DPSQL_LEDGER",
+              help="The sqlite ledger to report on (never modified; or DPSQL_LEDGER).")
 @click.option("--policy", "policy_path", default=None,
               help="Policy (YAML) to check against the ledger's binding (default: the ledger's own).")
 @click.option("--analyst", default=None, help="Show only this analyst's answers; totals stay global.")
@@ -618,9 +689,17 @@ def main(argv: list[str] | None = None) -> None:
     except DpsqlError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
-        sys.exit(2)
+    except (KeyboardInterrupt, click.exceptions.Abort) as exc:
+        # click reports Ctrl-C as Abort from the KeyboardInterrupt (QueryInterrupted: stopped
+        # on the data, before any charge); 130 is how shells report an interrupted command.
+        interrupt = exc if isinstance(exc, KeyboardInterrupt) else exc.__context__
+        if not isinstance(interrupt, KeyboardInterrupt):
+            click.echo("error: aborted", err=True)
+            sys.exit(2)
+        said = str(interrupt) or ("interrupted; nothing was charged unless an answer was printed "
+                                  "(dpsql history lists what was)")
+        click.echo(f"error: {said}", err=True)
+        sys.exit(130)
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)

@@ -24,7 +24,15 @@ from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
 from .declared_models import models_json
-from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
+from .errors import (
+    AccessDenied,
+    BudgetExhausted,
+    DpsqlError,
+    EngineHalted,
+    InputError,
+    LedgerError,
+    QueryInterrupted,
+)
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release_cells
 from .plan import QueryPlan, UnitJoin
@@ -212,6 +220,13 @@ class PrivateDatabase:
             exact = self._backend.run(prepared.sql, len(plan.group_by))
         except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
+        except KeyboardInterrupt:  # Ctrl-C outside DuckDB: before the charge, so nothing spent
+            raise QueryInterrupted() from None
+        except RuntimeError as exc:
+            # DuckDB stops a statement on Ctrl-C with a plain RuntimeError of this text.
+            if isinstance(exc, DpsqlError) or str(exc) != "Query interrupted":
+                raise
+            raise QueryInterrupted() from None
 
         def settle(spent: float, stored: LedgerBinding, read: frozenset[str] | None,
                    times: TimeSpend | None) -> tuple[Charge, QueryResult]:

@@ -96,6 +96,9 @@ def _not(node: exp.Expression, child: Typer) -> str:
 def _in(node: exp.Expression, child: Typer) -> str:
     if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
         raise QueryRefused("IN (subquery) refused: list literal values")
+    if not node.expressions:
+        raise QueryRefused(f"{short(node.this)} IN () refused: the list is empty; list one value "
+                           f"or more, e.g. {short(node.this)} IN (1, 2)")
     common([child(node.this)] + [child(e) for e in node.expressions], node)
     return "bool"
 
@@ -474,8 +477,13 @@ def boolean(kind: str, node: exp.Expression) -> None:
 def text(kind: str, node: exp.Expression) -> str:
     """'str', or a refusal unless `kind` is text."""
     if kind not in ("str", "null"):
-        raise QueryRefused(f"expected text but got a {kind} in {short(node)}")
+        raise QueryRefused(f"expected text but got {_KIND_NAMES.get(kind, kind)} in {short(node)}")
     return "str"
+
+
+# How messages name a value's type: an int column is a whole number, never a "float".
+_KIND_NAMES = {"int": "a whole number (int)", "float": "a number (float)", "str": "text",
+               "bool": "a condition (bool)", "date": "a date", "timestamp": "a timestamp"}
 
 
 def common(kinds: list[str], node: exp.Expression) -> str:
@@ -485,7 +493,8 @@ def common(kinds: list[str], node: exp.Expression) -> str:
     if len(families) > 1:
         hint = "; write a date as DATE '2024-01-01' or a timestamp as TIMESTAMP " \
             "'2024-01-01 08:00:00'" if families == {"str", "time"} else ""
-        names = sorted("date/timestamp" if f == "time" else f for f in families)
+        names = sorted({"time": "date/timestamp", "float": "number", "str": "text",
+                        "bool": "condition (bool)"}.get(f, f) for f in families)
         raise QueryRefused(
             f"cannot compare or combine {' and '.join(names)} values in {short(node)}{hint}")
     if not families:

@@ -14,7 +14,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("values", frozenset({"policy", "result", "accounting", "declared_models"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
-                        "intervals", "postprocess", "columns"})),
+                        "intervals", "postprocess", "columns", "domain_literals"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare", "bounded_store"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
