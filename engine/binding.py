@@ -12,6 +12,8 @@ from typing import Any
 from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
+from .aggregates.quantile import parse_value_column
+from .domain_literals import check_domain_literals
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
 from .join import bind_join, joined_column
@@ -67,6 +69,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     group_by = _bind_group(select, scope)
     post = _PostScope(scope, group_by, policy.limits.quantile_bins)
     outputs = _bind_outputs(select, post)
+    check_domain_literals(select, scope.spec_of)
     if not any(out.measurements for out in outputs):
         raise QueryRefused(f"no aggregate in SELECT: use one of {supported()}")
     aliases_to_outputs = {out.name.lower(): out for out in outputs}
@@ -579,8 +582,9 @@ def _bind_outputs(select: exp.Select, post: _PostScope) -> list[OutputColumn]:
 
 
 def _display_name(node: exp.Expression) -> str:
+    """An output's name as the query wrote it (`SELECT Region` gives `Region`)."""
     if isinstance(node, exp.Column):
-        return node.name.lower()
+        return node.name
     return node.sql(dialect="duckdb")
 
 
@@ -598,8 +602,15 @@ def _single_aggregate(node: exp.Expression) -> Aggregate | None:
 
 
 def _measurements_in(expression: exp.Expression, post: _PostScope) -> tuple[str, ...]:
+    """The measurements an expression reads: by name, or through a quantile read from a
+    histogram's cells (`MEDIAN(age) + 1`)."""
     names = {m.name for m in post.measurements.values()}
-    found = [col.name for col in expression.find_all(exp.Column) if col.name in names]
+    found = []
+    for col in expression.find_all(exp.Column):
+        read = parse_value_column(col.name)
+        name = read[0] if read is not None else col.name
+        if name in names:
+            found.append(name)
     return tuple(dict.fromkeys(found))
 
 
@@ -675,6 +686,13 @@ class _Scope:
         """Whether `node` names a policy column of the private or the joined table."""
         name = node.name.lower()
         return name in self.table.columns or (self.join is not None and name in self.join.other.columns)
+
+    def spec_of(self, node: exp.Column) -> ColumnSpec | None:
+        """The policy column `node` names, or None (an output alias, an unknown name)."""
+        try:
+            return self.column(node)
+        except QueryRefused:
+            return None
 
     def column(self, node: exp.Expression) -> ColumnSpec:
         if not isinstance(node, exp.Column):

@@ -43,14 +43,18 @@ def _common(func, local: bool = True):
     """Options shared by `query` and `explain` (`local=False`: the data options become optional,
     since `query --server` asks a service instead)."""
     options = [
-        click.option("--db", required=local,
+        click.option("--db", required=local, envvar="DPSQL_DB",
                      help="DuckDB, CSV or Parquet file with the private data (with --engine spark: "
-                          "a Parquet file or folder, or a catalog table)."),
+                          "a Parquet file or folder, or a catalog table; or the environment "
+                          "variable DPSQL_DB)."),
         click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
                      help="Where the exact aggregates are computed (spark: a local Spark session; "
                           "needs pip install 'dpsql[spark]')."),
-        click.option("--policy", "policy_path", required=local, help="The data owner's policy (YAML)."),
-        click.option("--ledger", required=local, help="sqlite ledger file recording the budget spent."),
+        click.option("--policy", "policy_path", required=local, envvar="DPSQL_POLICY",
+                     help="The data owner's policy (YAML; or the environment variable DPSQL_POLICY)."),
+        click.option("--ledger", required=local, envvar="DPSQL_LEDGER",
+                     help="sqlite ledger file recording the budget spent (or the environment "
+                          "variable DPSQL_LEDGER)."),
         click.option("--epsilon", type=float, default=None,
                      help="Information-privacy level this answer must meet (> 0)."),
         click.option("--cost", type=float, default=None,
@@ -60,7 +64,7 @@ def _common(func, local: bool = True):
                      help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
-        click.argument("sql", required=False),
+        click.argument("sql", metavar="SQL", required=False),
     ]
     for option in reversed(options):
         func = option(func)
@@ -90,6 +94,7 @@ def cli() -> None:
 @click.option("--yes", is_flag=True, help="Spend the epsilon --ci95 finds without asking.")
 def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token,
           workload, ci95, yes, sql) -> None:
+    sql = None if sql is None else _sql_text(sql)
     if ci95 is not None:
         from .workload_cli import epsilon_by_accuracy
 
@@ -104,21 +109,85 @@ def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, se
     if sql is None:
         raise InputError("give the SQL to answer, or --file with a workload of statements")
     if server is not None:
+        # Options set in the environment (DPSQL_DB, ...) are for local queries: only those
+        # written on the command line are a mistake beside --server.
+        written = [name for name, key in (("--db", "db"), ("--policy", "policy_path"),
+                                          ("--ledger", "ledger"))
+                   if click.get_current_context().get_parameter_source(key)
+                   == click.core.ParameterSource.COMMANDLINE]
         result = remote_query(server, token, sql, epsilon=epsilon, mode=mode, cost=cost,
-                              local=[name for name, value in (("--db", db), ("--policy", policy_path),
-                                                              ("--ledger", ledger)) if value])
+                              local=written)
         _show_result(result, fmt)
         return
     missing = [name for name, value in (("--db", db), ("--policy", policy_path), ("--ledger", ledger))
                if value is None]
     if missing:
         raise InputError(f"missing option {', '.join(missing)}: a local query needs --db, --policy "
-                         "and --ledger (or ask a service with --server URL --token TOKEN)")
-    with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                    engine=engine) as private:
+                         "and --ledger (or DPSQL_DB, DPSQL_POLICY and DPSQL_LEDGER in the "
+                         "environment; or ask a service with --server URL --token TOKEN)")
+    _check_level(epsilon, cost)
+    with progress_bar(fmt == "table"), _open(db, policy_path, ledger, analyst, engine) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
+
+
+def _sql_text(sql: str) -> str:
+    """The SQL argument, or the SQL read from standard input when it is `-`."""
+    if sql != "-":
+        return sql
+    text = click.get_text_stream("stdin").read()
+    if not text.strip():
+        raise InputError("SQL '-' reads the query from standard input, which was empty")
+    return text
+
+
+def _check_level(epsilon: float | None, cost: float | None) -> None:
+    """Exactly one of --epsilon and --cost, named as the command line writes them."""
+    if epsilon is None and cost is None:
+        raise InputError("missing option --epsilon: the privacy level this answer must meet, "
+                         "e.g. --epsilon 0.5 (or --cost, the most the transcript's level may rise)")
+    if epsilon is not None and cost is not None:
+        raise InputError(f"give --epsilon or --cost, not both (got --epsilon {epsilon:g} and "
+                         f"--cost {cost:g})")
+
+
+def _open(db: str, policy_path: str, ledger: str, analyst: str, engine: str) -> PrivateDatabase:
+    """PrivateDatabase.connect, its refusals naming what the command line gave: a DuckDB file
+    given as --ledger, a CSV or Parquet --db whose table (named after the file) the policy does
+    not list."""
+    _check_ledger_file(ledger)
+    try:
+        return PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
+                                       engine=engine)
+    except PolicyError as exc:
+        from pathlib import Path
+
+        name = Path(str(db)).name
+        table = str(exc).split(":", 1)[0].removeprefix("tables.")
+        if engine != "duckdb" or "no such table in the data" not in str(exc) \
+                or not str(db).lower().endswith((".csv", ".tsv", ".parquet", ".pq")):
+            raise
+        raise PolicyError(
+            f"{exc}: a CSV or Parquet file given as --db holds one table, named after the file "
+            f"({Path(name).stem.lower()!r} for {name}); rename the file after the "
+            f"policy's table ({table}{Path(name).suffix.lower()}) or load it into a DuckDB "
+            "database") from None
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_ledger_file(ledger: str) -> None:
+    """Refuse, naming it, a --ledger that is a DuckDB database (the data, not a ledger)."""
+    try:
+        with open(ledger, "rb") as handle:
+            head = handle.read(16)
+    except OSError:
+        return  # a missing or unreadable ledger: the ledger's own message says so
+    if not head.startswith(_SQLITE_HEADER) and head[8:12] == b"DUCK":
+        raise InputError(f"--ledger {ledger} is a DuckDB database, not a dpsql ledger (an sqlite "
+                         "file made by dpsql ledger init); did you mean --db "
+                         f"{ledger}?")
 
 
 def _show_result(result: QueryResult, fmt: str) -> None:
@@ -143,6 +212,7 @@ def _show_result(result: QueryResult, fmt: str) -> None:
                    "on every noisy cell is at most this.")
 def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, workload, ci95,
             sql) -> None:
+    sql = None if sql is None else _sql_text(sql)
     if ci95 is not None:
         from .workload_cli import epsilon_by_accuracy
 
@@ -156,9 +226,8 @@ def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, 
         return
     if sql is None:
         raise InputError("give the SQL to explain, or --file with a workload of statements")
-    with progress_bar(fmt == "table"), \
-            PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                    engine=engine) as private:
+    _check_level(epsilon, cost)
+    with progress_bar(fmt == "table"), _open(db, policy_path, ledger, analyst, engine) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), allow_nan=False))
@@ -168,7 +237,8 @@ def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, 
 
 @cli.command(help="Show your released answers again, as stored with their charges: no charge, "
              "no fresh noise.")
-@click.option("--ledger", required=True, help="The sqlite ledger (read only, never modified).")
+@click.option("--ledger", required=True, envvar="DPSQL_LEDGER",
+              help="The sqlite ledger (read only, never modified; or DPSQL_LEDGER).")
 @click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
               help="Whose answers to show.")
 @click.option("--id", "ident", type=click.IntRange(min=1), default=None,
@@ -527,7 +597,8 @@ def dependence_eta(policy_path, table_name, model_path, db, asked, epsilon, conf
 
 @cli.command(name="report", help="Report the budget spent: per answer, per analyst, totals and "
              "what the transcript guarantees.")
-@click.option("--ledger", required=True, help="The sqlite ledger to report on (never modified).")
+@click.option("--ledger", required=True, envvar="DPSQL_LEDGER",
+              help="The sqlite ledger to report on (never modified; or DPSQL_LEDGER).")
 @click.option("--policy", "policy_path", default=None,
               help="Policy (YAML) to check against the ledger's binding (default: the ledger's own).")
 @click.option("--analyst", default=None, help="Show only this analyst's answers; totals stay global.")
@@ -581,15 +652,20 @@ def _print_result(result: QueryResult) -> None:
 
     table = Table()
     for name in result.df.columns:
-        table.add_column(Text(visible(str(name))), justify="right")
+        header = visible(str(name))  # as wide as its longest word: cells wrap, names do not
+        table.add_column(Text(header), justify="right",
+                         min_width=min(max(map(len, header.split() or [""])), 30))
     intervals, intervals_note = result.shown_intervals()
+    ranges = result.ranges()
     for row, ci in zip(result.df.itertuples(index=False), intervals.itertuples(index=False),
                        strict=True):
-        table.add_row(*(Text(_cell(v, c)) for v, c in zip(row, ci, strict=True)))
+        table.add_row(*(Text(_cell(v, float(c), r)) for v, c, r in zip(row, ci, ranges, strict=True)))
     console = _console()
     console.print(Text(visible(result.sql)))
     console.print(table)
     console.print(intervals_note)
+    for line in result.interval_notes():
+        console.print(Text(visible(line)))
     console.print(
         f"epsilon {_number(result.epsilon)} (information privacy under k={result.k}, "
         f"eta={_number(result.eta)}{from_clause(result.eta_from)}) -> epsilon_dp "
@@ -599,12 +675,9 @@ def _print_result(result: QueryResult) -> None:
                        f"transcript's eta is now {_number(result.budget.eta)}"
                        f"{from_clause(result.budget.eta_from)}"))
     b = result.budget
-    largest = (f"largest epsilon this query can still ask: {_number(result.largest_epsilon)}"
-               if result.largest_epsilon is not None else  # answers stored before it was kept
-               f"largest epsilon a query reading no column can still ask: {_number(b.largest_epsilon)}")
     console.print(
         f"cost {_number(result.cost)}: transcript level {_number(result.level_before)} -> "
-        f"{_number(b.spent_ip)} of budget {_number(b.total)}; {largest}"
+        f"{_number(b.spent_ip)} of budget {_number(b.total)}; {result.largest_line()}"
         + ("" if result.id is None else f" (answer id {result.id}: dpsql history --id {result.id})")
     )
 
@@ -634,10 +707,18 @@ def _print_explanation(ex: Explanation) -> None:
     items.add_column()
     for a in ex.aggregates:
         items.add_row("-", Text(
-            f"{visible(a.column)}: {a.function}, {a.mechanism.replace('_', ' ')} noise, sensitivity "
-            f"{_number(a.sensitivity)}, epsilon_dp {_number(a.epsilon_dp)}, scale "
-            f"{_number(a.scale)}, expected 95% error ±{_number(a.ci95_halfwidth)}"))
+            f"{visible(ex.owner(a))}: {a.function}, {a.mechanism.replace('_', ' ')} noise, "
+            f"sensitivity {_number(a.sensitivity)}, epsilon_dp {_number(a.epsilon_dp)}, scale "
+            f"{_number(a.scale)}, its own 95% error ±{_number(a.ci95_halfwidth)}"))
     console.print(items)
+    if ex.errors:
+        console.print("expected 95% error of each output:")
+        errors = Table.grid(padding=(0, 1))
+        errors.add_column(no_wrap=True)
+        errors.add_column()
+        for e in ex.errors:
+            errors.add_row("-", Text(visible(e.describe())))
+        console.print(errors)
     console.print(f"cost {_number(ex.cost)}: transcript level {_number(ex.level_before)} -> "
                   f"{_number(ex.level_after)} of budget {_number(ex.budget.total)}: "
                   + ("admissible" if ex.admissible else "would be REFUSED (over budget)")
@@ -650,10 +731,17 @@ def _print_explanation(ex: Explanation) -> None:
 
 
 def _csv(result: QueryResult) -> str:
+    """The answer with, after each noisy column, its 95% half-width ("no interval" where there
+    is none) and the interval [low, high] cut to what its statistic can be."""
     frame = result.df.copy()
-    for name in result.ci95.columns:
-        if result.ci95[name].notna().any():
-            frame[f"{name}_ci95"] = result.ci95[name]
+    bounds = result.bounds(result.ci95)
+    for j, (name, possible) in enumerate(zip(result.df.columns, result.ranges(), strict=True)):
+        if possible is None:
+            continue
+        frame[f"{name}_ci95"] = [c if c == c else "no interval" for c in result.ci95[name]]
+        ends = [b[j] for b in bounds]
+        frame[f"{name}_ci95_low"] = [None if end is None else end[0] for end in ends]
+        frame[f"{name}_ci95_high"] = [None if end is None else end[1] for end in ends]
     frame.columns = [csv_text(str(name)) for name in frame.columns]
     return frame.map(csv_text).to_csv(index=False)  # text cells only; numbers stay numbers
 
@@ -673,9 +761,17 @@ def main(argv: list[str] | None = None) -> None:
     except DpsqlError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
-        sys.exit(2)
+    except (KeyboardInterrupt, click.exceptions.Abort) as exc:
+        # click reports Ctrl-C as Abort from the KeyboardInterrupt (QueryInterrupted: stopped
+        # on the data, before any charge); 130 is how shells report an interrupted command.
+        interrupt = exc if isinstance(exc, KeyboardInterrupt) else exc.__context__
+        if not isinstance(interrupt, KeyboardInterrupt):
+            click.echo("error: aborted", err=True)
+            sys.exit(2)
+        said = str(interrupt) or ("interrupted; nothing was charged unless an answer was printed "
+                                  "(dpsql history lists what was)")
+        click.echo(f"error: {said}", err=True)
+        sys.exit(130)
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)

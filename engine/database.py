@@ -25,7 +25,15 @@ from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
 from .declared_models import models_json
-from .errors import AccessDenied, BudgetExhausted, EngineHalted, InputError, LedgerError
+from .errors import (
+    AccessDenied,
+    BudgetExhausted,
+    DpsqlError,
+    EngineHalted,
+    InputError,
+    LedgerError,
+    QueryInterrupted,
+)
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release_cells
 from .plan import QueryPlan, UnitJoin
@@ -185,6 +193,7 @@ class PrivateDatabase:
             largest_epsilon=books.largest_epsilon(prepared.mode, prepared.columns, *_answer(prepared)),
             **_model_fields(prepared, cal.epsilon_dp),
             flattened_sql=plan.flattened_sql,
+            errors=postprocess.expected_errors(plan, mechanisms),
         )
 
     @_serialized
@@ -216,6 +225,13 @@ class PrivateDatabase:
             exact = self._backend.run(prepared.sql, len(plan.group_by))
         except DataFailure as failure:
             self._halt(f"{failure} (analyst {analyst!r}, query {sql!r})")
+        except KeyboardInterrupt:  # Ctrl-C outside DuckDB: before the charge, so nothing spent
+            raise QueryInterrupted() from None
+        except RuntimeError as exc:
+            # DuckDB stops a statement on Ctrl-C with a plain RuntimeError of this text.
+            if isinstance(exc, DpsqlError) or str(exc) != "Query interrupted":
+                raise
+            raise QueryInterrupted() from None
 
         def settle(spent: float, stored: LedgerBinding, read: frozenset[str] | None,
                    times: TimeSpend | None) -> tuple[Charge, QueryResult]:
@@ -235,6 +251,7 @@ class PrivateDatabase:
                     frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
                     finished = postprocess.finish(self._post, plan, prepared.post_sql, frame)
                 answer, halfwidths, simultaneous = finished
+                possible, no_interval = postprocess.interval_notes(plan, mechanisms)
                 result = QueryResult(
                     df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
                     selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,
@@ -246,6 +263,7 @@ class PrivateDatabase:
                     **_model_fields(prepared, cal.epsilon_dp),
                     largest_epsilon=charged.largest_epsilon(prepared.mode, prepared.columns,
                                                             *_answer(prepared)),
+                    possible=possible, no_interval=no_interval,
                 )
                 stored_answer = result.to_dict()
             except Exception as exc:

@@ -53,11 +53,34 @@ def number(value) -> str:
     return f"{value:.3g}"
 
 
-def cell(value, halfwidth: float) -> str:
-    """One answer cell: a noisy value with its 95% half-width, or a plain key or number."""
-    if halfwidth != halfwidth:  # no interval: a group key, or arithmetic over aggregates
-        return number(value) if isinstance(value, float) else visible(str(value))
-    return f"{number(value)} ± {number(halfwidth)}"
+def cell(value, halfwidth: float, possible: tuple[float, float] | None = None) -> str:
+    """One answer cell: a key as it is; a noisy value (`possible`: what its statistic can be)
+    with its 95% half-width, or its interval as [low to high] where value ± half-width reaches
+    beyond what the statistic can be ("too few rows" when that is all it can be), or "no
+    interval" when none could be computed."""
+    shown = number(value) if isinstance(value, float) else visible(str(value))
+    if possible is None or value is None:
+        return shown
+    if halfwidth != halfwidth:
+        return f"{shown} (no interval)"
+    if isinstance(value, float) and value != value:  # NULL: its half-width is the noise's
+        return f"{shown} ± {number(halfwidth)}"
+    least, most = possible
+    low, high = float(value) - halfwidth, float(value) + halfwidth
+    if least <= low and high <= most:
+        return f"{shown} ± {number(halfwidth)}"
+    low, high = max(low, least), min(high, most)
+    whole = " (too few rows)" if low <= least and high >= most else ""
+    return f"{shown} [{number(low)} to {number(high)}]{whole}"
+
+
+def cut(value, halfwidth: float, possible: tuple[float, float] | None) -> list[float] | None:
+    """The interval a noisy cell shows, [low, high] within what its statistic can be; None
+    for a key, a NULL value or a cell without an interval."""
+    if possible is None or value is None or halfwidth != halfwidth \
+            or not isinstance(value, numbers.Real) or value != value:
+        return None
+    return [max(float(value) - halfwidth, possible[0]), min(float(value) + halfwidth, possible[1])]
 
 
 def csv_text(value):

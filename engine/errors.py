@@ -90,6 +90,17 @@ class EngineHalted(DpsqlError, RuntimeError):
             "records why); nothing was charged")
 
 
+class QueryInterrupted(KeyboardInterrupt):
+    """The query was interrupted (Ctrl-C) while it ran on the data, before anything was
+    charged. A KeyboardInterrupt, so code that stops on Ctrl-C stops; never one of the budget
+    or refusal errors (RuntimeError, ValueError) that callers catch to carry on."""
+
+    exit_code = 130  # 128 + SIGINT, as shells report an interrupted command
+
+    def __init__(self) -> None:
+        super().__init__("interrupted; nothing was charged")
+
+
 class DataFailure(Exception):
     """SQL that passed the gate failed on the data. Internal: the message is never shown,
     because it could quote data values and its occurrence depends on the data."""

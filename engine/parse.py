@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from .errors import QueryRefused
 
@@ -49,7 +52,7 @@ def parse_select(sql: str) -> exp.Select:
     except ParseError as exc:
         keyword = _first_keyword(sql)
         if keyword not in _QUERY_STARTS:
-            raise QueryRefused(f"{keyword} statement refused: only SELECT is supported") from None
+            raise QueryRefused(_not_a_query(sql, keyword)) from None
         raise QueryRefused(f"could not parse the SQL: {_parse_detail(exc)}") from None
     except TokenError as exc:
         raise QueryRefused(f"could not read the SQL: {str(exc).splitlines()[0]}") from None
@@ -63,6 +66,8 @@ def parse_select(sql: str) -> exp.Select:
         )
     statement = statements[0]
     if not isinstance(statement, exp.Select):
+        if _first_is_word(sql):
+            raise QueryRefused(_not_a_query(sql, _first_keyword(sql)))
         raise QueryRefused(f"{_statement_name(statement, sql)} statement refused: "
                            "only SELECT is supported")
     _check_depth(statement)
@@ -73,6 +78,11 @@ def parse_select(sql: str) -> exp.Select:
         # Comments are dropped so that no analyst text is ever emitted into executed SQL.
         node.comments = None
         if isinstance(node, exp.Select) and node is not statement and not _flattenable(node):
+            if isinstance(_outside_subquery(node), exp.Join):
+                raise QueryRefused(
+                    "JOIN to a subquery refused: join a table by its name (FROM <private table> "
+                    "[LEFT] JOIN <public or parent table> ON <private>.<column> = <table>.<key>, "
+                    "or another private table on the privacy unit) and filter it in WHERE")
             raise QueryRefused("subquery refused (outside FROM and WITH; filter on the table's "
                                "columns directly)")
         if isinstance(node, exp.Join) and node.parent is not statement:
@@ -89,10 +99,44 @@ def parse_select(sql: str) -> exp.Select:
 def _flattenable(select: exp.Select) -> bool:
     """Whether a nested SELECT is a CTE body or a FROM-subquery, the forms engine/flatten.py
     merges into the outer query (or refuses with the construct's name)."""
+    return isinstance(_outside_subquery(select), (exp.CTE, exp.From))
+
+
+def _outside_subquery(select: exp.Select) -> exp.Expression | None:
+    """What holds a nested SELECT, past its parentheses (FROM, a CTE, a JOIN, an IN, ...)."""
     parent = select.parent
     while isinstance(parent, exp.Subquery):
         parent = parent.parent
-    return isinstance(parent, (exp.CTE, exp.From))
+    return parent
+
+
+# The clauses sqlglot names when one is left without what it needs, and what that is.
+_INCOMPLETE = {"Where": "WHERE needs a condition, e.g. WHERE age > 30",
+               "Having": "HAVING needs a condition, e.g. HAVING COUNT(*) > 10",
+               "Group": "GROUP BY needs a column, e.g. GROUP BY state",
+               "Order": "ORDER BY needs a column, e.g. ORDER BY state",
+               "Join": "JOIN needs a table and ON <private>.<column> = <table>.<key>",
+               "Limit": "LIMIT needs a number, e.g. LIMIT 10"}
+
+
+def _not_a_query(sql: str, keyword: str) -> str:
+    """A statement that is not a query: by its name (DROP, ATTACH, ...), or, when its first word
+    is no SQL keyword but close to SELECT or WITH (SELEC), as the misspelling it is."""
+    close = difflib.get_close_matches(keyword, ["SELECT", "WITH"], n=1, cutoff=0.6)
+    if not close or not _first_is_word(sql):
+        return f"{keyword} statement refused: only SELECT is supported"
+    written = _DUCKDB.tokenize(sql)[0].text[:40]
+    return (f"could not parse the SQL: it starts with {written!r}, which begins no SQL statement; "
+            f"did you mean {close[0]}? A query is one SELECT statement (or WITH ... SELECT)")
+
+
+def _first_is_word(sql: str) -> bool:
+    """Whether the first token is a plain word, not an SQL keyword (SELEC, not DROP)."""
+    try:
+        tokens = _DUCKDB.tokenize(sql)
+    except TokenError:
+        return False
+    return bool(tokens) and tokens[0].token_type == TokenType.VAR
 
 
 def _check_depth(statement: exp.Expression) -> None:
@@ -112,6 +156,10 @@ def _parse_detail(exc: ParseError) -> str:
         return str(exc).splitlines()[0]
     first = exc.errors[0]
     description = str(first.get("description", "syntax error"))
+    missing = re.match(r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>", description)
+    if missing is not None:
+        clause = _INCOMPLETE.get(missing.group(1), f"{missing.group(1).upper()} is incomplete")
+        return f"{clause} (at line {first.get('line')}, column {first.get('col')})"
     if " <Token" in description:
         description = f"{description.split(' <Token')[0]} {first.get('highlight', '')!r}"
     description = description.rstrip(".")

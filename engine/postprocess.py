@@ -15,9 +15,11 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
+from . import intervals
 from .aggregates import quantile
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
+from .result import ExpectedError
 
 ALPHA = 0.05  # 1 - the intervals' coverage
 _DTYPES = {"BOOLEAN": "bool", "BIGINT": "int64", "DOUBLE": "float64", "VARCHAR": "object",
@@ -54,21 +56,42 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
         derived[name] = quantile.values(frame, counts, operand, q, mechanisms[counts])
     frame = pd.concat([frame, pd.DataFrame(derived, index=frame.index)], axis=1)
     groups = max(rows, 1)
+    known = intervals.readings(plan, mechanisms)
     halfwidths = {}
     for j, out in enumerate(plan.outputs):
-        halfwidths[f"__ci{j}"] = _halfwidths(out, frame, mechanisms, ALPHA)
-        halfwidths[f"__cs{j}"] = _halfwidths(out, frame, mechanisms, ALPHA / groups)
+        halfwidths[f"__ci{j}"] = _halfwidths(out, plan, frame, mechanisms, known, ALPHA)
+        halfwidths[f"__cs{j}"] = _halfwidths(out, plan, frame, mechanisms, known, ALPHA / groups)
     frame = pd.concat([frame, pd.DataFrame(halfwidths, index=frame.index)], axis=1)
     return frame.astype({name: _DTYPES[kind] for name, kind in noisy_columns(plan)})
 
 
-def _halfwidths(out: OutputColumn, frame: pd.DataFrame, mechanisms: dict[str, Mechanism],
+def _halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame,
+                mechanisms: dict[str, Mechanism], known: dict[str, intervals.Reading],
                 alpha: float) -> np.ndarray:
     """Per group, a half-width that covers the exact value with probability >= 1 - alpha: the
-    output's aggregate gives it, and an expression of several has none (NaN)."""
+    output's aggregate gives it, interval arithmetic gives an expression's (engine/intervals.py),
+    and a group key has none (NaN)."""
     if out.aggregate is None:
-        return np.full(len(frame), np.nan)
+        if not out.measurements:
+            return np.full(len(frame), np.nan)
+        return intervals.halfwidths(out, plan, frame, known, alpha)
     return out.aggregate.halfwidths(out.measurements, out.operand, frame, mechanisms, alpha)
+
+
+def expected_errors(plan: QueryPlan, mechanisms: dict[str, Mechanism]) -> tuple[ExpectedError, ...]:
+    """Each noisy output's own expected 95% error, before the data is read (explain)."""
+    return intervals.expected_errors(plan, mechanisms, ALPHA)
+
+
+def interval_notes(plan: QueryPlan, mechanisms: dict[str, Mechanism]
+                   ) -> tuple[tuple[tuple[float, float] | None, ...], tuple[tuple[str, str], ...]]:
+    """Per output column, what its exact statistic can be (None for a group key), and the noisy
+    columns that have no interval in some or all rows with why: a function of the plan alone."""
+    known = intervals.readings(plan, mechanisms)
+    ranges = tuple(intervals.possible(out, plan, known) for out in plan.outputs)
+    missing = tuple((out.name, why) for out in plan.outputs
+                    if (why := intervals.reason(out, plan, known)) is not None)
+    return ranges, missing
 
 
 def read_from_cells(plan: QueryPlan) -> dict[str, tuple[str, float]]:
@@ -173,7 +196,9 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
         for out, source in zip(plan.outputs, sources, strict=True)}, index=range(rows))
     measured = pd.DataFrame(noisy, index=range(rows))
     groups = max(rows, 1)
-    halfwidths = [pd.DataFrame({out.name: _halfwidths(out, measured, mechanisms, alpha).astype(float)
+    known = intervals.readings(plan, mechanisms)
+    halfwidths = [pd.DataFrame({out.name: _halfwidths(out, plan, measured, mechanisms, known,
+                                                      alpha).astype(float)
                                 for out in plan.outputs}, index=range(rows))
                   for alpha in (ALPHA, ALPHA / groups)]
     return answer, *halfwidths

@@ -79,8 +79,11 @@ class Preparer:
         longer than the policy's limits.plan_seconds is refused between its steps."""
         deadline = Deadline(self.policy.limits)
         if (epsilon is None) == (cost is None):
-            raise InputError("ask either an epsilon or a cost (how much the transcript level may "
-                             f"rise), exactly one of them; got epsilon={epsilon!r}, cost={cost!r}")
+            given = "neither was given" if epsilon is None else \
+                f"both were given (epsilon {epsilon!r}, cost {cost!r})"
+            raise InputError("ask either an epsilon (the answer's level, e.g. epsilon=0.5; "
+                             "--epsilon 0.5 on the command line) or a cost (how much the "
+                             f"transcript level may rise), exactly one of them; {given}")
         target = check_level("epsilon" if cost is None else "cost",
                              epsilon if cost is None else cost)
         wants_model = mode == MODEL_MODE or (mode is None and self.policy.prefer_model)

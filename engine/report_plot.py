@@ -1,4 +1,5 @@
-"""The cumulative spend of a report as a PNG: transcript level, naive sum asked, budget line.
+"""The cumulative spend of a report as a PNG: transcript level and naive sum asked against the
+answer number, the budget line, and the largest epsilon still askable in the title.
 
 Drawn on an Agg canvas directly (no pyplot), so it needs no display and leaves no global
 figure state behind. matplotlib is imported when a plot is drawn: importing it took most of a
@@ -9,15 +10,22 @@ from __future__ import annotations
 
 import io
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
+from .display import number
 from .report import Report
 
-
-def plot_png(report: Report) -> bytes:
-    """PNG bytes of the ledger's information-privacy level over time, against its budget."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+
+def spend_figure(report: Report) -> Figure:
+    """The ledger's information-privacy level after each answer (answer 0: nothing spent),
+    against its budget. Answers, not wall-clock time, are the x axis: a burst of answers is
+    one step each, and nothing stretches to the moment of the report."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(8, 4.2), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
@@ -25,18 +33,15 @@ def plot_png(report: Report) -> bytes:
     totals = report.totals
     ax.axhline(totals.budget, color="#b22222", linewidth=1.5, label=f"budget {totals.budget:g}")
     if report.answers:
-        first = report.answers[0].time
-        times = [first, *(a.time for a in report.answers), report.generated]
+        numbers = list(range(len(report.answers) + 1))
         levels = [0.0, *report.levels]
         asked = [0.0, *accumulate(a.cost.epsilon for a in report.answers)]
-        # matplotlib converts datetimes through its units registry, which its stubs do not know.
-        ax.step(times, asked + asked[-1:], where="post", color="#888888",  # type: ignore[arg-type]
-                linestyle="--", label="sum of epsilon asked (naive)")
-        ax.step(times, levels + levels[-1:], where="post", color="#1f4e9c",  # type: ignore[arg-type]
-                linewidth=2, label="transcript level L(sum of epsilon_dp)")
-        locator = AutoDateLocator()
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.step(numbers, asked, where="post", color="#888888", linestyle="--",
+                label="sum of epsilon asked (naive)")
+        ax.step(numbers, levels, where="post", color="#1f4e9c", linewidth=2,
+                label="transcript level L(sum of epsilon_dp)")
+        ax.set_xlim(0, max(len(report.answers), 1))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         ax.set_xticks([])
         ax.text(0.5, 0.5, "no answers yet: nothing spent", transform=ax.transAxes,
@@ -44,10 +49,17 @@ def plot_png(report: Report) -> bytes:
     top = max(totals.budget, totals.transcript_level, totals.epsilon_asked)
     ax.set_ylim(0, top * 1.12)
     ax.set_ylabel("information-privacy level")
-    ax.set_xlabel("time (UTC)")
-    ax.set_title(f"Cumulative spend, k={totals.k}, eta={totals.eta:g}")
+    ax.set_xlabel("answer number")
+    ax.set_title(f"Largest epsilon still askable: {number(totals.largest_epsilon)} "
+                 f"(level {number(totals.transcript_level)} of budget {number(totals.budget)}; "
+                 f"k={totals.k}, eta={totals.eta:g})")
     figure.legend(loc="outside lower center", ncols=3, fontsize="small")
     ax.grid(alpha=0.3)
+    return figure
+
+
+def plot_png(report: Report) -> bytes:
+    """PNG bytes of `spend_figure`."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+    spend_figure(report).savefig(buffer, format="png")
     return buffer.getvalue()

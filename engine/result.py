@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
-from .display import cell, html_paragraphs, html_table, number
+from .display import cell, cut, html_paragraphs, html_table, number
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,42 @@ class AggregateInfo(AggregateRecord):
 
 
 @dataclass(frozen=True)
+class ExpectedError:
+    """An output column's expected 95% error, known before the data is read: a half-width, or
+    for an AVG the one its group's row count n and mean give, (sum_error + |mean| ·
+    count_error) / (n − count_error), from its SUM's and COUNT's noise (each at 2.5%)."""
+
+    column: str
+    function: str  # e.g. AVG(income)
+    halfwidth: float | None = None  # when it does not depend on the data
+    sum_error: float | None = None  # an AVG's SUM half-width at 2.5%
+    count_error: float | None = None  # an AVG's COUNT half-width at 2.5%
+    widest: float | None = None  # an AVG's largest |value|: max(|lower|, |upper|)
+
+    def at(self, rows: float, mean: float) -> float | None:
+        """An AVG's half-width over `rows` rows averaging `mean` (None when not an AVG, or
+        when the COUNT's noise reaches 0 rows)."""
+        if self.sum_error is None or self.count_error is None or rows <= self.count_error:
+            return None
+        return (self.sum_error + abs(mean) * self.count_error) / (rows - self.count_error)
+
+    def describe(self) -> str:
+        """One readable phrase: the column, its aggregate and its expected 95% error."""
+        named = self.column if self.function == self.column else f"{self.column} = {self.function}"
+        head = f"{named}: expected 95% error "
+        if self.halfwidth is not None:
+            return head + f"±{number(self.halfwidth)}"
+        if self.sum_error is None or self.count_error is None:
+            return head + "depends on the data (the answer gives its interval)"
+        example = self.at(1000.0, self.widest or 0.0)
+        return head + (f"±({number(self.sum_error)} + |mean|·{number(self.count_error)}) / "
+                       f"(n − {number(self.count_error)}) over a group of n rows"
+                       + ("" if example is None else
+                          f", e.g. ±{number(example)} for 1,000 rows at the largest |mean| "
+                          f"{number(self.widest)}"))
+
+
+@dataclass(frozen=True)
 class ModelCheck:
     """An answer's level under a declared model moved by one stated change (a model that is
     off), so a reader sees how much the guarantee leans on the model (docs/theory.md §14)."""
@@ -120,6 +156,25 @@ class QueryResult:
     # The largest epsilon the same query can still ask once this answer is charged (what
     # explain would say next): its own calibration, declared model and time points included.
     largest_epsilon: float | None = None
+    # Per column, what its exact statistic can be (a count >= 0, an AVG within its operand's
+    # bounds; +-inf unbounded), which shown intervals are cut to; None for a group key.
+    possible: tuple[tuple[float, float] | None, ...] = ()
+    # The noisy columns without an interval in some or all rows, with why (never shown bare).
+    no_interval: tuple[tuple[str, str], ...] = ()
+
+    def ranges(self) -> list[tuple[float, float] | None]:
+        """`possible` per column, or (older answers) unbounded for every column with an
+        interval somewhere and None for the others."""
+        if len(self.possible) == len(self.df.columns):
+            return list(self.possible)
+        return [(-math.inf, math.inf) if self.ci95[c].notna().any() else None for c in self.df.columns]
+
+    def bounds(self, intervals: pd.DataFrame) -> list[list[list[float] | None]]:
+        """Per cell, the interval shown: [low, high] within what the statistic can be."""
+        ranges = self.ranges()
+        return [[cut(v, float(c), r) for v, c, r in zip(row, ci, ranges, strict=True)]
+                for row, ci in zip(self.df.itertuples(index=False),
+                                   intervals.astype(float).itertuples(index=False), strict=True)]
 
     @property
     def answer_cost(self) -> AnswerCost:
@@ -135,6 +190,9 @@ class QueryResult:
             "rows": self.df.to_numpy(dtype=object).tolist(),
             "ci95": self.ci95.to_numpy(dtype=object).tolist(),
             "ci95_simultaneous": self.ci95_simultaneous.to_numpy(dtype=object).tolist(),
+            "ci95_bounds": self.bounds(self.ci95),
+            "possible": [None if r is None else list(r) for r in self.possible],
+            "no_interval": dict(self.no_interval),
             "selection_adjusted": self.selection_adjusted,
             "epsilon": self.epsilon,
             "epsilon_dp": self.epsilon_dp,
@@ -174,6 +232,10 @@ class QueryResult:
             model=answer.get("model", ""), tight_epsilon_dp=answer.get("tight_epsilon_dp"),
             model_checks=tuple(ModelCheck(**c) for c in answer.get("model_checks", ())),
             largest_epsilon=answer.get("largest_epsilon"),
+            possible=tuple(None if r is None else (-math.inf if r[0] is None else float(r[0]),
+                                                   math.inf if r[1] is None else float(r[1]))
+                           for r in answer.get("possible", ())),
+            no_interval=tuple(answer.get("no_interval", {}).items()),
         )
 
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:
@@ -190,18 +252,36 @@ class QueryResult:
     def _repr_html_(self) -> str:
         """Jupyter's view: the answer as a table of `value ± ci` cells, then what it cost."""
         intervals, note = self.shown_intervals()
-        rows = [[cell(v, c) for v, c in zip(row, ci, strict=True)]
-                for row, ci in zip(self.df.itertuples(index=False), intervals.itertuples(index=False),
-                                   strict=True)]
+        rows = self.cells(intervals)
         b = self.budget
         return html_table([str(c) for c in self.df.columns], rows, caption=self.sql) + html_paragraphs(
-            note,
+            note, *self.interval_notes(),
             f"epsilon {number(self.epsilon)} (information privacy under k={self.k}, "
             f"eta={number(self.eta)}{from_clause(self.eta_from)}) -> epsilon_dp "
             f"{number(self.epsilon_dp)} via the {self.mode} bound",
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
-            f"{number(self.level_before)}); remaining {number(b.remaining)}",
+            f"{number(self.level_before)}); {self.largest_line()}",
         )
+
+    def cells(self, intervals: pd.DataFrame) -> list[list[str]]:
+        """Each cell as displays show it: `value ± half-width`, `value [low, high]` cut to what
+        the statistic can be, `value (no interval)`, or a key."""
+        ranges = self.ranges()
+        return [[cell(v, float(c), r) for v, c, r in zip(row, ci, ranges, strict=True)]
+                for row, ci in zip(self.df.itertuples(index=False),
+                                   intervals.astype(float).itertuples(index=False), strict=True)]
+
+    def largest_line(self) -> str:
+        """The largest epsilon still askable: this query's own once charged, or (answers stored
+        before it was kept) that of a query reading no column."""
+        if self.largest_epsilon is not None:
+            return f"largest epsilon this query can still ask: {number(self.largest_epsilon)}"
+        return ("largest epsilon a query reading no column can still ask: "
+                f"{number(self.budget.largest_epsilon)}")
+
+    def interval_notes(self) -> list[str]:
+        """One line per noisy column without an interval somewhere, saying why."""
+        return [f"{column}: {why}" for column, why in self.no_interval]
 
 
 @dataclass(frozen=True)
@@ -253,19 +333,35 @@ class Explanation:
     model: str = ""  # the declared model that calibrates the query (mode model), else ""
     tight_epsilon_dp: float | None = None  # the tight map's epsilon_dp, beside the model's
     model_checks: tuple[ModelCheck, ...] = ()  # the answer's level if the model is off
+    # Each noisy output's own expected error (an AVG's is not its SUM's), in output order.
+    errors: tuple[ExpectedError, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Read `errors` back from their JSON form (as the service's client passes them)."""
+        object.__setattr__(self, "errors", tuple(
+            e if isinstance(e, ExpectedError) else ExpectedError(**e) for e in self.errors))
+
+    def owner(self, aggregate: AggregateInfo) -> str:
+        """The output a measurement is (its column), or the one it is a part of, e.g. "part of
+        mean_income" for the SUM of an AVG: its error is not that output's."""
+        if not self.errors or any(e.column == aggregate.column and e.function == aggregate.function
+                                  for e in self.errors):
+            return aggregate.column
+        return f"part of {aggregate.column}"
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["aggregates"] = [asdict(a) for a in self.aggregates]
         out["model_checks"] = [asdict(c) for c in self.model_checks]
+        out["errors"] = [asdict(e) for e in self.errors]
         return _json_ready(out)
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the noise of each aggregate as a table, the cost and the SQL run."""
-        rows = [[a.column, a.function, a.mechanism, number(a.sensitivity), number(a.epsilon_dp),
+        rows = [[self.owner(a), a.function, a.mechanism, number(a.sensitivity), number(a.epsilon_dp),
                  number(a.scale), f"±{number(a.ci95_halfwidth)}"] for a in self.aggregates]
         headers = ["output", "aggregate", "mechanism", "sensitivity", "epsilon_dp", "scale",
-                   "expected 95% error"]
+                   "its own 95% error"]
         verdict = "admissible" if self.admissible else "would be REFUSED"
         return html_paragraphs(
             f"epsilon {number(self.epsilon)} -> epsilon_dp {number(self.epsilon_dp)} via {self.mode} "
@@ -273,6 +369,7 @@ class Explanation:
             f"{from_clause(self.eta_from)}",
             f"columns read: {', '.join(self.columns_read) or 'none'}",
         ) + html_table(headers, rows, caption=self.sql) + html_paragraphs(
+            *(e.describe() for e in self.errors),
             f"transcript level {number(self.level_before)} -> {number(self.level_after)} of budget "
             f"{number(self.budget.total)}: {verdict}",
             *([f"flattened SQL: {self.flattened_sql}"] if self.flattened_sql else []),

@@ -96,6 +96,9 @@ def _not(node: exp.Expression, child: Typer) -> str:
 def _in(node: exp.Expression, child: Typer) -> str:
     if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
         raise QueryRefused("IN (subquery) refused: list literal values")
+    if not node.expressions:
+        raise QueryRefused(f"{short(node.this)} IN () refused: the list is empty; list one value "
+                           f"or more, e.g. {short(node.this)} IN (1, 2)")
     common([child(node.this)] + [child(e) for e in node.expressions], node)
     return "bool"
 
@@ -474,8 +477,13 @@ def boolean(kind: str, node: exp.Expression) -> None:
 def text(kind: str, node: exp.Expression) -> str:
     """'str', or a refusal unless `kind` is text."""
     if kind not in ("str", "null"):
-        raise QueryRefused(f"expected text but got a {kind} in {short(node)}")
+        raise QueryRefused(f"expected text but got {_KIND_NAMES.get(kind, kind)} in {short(node)}")
     return "str"
+
+
+# How messages name a value's type: an int column is a whole number, never a "float".
+_KIND_NAMES = {"int": "a whole number (int)", "float": "a number (float)", "str": "text",
+               "bool": "a condition (bool)", "date": "a date", "timestamp": "a timestamp"}
 
 
 def common(kinds: list[str], node: exp.Expression) -> str:
@@ -485,7 +493,8 @@ def common(kinds: list[str], node: exp.Expression) -> str:
     if len(families) > 1:
         hint = "; write a date as DATE '2024-01-01' or a timestamp as TIMESTAMP " \
             "'2024-01-01 08:00:00'" if families == {"str", "time"} else ""
-        names = sorted("date/timestamp" if f == "time" else f for f in families)
+        names = sorted({"time": "date/timestamp", "float": "number", "str": "text",
+                        "bool": "condition (bool)"}.get(f, f) for f in families)
         raise QueryRefused(
             f"cannot compare or combine {' and '.join(names)} values in {short(node)}{hint}")
     if not families:
@@ -608,16 +617,43 @@ def _rounded(node: exp.Expression, child: Callable[[exp.Expression], Range | Non
 
 
 def _extreme(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
-    """LEAST/GREATEST (NULL arguments skipped) and COALESCE: within the hull of the arguments;
-    LEAST is at most the smallest upper bound, GREATEST at least the largest lower bound."""
-    ranges = [child(node.this)] + [child(e) for e in node.expressions]
+    """LEAST/GREATEST and COALESCE: within the hull of the arguments. LEAST and GREATEST skip
+    NULL arguments (LEAST(NULL, 100) is 100), so LEAST is at most the smallest upper bound of the
+    arguments that are never NULL, and GREATEST at least the largest such lower bound."""
+    arguments = [node.this, *node.expressions]
+    ranges = [child(a) for a in arguments]
     hull = _hull(ranges)
     if hull is None or isinstance(node, exp.Coalesce):
         return hull
-    present = [r for r in ranges if r is not None]
+    present = [r for r, a in zip(ranges, arguments, strict=True) if r is not None and never_null(a)]
+    if not present:
+        return hull
     if isinstance(node, exp.Least):
-        return hull[0], min(r[1] for r in present)
-    return max(r[0] for r in present), hull[1]
+        return hull[0], min(hull[1], min(r[1] for r in present))
+    return max(hull[0], max(r[0] for r in present)), hull[1]
+
+
+_KEEPS_NULLNESS = (exp.Paren, exp.Neg, exp.Abs, exp.Floor, exp.Ceil, exp.Round, exp.Add, exp.Sub,
+                   exp.Mul)
+
+
+def never_null(node: exp.Expression) -> bool:
+    """Whether a row expression is never NULL on any data: a number literal, arithmetic (but
+    division, which hardening makes NULL on a zero divisor) and rounding of such, COALESCE,
+    LEAST or GREATEST with such an argument, a CASE whose results all are and which has an ELSE.
+    Anything else (a column, a condition, a cast) may be NULL."""
+    if isinstance(node, exp.Literal):
+        return True
+    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
+        return any(never_null(a) for a in [node.this, *node.expressions])
+    if isinstance(node, exp.Case):
+        default = node.args.get("default")
+        return default is not None and never_null(default) and all(
+            never_null(branch.args["true"]) for branch in node.args.get("ifs") or [])
+    if isinstance(node, _KEEPS_NULLNESS):
+        operands = [node.this] + ([node.expression] if isinstance(node, exp.Binary) else [])
+        return all(never_null(o) for o in operands)
+    return False
 
 
 def _case_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:

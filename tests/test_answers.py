@@ -182,6 +182,7 @@ def test_a_stored_answer_with_nulls_prints_again_in_a_table(capsys, setup):
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         stored = db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state", epsilon=1).to_dict()
     stored["rows"][0][1] = None
+    stored["ci95_bounds"][0][1] = None  # a NULL value has no interval to show
     again = QueryResult.from_dict(stored, id=1)
     _print_result(again)
     out = capsys.readouterr().out

@@ -43,6 +43,12 @@ def _plan(sql: str):
     ("SELECT SUM(ABS(age - 70) * -2) FROM people", "SUM(ABS(age - 70) * -2)", (-140, 0)),
     ("SELECT SUM(LEAST(age, 30)) FROM people", "SUM(LEAST(age, 30))", (0, 30)),
     ("SELECT SUM(GREATEST(age, 30)) FROM people", "SUM(GREATEST(age, 30))", (30, 100)),
+    # A NULL age makes LEAST(age, 150) 150 and GREATEST(age, -15) -15 (NULL arguments skipped).
+    ("SELECT SUM(LEAST(age, 150)) FROM people", "SUM(LEAST(age, 150))", (0, 150)),
+    ("SELECT SUM(GREATEST(age, -15)) FROM people", "SUM(GREATEST(age, -15))", (-15, 100)),
+    ("SELECT SUM(LEAST(age, income)) FROM people", "SUM(LEAST(age, income))", (0, 1000)),
+    ("SELECT SUM(LEAST(COALESCE(age, 0), 150)) FROM people", "SUM(LEAST(COALESCE(age, 0), 150))",
+     (0, 100)),
     ("SELECT SUM(FLOOR(income / 300)) FROM people", "SUM(FLOOR(income / 300))", (0, 3)),
     ("SELECT SUM(age % 7) FROM people", "SUM(age % 7)", (0, 7)),
     ("SELECT SUM(COALESCE(age, -5)) FROM people", "SUM(COALESCE(age, -5))", (-5, 100)),
@@ -119,6 +125,8 @@ EXPRESSIONS = [
     "ROUND(income / 7, 1)", "CEIL(income / 3) - FLOOR(age / 3)", "age % 13", "-(age // 3)",
     "LEAST(age, income, 50) * GREATEST(age - 90, -3)", "COALESCE(age, income, 0) / (age + 1)",
     "CAST(income AS INT) + CAST(sick AS INT)", "CAST(age > 50 AS INT) - 2",
+    # LEAST and GREATEST skip a NULL argument: LEAST(NULL, 150) is 150, beyond age's bounds.
+    "LEAST(age, 150)", "GREATEST(age, -15)", "LEAST(age, income + 2000)", "GREATEST(age, income - 2000)",
 ]
 
 
@@ -126,6 +134,8 @@ EXPRESSIONS = [
 @given(st.sampled_from(EXPRESSIONS), st.fixed_dictionaries(VALUES))
 # DuckDB's // on DOUBLE operands is a plain division, not a floor: 100 // 3 is 33.33.
 @example("-(age // 3)", {"age": 100, "income": None, "sick": None})
+@example("LEAST(age, 150)", {"age": None, "income": None, "sick": None})
+@example("GREATEST(age, -15)", {"age": None, "income": None, "sick": None})
 def test_derived_bounds_contain_every_value_within_the_column_bounds(expression, row):
     """Soundness of the interval arithmetic: DuckDB's value of each expression, on any row
     within the policy's bounds, lies in the derived range (so the clamp only acts on data
@@ -198,3 +208,23 @@ def test_avg_after_a_count_of_the_same_condition_keeps_its_bounds(setup):
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         result = db.query("SELECT COUNT(sick) AS n, AVG(sick) AS rate FROM people", epsilon=1.0)
     assert 0 < result.ci95["rate"][0] <= 1
+
+
+def test_least_of_a_null_column_and_a_literal_is_the_literal(tmp_path):
+    """SQL skips a NULL argument of LEAST/GREATEST: with x in [0, 30] half NULL, SUM(LEAST(x,
+    100)) counts 100 for each NULL row (the exact 27,000 here), and AVG(GREATEST(x, -15)) averages
+    -15 in; the answer centres there, not on the NULL rows clamped into [0, 30]."""
+    db = tmp_path / "nulls.duckdb"
+    with duckdb.connect(str(db)) as conn:
+        conn.execute("CREATE TABLE t AS SELECT i AS id, CASE WHEN i % 2 = 0 THEN NULL ELSE 30 END AS x "
+                     "FROM range(540) r(i)")
+    policy = write_policy(tmp_path / "policy.yaml", {
+        "budget": {"epsilon": 1e9}, "dependence": {"k": 1, "eta": 0.0, "mode": "auto"},
+        "tables": {"t": {"privacy_unit": "id", "max_rows_per_unit": 1,
+                         "columns": {"x": {"type": "int", "lower": 0, "upper": 30}}}}})
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(db, policy, ledger) as database:
+        result = database.query("SELECT SUM(LEAST(x, 100)) AS s, AVG(GREATEST(x, -15)) AS a FROM t",
+                                epsilon=100)
+    assert abs(result.df["s"][0] - (270 * 100 + 270 * 30)) <= result.ci95["s"][0] + 1e-9
+    assert abs(result.df["a"][0] - 7.5) <= result.ci95["a"][0] + 1e-9

@@ -15,7 +15,7 @@ from dpsql.engine.cli import main
 from dpsql.engine.display import number
 from dpsql.engine.ledger import Charge, Ledger
 from dpsql.engine.report import ReportTotals, build_report
-from dpsql.engine.report_plot import plot_png
+from dpsql.engine.report_plot import plot_png, spend_figure
 from dpsql.engine.report_render import render_html, render_markdown, render_table
 from dpsql.engine.result import AnswerCost
 
@@ -121,6 +121,20 @@ def test_plot_is_a_valid_png_showing_the_spend(tmp_path, answers):
     # The transcript level is drawn in blue; an empty ledger has no level line.
     blue = ((abs(pixels[..., 0] - 0x1F / 255) < 0.05) & (abs(pixels[..., 2] - 0x9C / 255) < 0.05)).sum()
     assert (blue > 500) == (answers > 0)
+
+
+def test_plot_runs_on_answer_numbers_with_the_largest_epsilon_in_its_title(tmp_path):
+    """A burst of three answers is three steps at answers 1, 2, 3 (not one jump in time), and
+    the headline is the largest epsilon still askable."""
+    report = build_report(write_ledger(tmp_path / "l.sqlite", [("a", 0.5, "auto")] * 3))
+    axes = spend_figure(report).axes[0]
+    level = next(line for line in axes.get_lines() if "transcript level" in str(line.get_label()))
+    assert list(level.get_xdata()) == [0, 1, 2, 3]
+    assert list(level.get_ydata()) == pytest.approx([0.0, *report.levels])
+    assert axes.get_xlabel() == "answer number"
+    assert f"Largest epsilon still askable: {number(report.totals.largest_epsilon)}" in axes.get_title()
+    budget = [line for line in axes.get_lines() if str(line.get_label()).startswith("budget")]
+    assert list(budget[0].get_ydata()) == [report.totals.budget] * 2
 
 
 def test_html_page_shows_totals_tables_and_embedded_plot(ledger):

@@ -177,12 +177,15 @@ def test_csv_neutralises_formulas_in_text_and_keeps_numbers(capsys, formula_setu
                           str(ledger), "--epsilon", "1", "--format", "csv", sql)
     assert code == 0, err
     rows = list(csv.reader(io.StringIO(out)))
-    assert rows[0] == ["tag", "'=HYPERLINK(1)", "'@n", "'@n_ci95"]  # arithmetic has no interval
+    # Arithmetic on a noisy value has its interval too.
+    assert rows[0] == ["tag", "'=HYPERLINK(1)", "'@n", "'=HYPERLINK(1)_ci95", "'=HYPERLINK(1)_ci95_low",
+                       "'=HYPERLINK(1)_ci95_high", "'@n_ci95", "'@n_ci95_low", "'@n_ci95_high"]
     assert sorted(row[0] for row in rows[1:]) == sorted(
         ("'" + k if k[0] in "=+-@\t" else k) for k in keys)
     for row in rows[1:]:
         assert float(row[1]) < -990_000 and row[1].startswith("-")  # numbers stay numbers
         float(row[2])
+        assert float(row[4]) <= float(row[1]) <= float(row[5])
 
 
 # --- exceptions -------------------------------------------------------------------------------

@@ -32,11 +32,19 @@ class Avg(Aggregate):
         return exp.Least(this=_greatest(mean, lo), expressions=[exp.Literal.number(hi)],
                          ignore_nulls=True)
 
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        if operand is None:
+            raise TypeError("AVG needs an operand")
+        lo, hi = operand.bounds
+        return float(lo), float(hi)
+
     def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """The widest distance from the clamped mean to a corner of the box that the SUM and
         COUNT intervals (each at alpha / 2, so both hold with probability >= 1 - alpha by the
-        union bound) allow, clamped to the operand's bounds."""
+        union bound) allow, clamped to the operand's bounds. A box wholly outside the bounds
+        (the noisy SUM beyond any SUM the count allows) is moved to the nearest bound keeping
+        its width, so the interval never collapses to a point that reads as exact."""
         if operand is None:
             raise TypeError("AVG needs an operand")
         total_name, count_name = measurements
@@ -49,8 +57,11 @@ class Avg(Aggregate):
         positive = count - a_count > 0
         denominators = (np.where(positive, count - a_count, 1.0), count + a_count)
         corners = np.stack([(total + shift) / d for shift in (-a_total, a_total) for d in denominators])
-        low = np.where(positive, np.clip(corners.min(axis=0), lo, hi), lo)
-        high = np.where(positive, np.clip(corners.max(axis=0), lo, hi), hi)
+        first, last = corners.min(axis=0), corners.max(axis=0)
+        width = np.minimum(last - first, hi - lo)
+        low = np.where(first > hi, hi - width, np.clip(first, lo, hi))
+        high = np.where(last < lo, lo + width, np.clip(last, lo, hi))
+        low, high = np.where(positive, low, lo), np.where(positive, high, hi)
         return np.maximum(mean - low, high - mean)
 
 

@@ -10,6 +10,7 @@ a row expression over policy columns, with the bounds interval arithmetic derive
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -98,6 +99,11 @@ class Aggregate:
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
         """Per group, a half-width that covers the exact value with probability >= 1 - alpha."""
         raise NotImplementedError
+
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        """The values the exact statistic can take on any data (a count is >= 0), which shown
+        intervals are cut to; unbounded unless the aggregate says more."""
+        return -math.inf, math.inf
 
 
 class Measured(Aggregate):

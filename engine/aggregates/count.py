@@ -3,6 +3,8 @@ most m."""
 
 from __future__ import annotations
 
+import math
+
 from sqlglot import exp
 
 from ..errors import QueryRefused
@@ -35,6 +37,9 @@ class Count(Measured):
 
     def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
         return exp.Count(this=exp.Star() if operand is None else operand.value.copy())
+
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        return 0.0, math.inf
 
 
 COUNT = Count()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sqlglot import exp
 
 from ..errors import QueryRefused
@@ -37,6 +39,9 @@ class CountDistinctUnit(Measured):
 
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> int:
         return 2 * rows_per_unit if grouped else 1
+
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        return 0.0, math.inf
 
     def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
         # Each row with a NULL unit is a unit of its own: COUNT(*) - COUNT(unit) of them, added

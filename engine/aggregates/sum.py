@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sqlglot import exp
 
 from ..policy import TableSpec
@@ -40,6 +42,11 @@ class Sum(Measured):
 
     def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
         return exp.Sum(this=clamped(_operand(operand)))
+
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        """A sum of values in [lo, hi] has their sign when they all have one."""
+        lo, hi = _operand(operand).bounds
+        return (0.0 if lo >= 0 else -math.inf), (0.0 if hi <= 0 else math.inf)
 
 
 def _operand(operand: Operand | None) -> Operand:

@@ -3,6 +3,7 @@ noisy COUNT, SUM and SUM of squares of the clamped values, so they cost those th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -38,6 +39,9 @@ class SumOfSquares(Measured):
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float:
         lo, hi = _operand(operand).bounds
         return (2 if grouped else 1) * rows_per_unit * max(lo * lo, hi * hi)
+
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        return 0.0, math.inf
 
     def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
         value = exp.cast(clamped(_operand(operand)), "DOUBLE")
@@ -78,6 +82,10 @@ class Variance(Aggregate):
         bounded = exp.Least(this=_greatest(exp.paren(spread), 0),
                             expressions=[exp.Literal.number(_cap(operand, sample))], ignore_nulls=True)
         return exp.Sqrt(this=bounded) if deviation else bounded
+
+    def possible(self, operand: Operand | None) -> tuple[float, float]:
+        cap = _cap(_operand(operand), self.sample)
+        return 0.0, math.sqrt(cap) if self.deviation else cap
 
     def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
                    frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:

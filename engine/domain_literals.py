@@ -1,0 +1,89 @@
+"""Literals compared with a column that has a public domain must be in it.
+
+`WHERE state IN ('ca', 'Texas')` with the domain [CA, NY, TX, WA] can only ever match rows the
+policy says do not exist, so answering it spends budget on a noisy 0 (or on values outside the
+declared domain). The domain is public, so the query is refused before anything is spent,
+naming the domain and the value nearest to what was written.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from .errors import QueryRefused
+from .policy import ColumnSpec
+
+Resolve = Callable[[exp.Column], "ColumnSpec | None"]  # a column's policy spec, if it has one
+
+
+def check_domain_literals(tree: exp.Expression, resolve: Resolve) -> None:
+    """Refuse `col = lit`, `col <> lit` or `col [NOT] IN (lit, ...)` anywhere in `tree` when
+    `col` has a public domain and a literal is not one of its values."""
+    for node in tree.find_all(exp.EQ, exp.NEQ, exp.In):
+        sides = [node.this, *node.expressions] if isinstance(node, exp.In) else [node.this, node.expression]
+        if isinstance(node, exp.In) and node.args.get("query") is not None:
+            continue
+        columns = [s for s in sides if isinstance(s, exp.Column)]
+        if len(columns) != 1:
+            continue
+        spec = resolve(columns[0])
+        if spec is None or spec.domain is None:
+            continue
+        for side in sides:
+            value = _literal(side, spec.type)
+            if value is not None and value not in spec.domain:
+                always = isinstance(node, exp.NEQ) or (isinstance(node, exp.In)
+                                                       and isinstance(node.parent, exp.Not))
+                raise QueryRefused(_message(columns[0], side, value, spec.domain, always))
+
+
+def _literal(node: exp.Expression, kind: str) -> object | None:
+    """A literal of the column's type (text for str, an integer for int), else None."""
+    negative = isinstance(node, exp.Neg)
+    node = node.this if negative else node
+    if not isinstance(node, exp.Literal):
+        return None
+    if kind == "str":
+        return node.this if node.is_string else None
+    if node.is_string:
+        return None
+    try:
+        number = float(node.this)
+    except ValueError:
+        return None
+    number = -number if negative else number
+    return int(number) if number.is_integer() else number
+
+
+def _message(column: exp.Column, literal: exp.Expression, value: object, domain: tuple,
+             always: bool) -> str:
+    shown = ", ".join(map(str, domain)) if len(domain) <= 20 else \
+        ", ".join(map(str, domain[:20])) + f", ... ({len(domain)} values)"
+    nearest = _nearest(value, domain)
+    hint = "" if nearest is None else f"; did you mean {nearest!r}?"
+    return (f"{literal.sql(dialect='duckdb')} refused: {column.name} has the public domain "
+            f"[{shown}], which does not hold {value!r}, so the comparison is "
+            f"{'true for every row' if always else 'true for no row'}{hint} "
+            "(nothing was charged)")
+
+
+def _nearest(value: object, domain: tuple) -> object | None:
+    """The domain value nearest to `value`: the same text in another case, the closest
+    spelling, or the closest number."""
+    if isinstance(value, str):
+        texts = [str(d) for d in domain]
+        for d in domain:
+            if str(d).lower() == value.lower():
+                return d
+        close = difflib.get_close_matches(value.lower(), [t.lower() for t in texts], n=1, cutoff=0.3)
+        if close:
+            return domain[[t.lower() for t in texts].index(close[0])]
+        prefix = [d for d in domain if str(d)[:1].lower() == value[:1].lower()]
+        return prefix[0] if prefix else None
+    numbers = [d for d in domain if isinstance(d, (int, float))]
+    if not numbers or not isinstance(value, (int, float)):
+        return None
+    return min(numbers, key=lambda d: abs(d - value))
