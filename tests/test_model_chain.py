@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import sqlite3
 from functools import reduce
 from pathlib import Path
@@ -13,14 +14,16 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
-from dpsql.calibration import MarkovModel, exact_audit_vector
+from dpsql.calibration import DependenceModel, MarkovModel, exact_audit, exact_audit_vector
+from dpsql.calibration.inversion import invert
 from dpsql.calibration.model_maps import chain_level
+from dpsql.calibration.model_markov import chain_eta
 from dpsql.engine import PrivateDatabase
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.ledger import SCHEMA_VERSION, Ledger
 from dpsql.engine.policy import parse_policy
 
-from tests.support import create_ledger
+from tests.support import create_ledger, run_cli
 
 SLACK = 1e-9
 DAYS = 4
@@ -260,3 +263,69 @@ def test_the_report_accounts_the_chain_as_the_engine_does(setup) -> None:
         report = db.report()
     assert report.totals.transcript_level == pytest.approx(level, rel=1e-12)
     assert report.levels[-1] == pytest.approx(level, rel=1e-12)
+
+
+# ---- every declared column set holding the modelled column -----------------------------------
+
+STICKY = MarkovModel((0.9, 0.1), ((0.99, 0.01), (0.01, 0.99)))
+
+
+def sticky_policy(declarations: list) -> dict:
+    model = dict(CHAIN, initial=list(STICKY.initial),
+                 transition=[list(r) for r in STICKY.transition])
+    out = policy([model])
+    out["dependence"] = {"k": 6, "eta": 1.0, "models": [model], "eta_by_columns": declarations}
+    out["tables"]["readings"]["columns"]["day"]["upper"] = 5
+    return out
+
+
+def test_a_set_holding_only_the_modelled_column_must_declare_the_chains_eta() -> None:
+    """{on} alone carries the whole chain's dependence (each record's day is its own), so an
+    eta below the chain's for it, or for any set naming it, is refused; sets without it and
+    an eta at least the chain's are accepted."""
+    implied = chain_eta(STICKY, 6)
+    assert implied > 0.98
+    for columns in (["on"], ["on", "kind"], ["on", "day"]):
+        with pytest.raises(PolicyError, match=r"implies k=6 and eta=0\.98.*declares k=6 and eta=0 ")\
+                as caught:
+            parse_policy(sticky_policy([{"columns": columns, "eta": 0}]))
+        assert caught.value.eta == pytest.approx(implied)
+    accepted = parse_policy(sticky_policy([{"columns": ["kind"], "eta": 0},
+                                           {"columns": ["on"], "eta": round(implied + 1e-4, 4)}]))
+    assert accepted.eta_for(frozenset({"readings.on"})).eta >= implied
+
+
+def test_the_sticky_count_is_private_only_at_the_chains_eta() -> None:
+    """The exact audit of the hole: a COUNT of on over T = 6 days of the sticky chain at the
+    tight map's eps_dp for eta 0 (the declaration now refused) is at level 2.23 > epsilon = 1;
+    at the chain's own eta it meets 1."""
+    pmf = chain_pmf(STICKY, 6)
+    count = np.indices(pmf.shape).sum(axis=0)
+    with_zero = invert("tight", 1.0, DependenceModel(6, 0.0))
+    assert exact_audit(pmf, with_zero, count).level == pytest.approx(2.23, abs=0.005)
+    honest = invert("tight", 1.0, DependenceModel(6, chain_eta(STICKY, 6)))
+    assert exact_audit(pmf, honest, count).level <= 1.0 + SLACK
+
+
+def test_the_owner_check_counts_rows_breaking_the_chains_assumptions(tmp_path, capsys) -> None:
+    """`dpsql dependence check` passes the chain's readings and, with a meter column as the
+    person, counts a day outside the bounds, a NULL value and a repeated (meter, day)."""
+    write_readings(tmp_path / "readings.duckdb")
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy()))
+    args = ("dependence", "check", "--db", str(tmp_path / "readings.duckdb"), "--policy",
+            str(tmp_path / "policy.yaml"), "--format", "json")
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and json.loads(out)[0] | {"valid": True} == json.loads(out)[0]
+    with duckdb.connect(str(tmp_path / "readings.duckdb")) as conn:
+        conn.execute("ALTER TABLE readings ADD COLUMN meter INTEGER")
+        conn.execute("UPDATE readings SET meter = (rowid // 4)")
+        conn.execute("INSERT INTO readings VALUES (9, true, 'a', 1000), (1, NULL, 'a', 1001), "
+                     "(2, false, 'a', 0)")
+    grouped = policy()
+    grouped["tables"]["readings"]["columns"]["meter"] = {"type": "int"}
+    grouped["tables"]["readings"]["dependence_group"] = "meter"
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(grouped))
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 2
+    chain = next(c for c in json.loads(out) if "time" in c)
+    assert (chain["outside_times"], chain["outside_values"], chain["repeated"]) == (1, 1, 1)
