@@ -19,6 +19,7 @@ from dpsql.calibration.inversion import invert
 from dpsql.calibration.model_maps import chain_level
 from dpsql.calibration.model_markov import chain_eta
 from dpsql.engine import PrivateDatabase
+from dpsql.engine.declared_models import tight_level
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.ledger import SCHEMA_VERSION, Ledger
 from dpsql.engine.policy import parse_policy
@@ -162,20 +163,31 @@ def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
         assert not db.explain(PINNED, epsilon=answers[1].largest_epsilon * 1.01).admissible
 
 
-def test_an_answer_over_several_days_leaves_the_model_and_is_repriced(setup) -> None:
+def test_an_answer_over_several_days_is_a_series_answer_charged_to_each_day_it_reads(setup) -> None:
+    """A count over a window of days stays in the model (§19): it is charged to each day the
+    WHERE leaves possible, the ledger keeps them as a series, and the transcript's level is the
+    quilt map's at the per-day spending; reading another column still leaves the model."""
+    declared = parse_policy(policy()).models[0]
+    query = DependenceModel(DAYS, 0.9)
     with connect(setup) as db:
         db.query(GROUPED, epsilon=0.8)
-        before = db.budget().spent_ip
-        across = db.explain('SELECT COUNT(*) FROM readings WHERE "on"', epsilon=0.05)
-        assert across.mode == "tight" and "one time point" in across.justification
-        with pytest.raises(InputError, match="mode model cannot calibrate this query: its values "
-                                             "do not each read one time point"):
-            db.explain('SELECT COUNT(*) FROM readings WHERE "on" AND day > 1', epsilon=0.5,
-                       mode="model")
+        assert db.explain('SELECT COUNT(*) FROM readings WHERE "on"', epsilon=0.05).mode == "model"
+        window = db.query('SELECT COUNT(*) FROM readings WHERE "on" AND day > 1', epsilon=0.3)
+        assert window.mode == "model"
+        grouped_dp = db.history()[0].epsilon_dp
+        spend = (grouped_dp, grouped_dp, grouped_dp + window.epsilon_dp,
+                 grouped_dp + window.epsilon_dp)
+        total = grouped_dp + window.epsilon_dp
+        expected = min(tight_level(total, query), declared.capped(total, query, spend, True))
+        assert db.budget().spent_ip == pytest.approx(expected, rel=1e-9)
         with pytest.raises(InputError, match="it reads readings.day, readings.kind"):
             db.explain("SELECT day, COUNT(*) FROM readings WHERE kind = 'a' GROUP BY day",
                        epsilon=0.5, mode="model")
-        assert across.level_after > before + 1.0  # the grouped answer is now at the tight map
+    with contextlib.closing(sqlite3.connect(setup / "ledger.sqlite")) as conn:
+        stored = [json.loads(t) for (t,) in conn.execute("SELECT times FROM charges ORDER BY id")]
+    assert stored == [[0, 1, 2, 3], {"series": [2, 3]}]
+    with connect(setup) as db:  # a restart rebuilds the same books
+        assert db.budget().spent_ip == pytest.approx(expected, rel=1e-9)
 
 
 def test_explain_moves_each_transition_probability(setup) -> None:
