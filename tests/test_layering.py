@@ -17,7 +17,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                         "postprocess", "columns"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare", "bounded_store"})),
-    ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
+    ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report", "chain_check"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database"})),
     ("service", frozenset({"service"})),
