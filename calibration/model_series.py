@@ -103,11 +103,14 @@ def pair_bounds(model: MarkovModel, spend: object) -> np.ndarray:
     prefix = np.concatenate([[0.0], np.cumsum(energy)])
     relevant = (laws[:, :, None] > 0) & (laws[:, None, :] > 0)
     prior = _log_ratio(laws[:, None, :], laws[:, :, None])
-    days = np.arange(times)
-    right = np.broadcast_to((prefix[times] - prefix[days + 1])[:, None, None],
-                            (times, domain, domain)).copy()
-    left = np.broadcast_to(prefix[days][:, None, None], (times, domain, domain)).copy()
-    for first in range(0, len(steps), CHUNK):
+    width = len(steps)
+    days, inverse = _distinct_days(energy, which, prior, relevant, width)
+    right = np.where((times - 1 - days <= width)[:, None, None],
+                     (prefix[times] - prefix[days + 1])[:, None, None], np.inf)
+    right = np.broadcast_to(right, (len(days), domain, domain)).copy()
+    left = np.where((days <= width)[:, None, None], prefix[days][:, None, None], np.inf)
+    left = np.broadcast_to(left, (len(days), domain, domain)).copy()
+    for first in range(0, width, CHUNK):
         chunk = steps[first:first + CHUNK]
         ahead = days[:, None] + chunk[None, :]
         between = np.where(ahead <= times - 1, prefix[np.minimum(ahead, times)]
@@ -118,15 +121,64 @@ def pair_bounds(model: MarkovModel, spend: object) -> np.ndarray:
         between_past = np.where(behind >= 0, prefix[days][:, None]
                                 - prefix[np.maximum(behind, 0) + 1], np.inf)
         with np.errstate(invalid="ignore"):
-            past = reach[which[np.maximum(behind, 0)], chunk[None, :] - 1] + prior[:, None]
+            past = reach[which[np.maximum(behind, 0)], chunk[None, :] - 1] + prior[days][:, None]
         past = np.nan_to_num(past, nan=np.inf)
         left = np.minimum(left, (between_past[:, :, None, None] + past).min(axis=1))
         # influence is >= 0, so a farther quilt costs at least the records it adds
-        if _settled(prefix, days, int(chunk[-1]) + 1, left, right, relevant):
+        if _settled(prefix, days, times, int(chunk[-1]) + 1, left, right, relevant[days]):
             break
-    bounds = np.where(relevant, energy[:, None, None] + left + right, 0.0)
+    bounds = np.where(relevant[days], energy[days][:, None, None] + left + right, 0.0)
     bounds[:, np.arange(domain), np.arange(domain)] = 0.0
-    return bounds
+    return bounds[inverse]
+
+
+def _distinct_days(energy: np.ndarray, which: np.ndarray, prior: np.ndarray,
+                   relevant: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """One time point per class of points whose bounds are equal, and each point's class.
+
+    A point's bounds depend only on the spending within `width` of it (its position against
+    the chain's ends included, by a sentinel -1), the support patterns `width` behind, its
+    prior and which pairs occur, because the side without a quilt (the chain's end) is tried
+    only within `width` of that end: farther, the quilt `width` away costs the records it
+    spans plus an influence below NEGLIGIBLE, no more than the end's (or, when the steps
+    stopped at T or MAX_QUILT, a dropped option only makes the bound larger). Points are
+    grouped by a hash of their spending window, and every group is then checked exactly."""
+    times = len(energy)
+    pad = np.full(width, -1.0)
+    spends = np.lib.stride_tricks.sliding_window_view(np.concatenate([pad, energy, pad]),
+                                                      2 * width + 1)
+    static = _static_classes(which.astype(np.int64).tobytes(), prior.tobytes(),
+                             relevant.tobytes(), times, width)
+    probe = np.random.default_rng(0).standard_normal(2 * width + 1)
+    hashed = np.convolve(np.concatenate([pad, energy, pad]), probe[::-1], mode="valid")
+    order = np.lexsort((hashed, static))
+    change = np.concatenate([[True], (np.diff(hashed[order]) != 0)
+                             | (np.diff(static[order]) != 0)])
+    labels = np.empty(times, dtype=np.int64)
+    labels[order] = np.cumsum(change) - 1
+    first = order[change]
+    if (spends == spends[first][labels]).all():
+        return first, labels
+    rows = np.ascontiguousarray(np.concatenate([spends, static[:, None].astype(float)], axis=1))
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first, np.asarray(inverse).reshape(-1)
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _static_classes(which: bytes, prior: bytes, relevant: bytes, times: int,
+                    width: int) -> np.ndarray:
+    """Classes of points with equal support patterns `width` behind, prior ratios and
+    occurring pairs (exact, cached per chain and T)."""
+    support = np.frombuffer(which, dtype=np.int64).astype(float)
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.concatenate([np.full(width, -1.0), support]), width)[:times]
+    rows = np.ascontiguousarray(np.concatenate(
+        [windows, np.frombuffer(prior).reshape(times, -1),
+         np.frombuffer(relevant, dtype=bool).reshape(times, -1).astype(float)], axis=1))
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, inverse = np.unique(keys, return_inverse=True)
+    return np.asarray(inverse).reshape(-1)
 
 
 def series_levels(model: MarkovModel, spend: object) -> np.ndarray:
@@ -200,11 +252,10 @@ def _shift(table: np.ndarray, weights: np.ndarray, taken: bool) -> np.ndarray:
     return out
 
 
-def _settled(prefix: np.ndarray, days: np.ndarray, step: int, left: np.ndarray,
+def _settled(prefix: np.ndarray, days: np.ndarray, times: int, step: int, left: np.ndarray,
              right: np.ndarray, relevant: np.ndarray) -> bool:
     """Whether no quilt `step` or more points away can lower any bound: the records between
     already cost at least the best bound of each side (influence adds to that)."""
-    times = len(days)
     ahead = np.minimum(days + step, times)
     cost_ahead = np.where(days + step <= times - 1, prefix[ahead] - prefix[days + 1], np.inf)
     behind = np.maximum(days - step, 0)
