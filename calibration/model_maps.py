@@ -3,7 +3,8 @@
 A map `L(spend)` bounds the IP level of EVERY transcript of answers covered by the model
 (docs/theory.md §14, "Model maps"): for a binary household column it is the level of a noisy
 COUNT of the column's 1s at eps_dp = S (the worst eps_dp-DP mechanism on the column); for a
-chain it is the largest per-record level of `markov_levels` at the per-time-point spending.
+chain it is the largest per-record level of `markov_levels` at the per-time-point spending,
+or of `series_levels` once an answer read several time points together.
 
 A model never replaces the tight map: an answer's eps_dp and a transcript's DP budget are the
 larger of the tight map's and the model's, the model's never above `cap` times the tight
@@ -18,6 +19,7 @@ from functools import lru_cache
 from .model_exact import largest_within, rho_grid
 from .model_household import HouseholdModel, household_level
 from .model_markov import MarkovModel, markov_levels
+from .model_series import pair_bounds, series_levels
 
 CACHE_SIZE = 4096
 """Model levels kept per process (one float each), so repeated admissions are free."""
@@ -49,3 +51,21 @@ def capped_inverse(level: Callable[[float], float], target: float, tight_dp: flo
     if tight_dp <= 0.0:
         return 0.0
     return max(tight_dp, largest_within(level, target, tight_dp, tight_dp * cap))
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def series_level(model: MarkovModel, spend: tuple[float, ...]) -> float:
+    """L(E) of a chain whose answers may read several time points together: the largest
+    record level of `series_levels` (any transcript E_t-DP in the records of time t)."""
+    if not any(spend):
+        return 0.0
+    return float(series_levels(model, list(spend)).max())
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def series_ratio_level(model: MarkovModel, spend: tuple[float, ...]) -> float:
+    """The largest quilt bound on ln P(y | x) / P(y | x') (a Pufferfish level, which bounds
+    the IP level and, unlike it, never levels off at the prior's -ln pi_min)."""
+    if not any(spend):
+        return 0.0
+    return float(pair_bounds(model, list(spend)).max())

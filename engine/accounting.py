@@ -38,7 +38,7 @@ from ..calibration import (
     within_budget,
 )
 from ..calibration.model_maps import capped_inverse
-from .declared_models import DeclaredModel, tight_level
+from .declared_models import DeclaredModel, SeriesSpend
 from .policy import EtaDeclaration, ScopedEta, scoped_eta
 
 TimeSpend = Mapping[int, float]
@@ -57,15 +57,14 @@ class Accountant:
     mode: str
     exact: tuple[DeclaredModel, ...] = ()  # declared models covering the transcript
     spend: tuple[float, ...] | None = None  # a covering chain's per-time spending (with the new)
+    series: bool = False  # an answer of the transcript read several time points together (§20)
 
     def level(self, spent_dp: float) -> float:
         """L(S): the information-privacy level of a transcript that spent S in DP terms (the
         smallest of the mode's map and each covering model's capped map)."""
         level = transcript_level(spent_dp, self.model, self.mode)
         for declared in self.exact:
-            capped = max(declared.level(spent_dp, self.spend),
-                         tight_level(spent_dp / declared.cap, self.model))
-            level = min(level, capped)
+            level = min(level, declared.capped(spent_dp, self.model, self.spend, self.series))
         return level
 
     def dp_budget(self) -> float:
@@ -142,7 +141,8 @@ class ScopedAccountant:
 
     def at(self, columns: frozenset[str] | None, times: TimeSpend | None = None) -> Accountant:
         """The accountant of a transcript whose answers read `columns` and, when every answer
-        reading a column was charged per time point, spent `times` (None otherwise)."""
+        reading a column was charged per time point, spent `times` (None otherwise; a
+        `SeriesSpend` when one of them read several time points together)."""
         exact = tuple(m for m in self.models if m.covers(columns)
                       and (m.household is not None or times is not None))
         households = tuple(m for m in exact if m.household is not None)
@@ -154,7 +154,7 @@ class ScopedAccountant:
             return Accountant(self.budget, self.model(columns), self.mode, households)
         spend = tuple(times.get(t, 0.0) for t in range(chain.first, chain.last + 1))
         return Accountant(self.budget, self.model(columns), self.mode, households + (chain,),
-                          spend)
+                          spend, isinstance(times, SeriesSpend))
 
 
 def union(read: frozenset[str] | None, more: frozenset[str] | None) -> frozenset[str] | None:

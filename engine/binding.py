@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .aggregates.quantile import parse_value_column
+from .declared_models import SeriesPoints
 from .domain_literals import check_domain_literals
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden
@@ -1077,3 +1078,17 @@ def time_points(plan: QueryPlan, column: str, first: int, last: int) -> tuple[in
     except QueryRefused:
         return None
     return kept if len(kept) == 1 else None
+
+
+def series_points(plan: QueryPlan, column: str, first: int, last: int) -> SeriesPoints | None:
+    """The time points an answer whose values read several of them together may read: those a
+    WHERE leaves possible (§11's pruning, from the text alone; every point when it prunes
+    none). None for an answer joined to another table (not covered by a chain)."""
+    if plan.join is not None:
+        return None
+    try:
+        kept = _pruned(tuple(range(first, last + 1)), plan.table.columns[column], plan.where,
+                       _Scope(plan.table, {plan.table.name}))
+    except QueryRefused:
+        return None
+    return SeriesPoints(kept)

@@ -521,12 +521,15 @@ def dependence_group() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def dependence_check(db, policy_path, fmt) -> None:
+    from .chain_check import check_chain
     from .dependence_data import check_groups, open_owner_data
-    from .dependence_report import print_checks
+    from .dependence_report import print_chain_checks, print_checks
+    from .execute import open_data
 
     policy = load_policy(policy_path)
     tables = [t for t in policy.tables.values() if t.dependence_group is not None]
-    if not tables:
+    chains = [m for m in policy.models if m.chain is not None]
+    if not tables and not chains:
         raise PolicyError("no table names a dependence_group column: add e.g. "
                           "`dependence_group: household_id` to a table in the policy")
     checks = []
@@ -536,10 +539,31 @@ def dependence_check(db, policy_path, fmt) -> None:
             checks.append(check_groups(conn, table, policy.k))
         finally:
             conn.close()
+    chain_checks = []
+    if chains:
+        conn = open_data(db, policy)
+        try:
+            chain_checks = [check_chain(conn, m, policy.tables[m.table]) for m in chains]
+        finally:
+            conn.close()
     if fmt == "json":
-        click.echo(json.dumps([asdict(c) | {"valid": c.valid} for c in checks], allow_nan=False))
+        rows = [asdict(c) | {"valid": c.valid} for c in checks]
+        rows += [asdict(c) | {"valid": c.valid} for c in chain_checks]
+        click.echo(json.dumps(rows, allow_nan=False))
     else:
-        print_checks(_console(), checks)
+        if checks:
+            print_checks(_console(), checks)
+        if chain_checks:
+            print_chain_checks(_console(), chain_checks)
+    broken = next((c for c in chain_checks if not c.valid), None)
+    if broken is not None:
+        raise PolicyError(
+            f"policy not valid for this data: the Markov chain of {broken.table}.{broken.column} "
+            f"needs one row per person and time point inside its ranges, but {broken.outside_times}"
+            f" row(s) have {broken.time} NULL or outside its bounds, {broken.outside_values} have "
+            f"{broken.column} NULL or outside its values and {broken.repeated or 0} repeat a "
+            "(person, time point); fix the data or the policy", outside_times=broken.outside_times,
+            outside_values=broken.outside_values, repeated=broken.repeated or 0)
     bad = [c for c in checks if not c.valid]
     if bad:
         raise PolicyError(f"policy not valid for this data: {bad[0].over_k} group(s) of table "

@@ -24,7 +24,7 @@ from .accuracy import AccuracyPlan
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
-from .declared_models import models_json
+from .declared_models import SeriesPoints, SeriesSpend, models_json
 from .errors import (
     AccessDenied,
     BudgetExhausted,
@@ -539,8 +539,10 @@ class _Books:
         `times`, for a chain answer) is charged."""
         spend = self.times
         if spend is not None and times is not None:
-            spend = {t: spend.get(t, 0.0) + (new if t in times else 0.0)
-                     for t in set(spend) | set(times)}
+            kind = SeriesSpend if isinstance(spend, SeriesSpend) or \
+                isinstance(times, SeriesPoints) else dict
+            spend = kind({t: spend.get(t, 0.0) + (new if t in times else 0.0)
+                          for t in set(spend) | set(times)})
         elif columns:
             spend = None
         return _Books(self.spent + new, union(self.read, columns), self.accountants, spend)
@@ -575,6 +577,8 @@ class _Books:
             cap, times = chain
             ceiling = cap * min(inverse(a.budget, a.model(after), "tight") for a in self.accountants)
             budget = min(a.budget for a in self.accountants)
+            if isinstance(times, SeriesPoints):  # its level is at least eps_dp / cap (§20)
+                ceiling = max(ceiling, cap * budget)
             room = largest_within(lambda x: self.after(x, columns, times).level(), budget, 0.0,
                                   ceiling)
             return 0.0 if room <= 0.0 else min(answer(a.model(columns))(room)

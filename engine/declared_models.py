@@ -3,7 +3,8 @@
 A declared model is one more guarantee map for the transcripts it covers (docs/theory.md §14):
 a transcript whose answers read only the model's columns is min(L_tight, L_model)-private.
 A household model covers a binary column of a row-level table; a chain covers a column and a
-time column, for answers each of whose released values depends on one time point.
+time column, for answers each of whose released values depends on one time point (§14) or
+reads several time points together (a `SeriesPoints`, §20).
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ from ..calibration import (
 )
 from ..calibration.household import household_eta
 from ..calibration.inversion import invert
-from ..calibration.model_exact import rho_grid
-from ..calibration.model_maps import capped_inverse, chain_level, household_column_level
+from ..calibration.model_exact import largest_within, rho_grid
+from ..calibration.model_maps import (
+    capped_inverse,
+    chain_level,
+    household_column_level,
+    series_level,
+    series_ratio_level,
+)
 from ..calibration.model_markov import chain_eta
 
 DEFAULT_CAP = 10.0
@@ -35,6 +42,21 @@ RHO_STEP = (0.05, 0.1)
 
 TRANSITION_STEP = 0.05
 """How far explain moves each transition probability of a chain (a model that is off)."""
+
+
+class SeriesPoints(tuple[int, ...]):
+    """The time points an answer reads when its released values read several of them together
+    (a count over all days, over a window, grouped by another key): charged to every one."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SeriesPoints) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(("series", tuple(self)))
+
+
+class SeriesSpend(dict[int, float]):
+    """eps_dp per time point of a transcript holding at least one `SeriesPoints` answer."""
 
 
 @dataclass(frozen=True)
@@ -78,35 +100,64 @@ class DeclaredModel:
         """Whether a transcript reading `columns` (None: every column) stays in the model."""
         return columns is not None and columns <= self.columns
 
-    def level(self, total_dp: float, spend: tuple[float, ...] | None = None) -> float:
-        """L_model: a household's at the transcript's total; a chain's at its per-time spend."""
+    def level(self, total_dp: float, spend: tuple[float, ...] | None = None,
+              series: bool = False) -> float:
+        """L_model: a household's at the transcript's total; a chain's at its per-time spend
+        (the quilt bound of §20 once an answer read several time points together)."""
         if self.household is not None:
             return household_column_level(self.household, total_dp)
         assert self.chain is not None
-        return chain_level(self.chain, spend if spend is not None else (0.0,) * self.times)
+        spent = spend if spend is not None else (0.0,) * self.times
+        return (series_level if series else chain_level)(self.chain, spent)
+
+    def capped(self, total_dp: float, query: DependenceModel,
+               spend: tuple[float, ...] | None = None, series: bool = False) -> float:
+        """The model's map counted only up to the cap: never below the prior-robust maps at
+        1/cap of the spending (the tight map's, and for a series transcript the quilt ratio
+        bound's), and for a series transcript never above that ratio bound itself (§20)."""
+        floor = tight_level(total_dp / self.cap, query)
+        if not series or self.chain is None or spend is None:
+            return max(self.level(total_dp, spend, series), floor)
+        ratio = series_ratio_level(self.chain, spend)
+        lowered = series_ratio_level(self.chain, tuple(e / self.cap for e in spend))
+        return min(ratio, max(self.level(total_dp, spend, True), min(floor, lowered)))
+
+    def spend_of(self, eps_dp: float, times: tuple[int, ...]) -> tuple[float, ...]:
+        """A chain's per-time spending of one answer of eps_dp reading `times`."""
+        read = set(times)
+        return tuple(eps_dp if t in read else 0.0 for t in range(self.first, self.last + 1))
 
     def own_level(self, eps_dp: float, times: tuple[int, ...] = ()) -> float:
         """The model's level of ONE answer of eps_dp (for a chain, reading the time points
-        `times`, each released value one of them), a fresh transcript."""
+        `times`: each released value one of them, or several together for `SeriesPoints`),
+        a fresh transcript."""
         if self.household is not None:
             return household_column_level(self.household, eps_dp)
-        read = set(times)
-        return self.level(eps_dp, tuple(eps_dp if t in read else 0.0
-                                        for t in range(self.first, self.last + 1)))
+        return self.level(eps_dp, self.spend_of(eps_dp, times), isinstance(times, SeriesPoints))
 
     def answer_level(self, eps_dp: float, query: DependenceModel,
                      times: tuple[int, ...] = ()) -> float:
         """One answer's level: the tight map's under `query`, or the model's if smaller, the
         model's counted only up to the cap (never below the tight map's at eps_dp / cap)."""
         tight = tight_level(eps_dp, query)
-        return min(tight, max(self.own_level(eps_dp, times), tight_level(eps_dp / self.cap, query)))
+        if self.chain is None:
+            return min(tight, max(self.own_level(eps_dp, times),
+                                  tight_level(eps_dp / self.cap, query)))
+        series = isinstance(times, SeriesPoints)
+        return min(tight, self.capped(eps_dp, query, self.spend_of(eps_dp, times), series))
 
     def calibrate(self, epsilon: float, query: DependenceModel,
                   times: tuple[int, ...] = ()) -> tuple[float, float]:
         """(eps_dp, tight eps_dp): the largest eps_dp whose answer_level meets epsilon, by
-        bisection on the model's level (non-decreasing in eps_dp, §14), then verified."""
+        bisection on the model's level (non-decreasing in eps_dp, §14), then verified. A
+        series answer's level is at least eps_dp / cap (its own record's share), so its
+        eps_dp is at most cap * epsilon."""
         tight = invert("tight", epsilon, query)
-        eps_dp = capped_inverse(lambda e: self.own_level(e, times), epsilon, tight, self.cap)
+        if isinstance(times, SeriesPoints):
+            eps_dp = max(tight, largest_within(lambda e: self.answer_level(e, query, times),
+                                               epsilon, tight, self.cap * epsilon))
+        else:
+            eps_dp = capped_inverse(lambda e: self.own_level(e, times), epsilon, tight, self.cap)
         audited = self.answer_level(eps_dp, query, times)
         if not within_budget(audited, epsilon):
             raise CalibrationError(f"the {self.describe()} re-audits eps_dp={eps_dp:g} at level "

@@ -19,6 +19,7 @@ from ..calibration import (
     calibrate,
     column_set_eta,
 )
+from .chain_check import ChainCheck
 from .dependence_data import DataFit, GroupCheck
 from .errors import InputError
 from .policy import Policy, TableSpec
@@ -223,6 +224,18 @@ def print_report(console: Console, report: DependenceReport) -> None:
     console.print("Ready policy block:")
     console.print(yaml.safe_dump(report.block, sort_keys=False, default_flow_style=None), end="",
                   markup=False)
+
+
+def print_chain_checks(console: Console, checks: Sequence[ChainCheck]) -> None:
+    """Rows breaking each declared chain's assumptions (owner-side: from the data)."""
+    table = Table(title="declared Markov chains against the data (owner-side)")
+    for name in ("table", "column", "time", "time NULL or outside", "value NULL or outside",
+                 "repeated (person, time)", "valid"):
+        table.add_column(name)
+    for c in checks:
+        table.add_row(c.table, c.column, c.time, str(c.outside_times), str(c.outside_values),
+                      "-" if c.repeated is None else str(c.repeated), "yes" if c.valid else "NO")
+    console.print(table)
 
 
 def print_checks(console: Console, checks: Sequence[GroupCheck]) -> None:

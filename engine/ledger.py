@@ -45,7 +45,7 @@ from typing import TypeVar
 
 from ..calibration import DependenceModel, mode_dominates
 from .accounting import ScopedAccountant, TimeSpend
-from .declared_models import models_from_json
+from .declared_models import SeriesPoints, SeriesSpend, models_from_json
 from .errors import EngineHalted, LedgerError
 from .policy import EtaDeclaration, declarations_from_json, shared_from_json
 from .result import AggregateRecord, AnswerCost, HistoryEntry
@@ -465,18 +465,19 @@ class Ledger:
         if untimed:
             return None
         spend: dict[int, float] = {}
+        series = False
         for text, eps_dp in conn.execute("SELECT times, epsilon_dp FROM charges "
                                          f"WHERE times IS NOT NULL{mine}", args).fetchall():
             try:
-                points = json.loads(text)
-                if not isinstance(points, list) or not all(type(t) is int for t in points):
-                    raise ValueError
+                points = read_points(text)
             except ValueError:
                 raise LedgerError(f"ledger {self.path} holds a charge whose time points are "
-                                  "not a JSON list of integers; restore it from a backup") from None
+                                  "not a JSON list of integers (or {\"series\": list}); restore "
+                                  "it from a backup") from None
             for t in points:
                 spend[t] = spend.get(t, 0.0) + eps_dp
-        return spend
+            series = series or isinstance(points, SeriesPoints)
+        return SeriesSpend(spend) if series else spend
 
     def _columns(self, text: str) -> frozenset[str]:
         try:
@@ -518,7 +519,7 @@ class Ledger:
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
                 columns = None if charge.columns is None else json.dumps(sorted(charge.columns))
-                times = None if charge.times is None else json.dumps(list(charge.times))
+                times = None if charge.times is None else write_points(charge.times)
                 cost = charge.cost
                 (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
@@ -799,6 +800,23 @@ def _fsync(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def write_points(points: tuple[int, ...]) -> str:
+    """A charge's time points as the ledger keeps them: a JSON list, or {"series": list} when
+    its released values read them together (docs/theory.md §20)."""
+    listed = [int(t) for t in points]
+    return json.dumps({"series": listed} if isinstance(points, SeriesPoints) else listed)
+
+
+def read_points(text: str) -> tuple[int, ...]:
+    """`write_points` read back (ValueError if it is not one)."""
+    value = json.loads(text)
+    series = isinstance(value, dict) and set(value) == {"series"}
+    points = value["series"] if series else value
+    if not isinstance(points, list) or not all(type(t) is int for t in points):
+        raise ValueError(f"not a list of time points: {text!r}")
+    return SeriesPoints(points) if series else tuple(points)
 
 
 def _now() -> str:

@@ -438,17 +438,28 @@ def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
             implied = model.own_eta()
         except CalibrationError as exc:
             raise PolicyError(f"{where}: {exc}") from None
-        declared = scoped_eta(eta, declarations, model.columns).eta
-        if implied.k > k or implied.eta > declared + 1e-12:
-            raise PolicyError(
-                f"{where}: the model implies k={implied.k} and eta={implied.eta:.6g} for "
-                f"{sorted(model.columns)}, but the policy declares k={k} and eta={declared:g} "
-                "there; the declared (k, eta) must hold whatever the model, so raise them",
-                k=implied.k, eta=implied.eta, declared_k=k, declared_eta=declared)
+        for columns, declared in _sets_holding(model, eta, declarations):
+            if implied.k > k or implied.eta > declared + 1e-12:
+                raise PolicyError(
+                    f"{where}: the model implies k={implied.k} and eta={implied.eta:.6g} for "
+                    f"{columns}, but the policy declares k={k} and eta={declared:g} there; the "
+                    "declared (k, eta) must hold whatever the model, so raise them",
+                    k=implied.k, eta=implied.eta, declared_k=k, declared_eta=declared)
         if any(other.columns & model.columns for other in models):
             raise PolicyError(f"{where}: {table.name}.{column.name} is already in another model")
         models.append(model)
     return tuple(models)
+
+
+def _sets_holding(model: DeclaredModel, eta: float, declarations: tuple[EtaDeclaration, ...]
+                  ) -> list[tuple[str, float]]:
+    """Every declared column set holding the model's column, with its eta: the whole record
+    (the default eta) and each eta_by_columns set naming the column. The model implies its eta
+    for each of them (docs/theory.md §19): each record's time point is its own, so the others'
+    records projected onto any set holding the column carry the whole chain's dependence."""
+    column = f"{model.table}.{model.column}"
+    return [("every column (dependence.eta)", eta)] + [
+        (d.describe(), d.eta) for d in declarations if column in d.columns]
 
 
 def _household(spec: dict, where: str) -> HouseholdModel:

@@ -22,7 +22,7 @@ from ..calibration import (
 )
 from . import postprocess
 from .backends import Backend
-from .binding import build_plan, check_size, time_points
+from .binding import build_plan, check_size, series_points, time_points
 from .columns import columns_read
 from .declared_models import DeclaredModel
 from .errors import InputError
@@ -132,9 +132,11 @@ class Preparer:
                 return declared, None, ""
             assert declared.time is not None
             times = time_points(plan, declared.time, declared.first, declared.last)
+            if times is None and columns:
+                times = series_points(plan, declared.time, declared.first, declared.last)
             if times is None:
-                return None, None, (f"its values do not each read one time point (GROUP BY "
-                                    f"{declared.time}, or WHERE {declared.time} = a value)")
+                return None, None, ("it reads no time point of the chain" if not columns else
+                                    "it joins another table")
             return declared, times, ""
         return None, None, (f"it reads {', '.join(sorted(columns))}, beyond the columns of "
                             f"{' or '.join(sorted(m.describe() for m in models))}")

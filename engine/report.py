@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..calibration import mutual_information_bound, within_budget
 from .accounting import AnswerMap, ScopedAccountant, TimeSpend, no_column_answers, union
+from .declared_models import SeriesPoints, SeriesSpend
 from .errors import InputError, LedgerError
 from .policy import Policy, declarations_json
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger
@@ -208,11 +209,13 @@ def _reads(answers: tuple[LedgerAnswer, ...]
     for answer in answers:
         read = union(read, answer.columns)
         if spend is not None and answer.times is not None:
+            if isinstance(answer.times, SeriesPoints):
+                spend = SeriesSpend(spend)
             for t in answer.times:
                 spend[t] = spend.get(t, 0.0) + answer.cost.epsilon_dp
         elif answer.columns is None or answer.columns:
             spend = None
-        reads.append((read, None if spend is None else dict(spend)))
+        reads.append((read, None if spend is None else type(spend)(spend)))
     return tuple(reads)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..calibration import MODE_CHOICES
 from .errors import LedgerError
-from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
+from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only, read_points
 from .policy import declarations_from_json, shared_from_json
 from .result import AggregateRecord, AnswerCost
 
@@ -124,12 +124,10 @@ def _times(where: str, text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        points = json.loads(text)
+        return read_points(text)
     except ValueError:
-        points = None
-    if not isinstance(points, list) or not all(type(t) is int for t in points):
-        raise LedgerError(f"{where}: times must be a JSON list of integers, got {text!r}")
-    return tuple(points)
+        raise LedgerError(f"{where}: times must be a JSON list of integers (or {{\"series\": "
+                          f"list}}), got {text!r}") from None
 
 
 def _columns(where: str, text: str | None) -> frozenset[str] | None:

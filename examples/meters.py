@@ -12,7 +12,9 @@ a daily count `SELECT day, COUNT(*) ... WHERE on GROUP BY day` at epsilon = 1 un
 * the model mode: the same records under the declared chain (docs/theory.md §14), at the
   default cap (at most 10 times the tight map's eps_dp) and at a cap of 1000.
 
-It then answers the daily count once under the model and prints the first days. The numbers
+It prints the same for a count over all days (`SELECT COUNT(*) ... WHERE on`), which each
+value reads at every day (a whole-series answer, docs/theory.md §20), then answers the daily
+count once under the model and prints the first days. The numbers
 are computed from the policies only (explain reads no data), so they are the same every run.
 """
 
@@ -36,6 +38,7 @@ UP, DOWN = 0.2, 0.7  # P(on tomorrow | off today), P(off tomorrow | on today)
 CHAIN = MarkovModel.binary(UP, DOWN)  # starts from its stationary law (7/9, 2/9)
 EPSILON = 1.0
 QUERY = 'SELECT day, COUNT(*) AS n FROM readings WHERE "on" GROUP BY day ORDER BY day'
+SERIES = 'SELECT COUNT(*) AS n FROM readings WHERE "on"'  # over all days: a whole-series answer
 
 
 def generate(path: Path, meters: int = METERS, seed: int = 11) -> None:
@@ -100,12 +103,14 @@ def connect(folder: Path, name: str, policy: dict) -> PrivateDatabase:
                                    folder / f"{stem}.sqlite", create=True)
 
 
-def scales(folder: Path) -> dict[str, float]:
-    """The noise scale of each daily count at EPSILON, per accounting (explain: no data read)."""
+def scales(folder: Path) -> dict[str, tuple[float, float]]:
+    """The noise scales of the daily count and of the count over all days at EPSILON, per
+    accounting (explain: no data read)."""
     out = {}
     for name, policy in ACCOUNTINGS.items():
         with connect(folder, name, policy) as db:
-            out[name] = db.explain(QUERY, epsilon=EPSILON).aggregates[0].scale
+            out[name] = tuple(db.explain(query, epsilon=EPSILON).aggregates[0].scale
+                              for query in (QUERY, SERIES))
     return out
 
 
@@ -119,8 +124,12 @@ def main() -> None:
     print(f"{METERS} meters x {DAYS} days; chain P(1|0) = {UP}, P(0|1) = {DOWN}; "
           f"k = {DAYS}, eta = {implied_eta():.4f}")
     print(f"noise scale of each daily count at epsilon {EPSILON:g}:")
-    for name, scale in scales(folder).items():
-        print(f"  {name:<16} {scale:8.2f}")
+    both = scales(folder)
+    for name, (daily, _) in both.items():
+        print(f"  {name:<16} {daily:8.2f}")
+    print(f"noise scale of the count of readings on over all {DAYS} days at epsilon {EPSILON:g}:")
+    for name, (_, series) in both.items():
+        print(f"  {name:<16} {series:8.2f}")
     with connect(folder, "model, cap 1000", ACCOUNTINGS["model, cap 1000"]) as db:
         result = db.query(QUERY, epsilon=EPSILON)
     first = ", ".join(f"{int(d)}: {n:.0f}" for d, n in result.df.head(5).itertuples(index=False))

@@ -19,7 +19,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                         "workload_intervals"})),
     ("storage", frozenset({"ledger", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare", "bounded_store", "workload"})),
-    ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
+    ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report", "chain_check"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database", "workload_run"})),
     ("service", frozenset({"service"})),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import sqlite3
 from functools import reduce
 from pathlib import Path
@@ -13,14 +14,17 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
-from dpsql.calibration import MarkovModel, exact_audit_vector
+from dpsql.calibration import DependenceModel, MarkovModel, exact_audit, exact_audit_vector
+from dpsql.calibration.inversion import invert
 from dpsql.calibration.model_maps import chain_level
+from dpsql.calibration.model_markov import chain_eta
 from dpsql.engine import PrivateDatabase
+from dpsql.engine.declared_models import tight_level
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.ledger import SCHEMA_VERSION, Ledger
 from dpsql.engine.policy import parse_policy
 
-from tests.support import create_ledger
+from tests.support import create_ledger, run_cli
 
 SLACK = 1e-9
 DAYS = 4
@@ -159,20 +163,31 @@ def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
         assert not db.explain(PINNED, epsilon=answers[1].largest_epsilon * 1.01).admissible
 
 
-def test_an_answer_over_several_days_leaves_the_model_and_is_repriced(setup) -> None:
+def test_an_answer_over_several_days_is_a_series_answer_charged_to_each_day_it_reads(setup) -> None:
+    """A count over a window of days stays in the model (§20): it is charged to each day the
+    WHERE leaves possible, the ledger keeps them as a series, and the transcript's level is the
+    quilt map's at the per-day spending; reading another column still leaves the model."""
+    declared = parse_policy(policy()).models[0]
+    query = DependenceModel(DAYS, 0.9)
     with connect(setup) as db:
         db.query(GROUPED, epsilon=0.8)
-        before = db.budget().spent_ip
-        across = db.explain('SELECT COUNT(*) FROM readings WHERE "on"', epsilon=0.05)
-        assert across.mode == "tight" and "one time point" in across.justification
-        with pytest.raises(InputError, match="mode model cannot calibrate this query: its values "
-                                             "do not each read one time point"):
-            db.explain('SELECT COUNT(*) FROM readings WHERE "on" AND day > 1', epsilon=0.5,
-                       mode="model")
+        assert db.explain('SELECT COUNT(*) FROM readings WHERE "on"', epsilon=0.05).mode == "model"
+        window = db.query('SELECT COUNT(*) FROM readings WHERE "on" AND day > 1', epsilon=0.3)
+        assert window.mode == "model"
+        grouped_dp = db.history()[0].epsilon_dp
+        spend = (grouped_dp, grouped_dp, grouped_dp + window.epsilon_dp,
+                 grouped_dp + window.epsilon_dp)
+        total = grouped_dp + window.epsilon_dp
+        expected = min(tight_level(total, query), declared.capped(total, query, spend, True))
+        assert db.budget().spent_ip == pytest.approx(expected, rel=1e-9)
         with pytest.raises(InputError, match="it reads readings.day, readings.kind"):
             db.explain("SELECT day, COUNT(*) FROM readings WHERE kind = 'a' GROUP BY day",
                        epsilon=0.5, mode="model")
-        assert across.level_after > before + 1.0  # the grouped answer is now at the tight map
+    with contextlib.closing(sqlite3.connect(setup / "ledger.sqlite")) as conn:
+        stored = [json.loads(t) for (t,) in conn.execute("SELECT times FROM charges ORDER BY id")]
+    assert stored == [[0, 1, 2, 3], {"series": [2, 3]}]
+    with connect(setup) as db:  # a restart rebuilds the same books
+        assert db.budget().spent_ip == pytest.approx(expected, rel=1e-9)
 
 
 def test_explain_moves_each_transition_probability(setup) -> None:
@@ -260,3 +275,69 @@ def test_the_report_accounts_the_chain_as_the_engine_does(setup) -> None:
         report = db.report()
     assert report.totals.transcript_level == pytest.approx(level, rel=1e-12)
     assert report.levels[-1] == pytest.approx(level, rel=1e-12)
+
+
+# ---- every declared column set holding the modelled column -----------------------------------
+
+STICKY = MarkovModel((0.9, 0.1), ((0.99, 0.01), (0.01, 0.99)))
+
+
+def sticky_policy(declarations: list) -> dict:
+    model = dict(CHAIN, initial=list(STICKY.initial),
+                 transition=[list(r) for r in STICKY.transition])
+    out = policy([model])
+    out["dependence"] = {"k": 6, "eta": 1.0, "models": [model], "eta_by_columns": declarations}
+    out["tables"]["readings"]["columns"]["day"]["upper"] = 5
+    return out
+
+
+def test_a_set_holding_only_the_modelled_column_must_declare_the_chains_eta() -> None:
+    """{on} alone carries the whole chain's dependence (each record's day is its own), so an
+    eta below the chain's for it, or for any set naming it, is refused; sets without it and
+    an eta at least the chain's are accepted."""
+    implied = chain_eta(STICKY, 6)
+    assert implied > 0.98
+    for columns in (["on"], ["on", "kind"], ["on", "day"]):
+        with pytest.raises(PolicyError, match=r"implies k=6 and eta=0\.98.*declares k=6 and eta=0 ")\
+                as caught:
+            parse_policy(sticky_policy([{"columns": columns, "eta": 0}]))
+        assert caught.value.eta == pytest.approx(implied)
+    accepted = parse_policy(sticky_policy([{"columns": ["kind"], "eta": 0},
+                                           {"columns": ["on"], "eta": round(implied + 1e-4, 4)}]))
+    assert accepted.eta_for(frozenset({"readings.on"})).eta >= implied
+
+
+def test_the_sticky_count_is_private_only_at_the_chains_eta() -> None:
+    """The exact audit of the hole: a COUNT of on over T = 6 days of the sticky chain at the
+    tight map's eps_dp for eta 0 (the declaration now refused) is at level 2.23 > epsilon = 1;
+    at the chain's own eta it meets 1."""
+    pmf = chain_pmf(STICKY, 6)
+    count = np.indices(pmf.shape).sum(axis=0)
+    with_zero = invert("tight", 1.0, DependenceModel(6, 0.0))
+    assert exact_audit(pmf, with_zero, count).level == pytest.approx(2.23, abs=0.005)
+    honest = invert("tight", 1.0, DependenceModel(6, chain_eta(STICKY, 6)))
+    assert exact_audit(pmf, honest, count).level <= 1.0 + SLACK
+
+
+def test_the_owner_check_counts_rows_breaking_the_chains_assumptions(tmp_path, capsys) -> None:
+    """`dpsql dependence check` passes the chain's readings and, with a meter column as the
+    person, counts a day outside the bounds, a NULL value and a repeated (meter, day)."""
+    write_readings(tmp_path / "readings.duckdb")
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy()))
+    args = ("dependence", "check", "--db", str(tmp_path / "readings.duckdb"), "--policy",
+            str(tmp_path / "policy.yaml"), "--format", "json")
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and json.loads(out)[0] | {"valid": True} == json.loads(out)[0]
+    with duckdb.connect(str(tmp_path / "readings.duckdb")) as conn:
+        conn.execute("ALTER TABLE readings ADD COLUMN meter INTEGER")
+        conn.execute("UPDATE readings SET meter = (rowid // 4)")
+        conn.execute("INSERT INTO readings VALUES (9, true, 'a', 1000), (1, NULL, 'a', 1001), "
+                     "(2, false, 'a', 0)")
+    grouped = policy()
+    grouped["tables"]["readings"]["columns"]["meter"] = {"type": "int"}
+    grouped["tables"]["readings"]["dependence_group"] = "meter"
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(grouped))
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 2
+    chain = next(c for c in json.loads(out) if "time" in c)
+    assert (chain["outside_times"], chain["outside_values"], chain["repeated"]) == (1, 1, 1)

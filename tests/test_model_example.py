@@ -65,3 +65,18 @@ def test_readme_quotes_the_example_output(tmp_path) -> None:
     assert scales["tight map"] / scales["model, cap 10"] == pytest.approx(10.0, rel=1e-3)
     assert "10 times less noise" in section and \
         f"{scales['tight map'] / scales['model, cap 1000']:.0f} times less" in section
+
+
+def test_readme_quotes_the_whole_series_output(tmp_path) -> None:
+    """The count over all days: the README's block is what the example prints, and the model
+    gives less noise than the tight map by the factor it states."""
+    run = subprocess.run([sys.executable, str(EXAMPLE), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    section = (ROOT / "README.md").read_text()
+    section = section[section.index("## Model-exact calibration"):]
+    quoted = re.search(r"```\n(noise scale of the count of readings on.*?)```", section,
+                       re.S).group(1)
+    assert quoted in run.stdout
+    scales = {name.strip(): float(v) for name, v in
+              re.findall(r"^  (.+?)\s+([0-9.]+)$", quoted, re.M)}
+    assert f"{scales['tight map'] / scales['model, cap 10']:.0f} times less" in section

@@ -1,6 +1,7 @@
 """Hostile queries against the model mode: answers that read more than a declared model covers
-(another column, several time points behind one released value, a time column rewritten by a
-CTE) must never be calibrated by the model. Under the default mode they fall back to the tight
+(another column) must never be calibrated by the model, and answers reading several time
+points behind one released value (a time column rewritten by a CTE too) are charged to every
+time point they may read. Under the default mode they fall back to the tight
 map; asked with mode model they are refused, naming the other modes. Every verdict is the
 same on two data sets, so coverage is a function of the text and the policy (docs/theory.md §14)."""
 
@@ -10,35 +11,45 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dpsql.engine.declared_models import SeriesPoints
 from dpsql.engine.errors import InputError, QueryRefused
 
 from tests import test_model_chain as chain
 from tests import test_model_household as household
 from tests.support import create_ledger
 
-CHAIN_OUTSIDE = [
-    'SELECT COUNT(*) FROM readings WHERE "on" AND (day = 2 OR day = 3)',
-    'SELECT COUNT(*) FROM readings WHERE "on" AND day IN (2, 3)',
-    'SELECT COUNT(*) FROM readings WHERE "on" AND day >= 2 AND day <= 3',
-    'SELECT COUNT(*) FROM readings WHERE "on" AND NOT day <> 2',
-    'SELECT COUNT(*) FROM readings WHERE "on" AND day = 2 OR "on"',
-    'SELECT COUNT(*) FROM readings WHERE "on" AND day + 0 = 2',
-    'SELECT COUNT(*) FROM readings WHERE "on" AND CAST(day AS DOUBLE) = 2',
-    'SELECT COUNT(*) FROM readings WHERE "on" AND COALESCE(day, 3) = 2',
-    'SELECT COUNT(*) FROM readings WHERE "on"',
-    'SELECT SUM(day) FROM readings WHERE "on"',
-    'SELECT FLOOR(day / 2) AS w, COUNT(*) FROM readings WHERE "on" GROUP BY w',
-    'SELECT CASE WHEN day < 3 THEN 0 ELSE 1 END AS b, COUNT(*) FROM readings WHERE "on" GROUP BY b',
-    'SELECT "on", COUNT(*) FROM readings GROUP BY "on"',
-    'WITH t AS (SELECT * FROM readings WHERE day = 2 OR day = 3) SELECT COUNT(*) FROM t WHERE "on"',
-    'SELECT COUNT(*) FROM (SELECT "on", day - 1 AS day FROM readings) WHERE "on" AND day = 2',
+ALL = (0, 1, 2, 3)
+CHAIN_SERIES = {
+    'SELECT COUNT(*) FROM readings WHERE "on" AND (day = 2 OR day = 3)': ALL,
+    'SELECT COUNT(*) FROM readings WHERE "on" AND day IN (2, 3)': (2, 3),
+    'SELECT COUNT(*) FROM readings WHERE "on" AND day >= 2 AND day <= 3': (2, 3),
+    'SELECT COUNT(*) FROM readings WHERE "on" AND NOT day <> 2': ALL,
+    'SELECT COUNT(*) FROM readings WHERE "on" AND day = 2 OR "on"': ALL,
+    'SELECT COUNT(*) FROM readings WHERE "on" AND day + 0 = 2': ALL,
+    'SELECT COUNT(*) FROM readings WHERE "on" AND CAST(day AS DOUBLE) = 2': ALL,
+    'SELECT COUNT(*) FROM readings WHERE "on" AND COALESCE(day, 3) = 2': ALL,
+    'SELECT COUNT(*) FROM readings WHERE "on"': ALL,
+    'SELECT SUM(day) FROM readings WHERE "on"': ALL,
+    'SELECT FLOOR(day / 2) AS w, COUNT(*) FROM readings WHERE "on" GROUP BY w': ALL,
+    'SELECT CASE WHEN day < 3 THEN 0 ELSE 1 END AS b, COUNT(*) FROM readings WHERE "on" GROUP BY b':
+        ALL,
+    'SELECT "on", COUNT(*) FROM readings GROUP BY "on"': ALL,
+    'WITH t AS (SELECT * FROM readings WHERE day = 2 OR day = 3) SELECT COUNT(*) FROM t WHERE "on"':
+        ALL,
+    'SELECT COUNT(*) FROM (SELECT "on", day - 1 AS day FROM readings) WHERE "on" AND day = 2': ALL,
     'WITH t AS (SELECT "on", FLOOR(day / 2) AS day FROM readings) '
-    'SELECT day, COUNT(*) FROM t WHERE "on" GROUP BY day',
+    'SELECT day, COUNT(*) FROM t WHERE "on" GROUP BY day': ALL,
+}
+"""Each releases values reading several time points together: the chain calibrates them as
+series answers (§20), charged to every time point the WHERE leaves possible (a rewritten or
+OR-ed time column prunes none)."""
+
+CHAIN_OUTSIDE = [
     "SELECT COUNT(*) FROM readings WHERE \"on\" AND day = 2 AND kind = 'a'",
     'SELECT day, COUNT(*) FROM readings WHERE "on" GROUP BY day, kind',
     "SELECT day, COUNT(*) FILTER (WHERE kind = 'b') FROM readings GROUP BY day",
 ]
-"""Each reads another column, or releases a value depending on several time points."""
+"""Each reads another column."""
 
 CHAIN_INSIDE = [
     'SELECT day, COUNT(*) FROM readings WHERE "on" GROUP BY day',
@@ -114,6 +125,19 @@ def test_the_model_never_calibrates_what_it_does_not_cover(tmp_path, kind, outsi
             assert "ask mode tight" in message and "\n" not in message
         for sql in inside:
             assert {_verdict(db, sql, None) for db in dbs} == {"model"}, sql
+    finally:
+        for db in dbs:
+            db.close()
+
+
+def test_series_answers_are_charged_to_every_time_point_they_may_read(tmp_path) -> None:
+    """The time points are read from the text and the policy: the same on two data sets."""
+    dbs = _databases(tmp_path, "chain")
+    try:
+        for sql, points in CHAIN_SERIES.items():
+            prepared = [db._prepare(sql, 0.5, None, None) for db in dbs]
+            assert {p.mode for p in prepared} == {"model"}, sql
+            assert {p.times for p in prepared} == {SeriesPoints(points)}, sql
     finally:
         for db in dbs:
             db.close()
