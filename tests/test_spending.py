@@ -45,7 +45,7 @@ def test_a_connection_opened_before_the_owner_tightens_is_held_to_the_tighter_bu
     tight = _policy(tmp_path / "tight.yaml", 1.0)
     ledger = create_ledger(tmp_path / "l.sqlite", loose)
     with PrivateDatabase.connect(setup.db, loose, ledger) as early:
-        subprocess.run([sys.executable, "-c", "import sys; from engine import PrivateDatabase; "
+        subprocess.run([sys.executable, "-c", "import sys; from dpsql.engine import PrivateDatabase; "
                         "PrivateDatabase.connect(*sys.argv[1:4]).close()",
                         str(setup.db), str(tight), str(ledger)], cwd=ROOT, check=True)
         refusals = []
