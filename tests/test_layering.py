@@ -15,7 +15,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
                         "postprocess", "columns"})),
-    ("storage", frozenset({"ledger", "report_ledger"})),
+    ("storage", frozenset({"ledger", "ledger_totals", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare", "bounded_store"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
