@@ -15,13 +15,18 @@ because past spending must never be re-interpreted more leniently than it was wh
 charged. Every charge re-reads the binding inside its transaction, so a connection opened
 before the owner tightened the policy is held to the tighter one too.
 
-Each charge stores the answer it released (the JSON form of the result), so a client that
-lost an answer can fetch it again without a second charge or fresh noise. Each charge also
+Each charge stores the answer it released (the JSON form of the result, in its own table), so
+a client that lost an answer can fetch it again without a second charge or fresh noise. Each charge also
 records the columns its answer read, since the transcript's level depends on their union
 (column-scoped eta, docs/theory.md §11), and a chain answer the time points it read (a declared
 Markov chain accounts per time point, §14). Ledgers of schema versions 2 to 4 are migrated in
 place, in one transaction; their past charges are read as having read every column, and as
 read at no single time point.
+
+What the accountant reads (the spending, the columns read, the spending per time point, in
+total and per analyst) is kept as running totals in each charge's own transaction
+(`ledger_totals`), so a query costs the same however many answers the ledger holds. A version 5
+ledger without them is migrated in place on open, with its answers moved to their own table.
 
 The analysts of `dpsql serve` live in their own table, made on the first `dpsql analyst add`
 (a ledger without it has no analysts): a name, the HMAC of the token under the ledger's own
@@ -33,7 +38,6 @@ its own transaction.
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import sqlite3
@@ -44,9 +48,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..calibration import DependenceModel, mode_dominates
+from . import ledger_totals
 from .accounting import ScopedAccountant, TimeSpend
-from .declared_models import SeriesPoints, SeriesSpend, models_from_json
+from .declared_models import models_from_json
 from .errors import EngineHalted, LedgerError
+from .ledger_totals import write_points
 from .policy import EtaDeclaration, declarations_from_json, shared_from_json
 from .result import AggregateRecord, AnswerCost, HistoryEntry
 
@@ -69,7 +75,6 @@ CREATE TABLE charges (
     k INTEGER NOT NULL,
     eta REAL NOT NULL,
     aggregates TEXT NOT NULL,
-    answer TEXT,
     columns TEXT,
     times TEXT
 );
@@ -271,11 +276,14 @@ class Ledger:
                 for statement in _SCHEMA.strip().split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                for statement in ledger_totals.STORAGE:
+                    conn.execute(statement)
                 now = _now()
                 meta = {"schema_version": SCHEMA_VERSION, "hash_key": secrets.token_hex(16),
                         "created": now, **_binding_meta(self.binding)}
                 conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
                 _insert_binding(conn, now, self.binding)
+                ledger_totals.rebuild(conn, self.path)
                 conn.execute("COMMIT")
             finally:
                 conn.close()
@@ -309,10 +317,13 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} is corrupted ({problems[0][0]}); restore it "
                               "from a backup: its recorded spending cannot be trusted")
         version = self._version(tables)
-        if _TABLES <= tables and version in _MIGRATIONS:
+        if _TABLES <= tables and (version in _MIGRATIONS or (
+                version == SCHEMA_VERSION and not ledger_totals.STORAGE_TABLES <= tables)):
             self._migrate()
             version = self._version(tables)
-        if not _TABLES <= tables or version != SCHEMA_VERSION:
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+        if not _TABLES | ledger_totals.STORAGE_TABLES <= tables or version != SCHEMA_VERSION:
             raise LedgerError(f"{self.path} is not a dpsql ledger of schema version "
                               f"{SCHEMA_VERSION} (found tables: {', '.join(sorted(tables))}, "
                               f"schema version {version})")
@@ -333,15 +344,20 @@ class Ledger:
         stored answers (empty for past charges) and the binding's mode (auto, what version 2
         accounted with); version 4 the columns each answer read (unknown, so every column, for
         past charges) and the binding's eta per column set; version 5 the time points of each
-        chain answer (none for past charges). Concurrent openers are serialised; whoever comes
-        second finds version 5 and does nothing."""
+        chain answer (none for past charges). Then the stored answers move to their own table
+        and the running totals are computed from the charges (`ledger_totals`). Concurrent
+        openers are serialised; whoever comes second finds it done and does nothing."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = self._version({"meta"})
-            if version in _MIGRATIONS:
+            older = version in _MIGRATIONS
+            if older:
                 for statement in _MIGRATIONS[version]:
                     conn.execute(statement)
+            if older or conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                     "name = 'totals'").fetchone() is None:
+                ledger_totals.migrate(conn, self.path)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -358,6 +374,8 @@ class Ledger:
             stored = self._stored_binding()
             self._check_units(stored)
             self._check_models(stored)
+            if ledger_totals.is_stale(conn):  # written by another program since its last charge
+                ledger_totals.rebuild(conn, self.path)
             lenient = stored.lenient_fields(self.binding)
             if lenient:
                 detail = ", ".join(f"{name} {getattr(stored, name)!r} -> "
@@ -423,10 +441,9 @@ class Ledger:
     def spent_dp(self) -> float:
         """The total DP epsilon of every answer released so far."""
         try:
-            rows = self._conn.execute("SELECT epsilon_dp FROM charges").fetchall()
+            return ledger_totals.read(self._conn, self.path).spent(self.path)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
-        return self._total(rows)
 
     def state(self) -> tuple[float, LedgerBinding, frozenset[str] | None, TimeSpend | None]:
         """The DP spending, the ledger's binding, the columns read so far (None: every
@@ -435,66 +452,13 @@ class Ledger:
         try:
             conn.execute("BEGIN")
             try:
-                spent, read = self._spending()
-                return spent, self._stored_binding(), read, self._time_spending()
+                totals = ledger_totals.read(conn, self.path)
+                return (totals.spent(self.path), self._stored_binding(), totals.read,
+                        totals.time_spend())
             finally:
                 conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
-
-    def _spending(self, analyst: str | None = None) -> tuple[float, frozenset[str] | None]:
-        """The total eps_dp of every charge (or of one analyst's) and the union of the columns
-        they read (a ledger holds few distinct column sets, so each is decoded once)."""
-        conn = self._conn
-        where, args = ("", []) if analyst is None else (" WHERE analyst = ?", [analyst])
-        total = self._total(conn.execute(f"SELECT epsilon_dp FROM charges{where}", args).fetchall())
-        read: frozenset[str] = frozenset()
-        for (text,) in conn.execute(f"SELECT DISTINCT columns FROM charges{where}", args).fetchall():
-            if text is None:
-                return total, None
-            read = read | self._columns(text)
-        return total, read
-
-    def _time_spending(self, analyst: str | None = None) -> TimeSpend | None:
-        """eps_dp per time point of the answers (or one analyst's) charged per time point, or
-        None if an answer that read a column was not (a chain then does not cover them, §14)."""
-        conn = self._conn
-        mine, args = ("", []) if analyst is None else (" AND analyst = ?", [analyst])
-        (untimed,) = conn.execute("SELECT COUNT(*) FROM charges WHERE times IS NULL AND "
-                                  f"(columns IS NULL OR columns != '[]'){mine}", args).fetchone()
-        if untimed:
-            return None
-        spend: dict[int, float] = {}
-        series = False
-        for text, eps_dp in conn.execute("SELECT times, epsilon_dp FROM charges "
-                                         f"WHERE times IS NOT NULL{mine}", args).fetchall():
-            try:
-                points = read_points(text)
-            except ValueError:
-                raise LedgerError(f"ledger {self.path} holds a charge whose time points are "
-                                  "not a JSON list of integers (or {\"series\": list}); restore "
-                                  "it from a backup") from None
-            for t in points:
-                spend[t] = spend.get(t, 0.0) + eps_dp
-            series = series or isinstance(points, SeriesPoints)
-        return SeriesSpend(spend) if series else spend
-
-    def _columns(self, text: str) -> frozenset[str]:
-        try:
-            names = json.loads(text)
-            if isinstance(names, list) and all(isinstance(n, str) for n in names):
-                return frozenset(names)
-        except ValueError:
-            pass
-        raise LedgerError(f"ledger {self.path} holds a charge whose columns read are not a JSON "
-                          "list of names; restore it from a backup")
-
-    def _total(self, rows: list[tuple]) -> float:
-        total = math.fsum(r[0] for r in rows)
-        if not math.isfinite(total) or total < 0:
-            raise LedgerError(f"ledger {self.path} holds an invalid total spending; restore it "
-                              "from a backup")
-        return total
 
     def charge(self, settle: Callable[[float, LedgerBinding, frozenset[str] | None,
                                        TimeSpend | None], tuple[Charge, T]]) -> tuple[int, T]:
@@ -514,8 +478,12 @@ class Ledger:
                     raise EngineHalted
                 stored = self._stored_binding()
                 self._check_units(stored)  # the owner may have changed them since we opened
-                spent, read = self._spending()
-                charge, extra = settle(spent, stored, read, self._time_spending())
+                if ledger_totals.is_stale(conn):  # another program wrote charges meanwhile
+                    ledger_totals.rebuild(conn, self.path)
+                totals = ledger_totals.read(conn, self.path)
+                charge, extra = settle(totals.spent(self.path), stored, totals.read,
+                                       totals.time_spend())
+                mine = ledger_totals.read(conn, self.path, charge.analyst)  # before the insert
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
                 columns = None if charge.columns is None else json.dumps(sorted(charge.columns))
@@ -523,12 +491,16 @@ class Ledger:
                 cost = charge.cost
                 (ident,) = conn.execute(
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
-                    "aggregates, answer, columns, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "aggregates, columns, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "RETURNING id",
                     [_now(), charge.analyst, charge.sql, cost.epsilon, cost.epsilon_dp, cost.mode,
-                     cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]), answer,
+                     cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]),
                      columns, times],
                 ).fetchone()
+                if answer is not None:
+                    conn.execute("INSERT INTO answers (id, answer) VALUES (?, ?)", [ident, answer])
+                ledger_totals.write(conn, charge.analyst, totals, mine, cost.epsilon_dp,
+                                    charge.columns, charge.times)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -651,7 +623,9 @@ class Ledger:
         row = self._analyst_row(name) if self._has_analysts() else None
         if row is None:
             return None
-        return AnalystAccount(Analyst(*row), *self._spending(name), self._time_spending(name))
+        totals = ledger_totals.read(self._conn, self.path, name)
+        return AnalystAccount(Analyst(*row), totals.spent(self.path), totals.read,
+                              totals.time_spend())
 
     def _analyst(self, name: str) -> Analyst:
         row = self._analyst_row(name) if self._has_analysts() else None
@@ -725,15 +699,19 @@ def read_history(path: str | Path, analyst: str,
 
 def _history(conn: sqlite3.Connection, path: Path, analyst: str,
              ident: int | None) -> tuple[HistoryEntry, ...]:
-    """Rows of the charges table as history entries; answers are JSON-decoded and checked."""
+    """Rows of the charges table with their stored answers as history entries; answers are
+    JSON-decoded and checked."""
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    answer = "NULL" if version == ("2",) else "answer"
-    where, args = "analyst = ?", list[str | int]([analyst])
+    moved = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                         "'answers'").fetchone() is not None
+    answer = "a.answer" if moved else "NULL" if version == ("2",) else "c.answer"
+    joined = " LEFT JOIN answers a ON a.id = c.id" if moved else ""
+    where, args = "c.analyst = ?", list[str | int]([analyst])
     if ident is not None:
-        where += " AND id = ?"
+        where += " AND c.id = ?"
         args.append(ident)
-    rows = conn.execute(f"SELECT id, time, sql, epsilon, epsilon_dp, mode, {answer} FROM charges "
-                        f"WHERE {where} ORDER BY id", args).fetchall()
+    rows = conn.execute(f"SELECT c.id, c.time, c.sql, c.epsilon, c.epsilon_dp, c.mode, {answer} "
+                        f"FROM charges c{joined} WHERE {where} ORDER BY c.id", args).fetchall()
     entries = []
     for number, time, sql, epsilon, epsilon_dp, mode, text in rows:
         try:
@@ -801,22 +779,6 @@ def _fsync(path: Path) -> None:
     finally:
         os.close(fd)
 
-
-def write_points(points: tuple[int, ...]) -> str:
-    """A charge's time points as the ledger keeps them: a JSON list, or {"series": list} when
-    its released values read them together (docs/theory.md §20)."""
-    listed = [int(t) for t in points]
-    return json.dumps({"series": listed} if isinstance(points, SeriesPoints) else listed)
-
-
-def read_points(text: str) -> tuple[int, ...]:
-    """`write_points` read back (ValueError if it is not one)."""
-    value = json.loads(text)
-    series = isinstance(value, dict) and set(value) == {"series"}
-    points = value["series"] if series else value
-    if not isinstance(points, list) or not all(type(t) is int for t in points):
-        raise ValueError(f"not a list of time points: {text!r}")
-    return SeriesPoints(points) if series else tuple(points)
 
 
 def _now() -> str:

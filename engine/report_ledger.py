@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..calibration import MODE_CHOICES
 from .errors import LedgerError
-from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only, read_points
+from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
+from .ledger_totals import read_points
 from .policy import declarations_from_json, shared_from_json
 from .result import AggregateRecord, AnswerCost
 

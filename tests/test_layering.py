@@ -17,7 +17,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
                         "intervals", "postprocess", "columns", "domain_literals", "workload_strategy",
                         "workload_intervals"})),
-    ("storage", frozenset({"ledger", "report_ledger"})),
+    ("storage", frozenset({"ledger", "ledger_totals", "report_ledger"})),
     ("run", frozenset({"execute", "backends", "prepare", "bounded_store", "workload"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report", "chain_check"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
