@@ -30,7 +30,7 @@ class Metrics:
         self.answers: Counter[str] = Counter()  # by endpoint
         self.refusals: Counter[tuple[str, str]] = Counter()  # by (endpoint, reason)
         self._buckets: dict[str, list[int]] = {}
-        self._sums: Counter[str] = Counter()
+        self._sums: dict[str, float] = {}
 
     def observe(self, endpoint: str, seconds: float, refusal: str | None = None) -> None:
         """Count one request to `endpoint`: answered, or refused for `refusal` (the error type)."""
@@ -41,7 +41,7 @@ class Metrics:
                 self.refusals[(endpoint, refusal)] += 1
             counts = self._buckets.setdefault(endpoint, [0] * (len(BUCKETS) + 1))
             counts[bisect.bisect_left(BUCKETS, seconds)] += 1
-            self._sums[endpoint] += seconds
+            self._sums[endpoint] = self._sums.get(endpoint, 0.0) + seconds
 
     def render(self, db: PrivateDatabase) -> str:
         """The text a Prometheus scrape reads (run on the worker: it reads the ledger)."""
