@@ -12,7 +12,7 @@ from typing import Annotated
 import anyio
 from fastapi import Depends, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +23,7 @@ from ..errors import AccessDenied, BudgetExhausted, DpsqlError, EngineHalted, Le
 from ..ledger import Analyst
 from .auth import identify
 from .limits import BodyLimit, Limits, RateLimiter, TooManyRequests
+from .metrics import Metrics, MetricsMiddleware
 from .schema import public_schema
 from .worker import ServiceBusy, ServiceStarting, Worker
 
@@ -71,8 +72,11 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     app = FastAPI(title="dpsql", version=__version__, lifespan=lifespan,
                   description="Differentially private SQL for analysts who hold only a token.")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    metrics = Metrics()
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.state.worker = worker
     app.state.requests, app.state.failures, app.state.limits = requests, failures, limits  # pgwire
+    app.state.metrics = metrics
 
     def caller(request: Request,
                _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> Analyst:
@@ -147,6 +151,10 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     @app.get("/v1/report", summary="The full budget report (accountant)")
     def report(_: AccountantRole) -> dict:
         return worker.read(lambda db: db.report()).to_dict()
+
+    @app.get("/metrics", summary="Answers, refusals, latency and budgets, Prometheus text (accountant)")
+    def metrics_text(_: AccountantRole) -> PlainTextResponse:
+        return PlainTextResponse(worker.call(metrics.render), media_type="text/plain; version=0.0.4")
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -22,6 +22,7 @@ from ..errors import AccessDenied, DpsqlError
 from ..ledger import Analyst
 from .auth import MAX_TOKEN_LENGTH, identify
 from .limits import Limits, RateLimiter, TooManyRequests
+from .metrics import Metrics
 from .pgwire_catalog import Catalog, Rows
 from .pgwire_sql import PARAMETERS, Session, WireError, sqlstate
 from .worker import Worker
@@ -51,6 +52,7 @@ class Shared:
     failures: RateLimiter
     limits: Limits
     tls: ssl.SSLContext | None = None
+    metrics: Metrics | None = None
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(16, "dpsql-pgwire"))
     connections: set[asyncio.Task] = field(default_factory=set)
     _catalog: Catalog | None = None
@@ -117,7 +119,7 @@ class Connection:
         analyst = await asyncio.wait_for(self._login(), LOGIN_SECONDS)
         if analyst is None:
             return
-        self.session = Session(analyst, self._run, self.shared.catalog)
+        self.session = Session(analyst, self._run, self.shared.catalog, metrics=self.shared.metrics)
         self.writer.write(_message(b"R", struct.pack("!i", 0)))
         for name, value in PARAMETERS.items():
             if name in ("server_version", "server_encoding", "client_encoding", "datestyle",

@@ -19,7 +19,7 @@ import pandas as pd
 from ..policy import Policy
 from .schema import public_schema
 
-TIME_LIMIT = 2.0  # seconds a catalog question may run before it is interrupted
+TIME_LIMIT = 5.0  # seconds a catalog question may run before it is interrupted
 _DUCK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN",
                "date": "DATE", "timestamp": "TIMESTAMP"}
 _OIDS = {"BOOLEAN": 16, "BIGINT": 20, "SMALLINT": 21, "INTEGER": 23, "VARCHAR": 25, "FLOAT": 700,

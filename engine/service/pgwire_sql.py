@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from ..errors import (
 from ..ledger import Analyst
 from ..result import Explanation, QueryResult
 from .limits import TooManyRequests
+from .metrics import Metrics
 from .pgwire_catalog import Catalog, Rows, text_cell
 from .worker import ServiceBusy, ServiceStarting
 
@@ -102,6 +104,7 @@ class Session:
     settings: dict[str, str] = field(default_factory=dict)
     answer_id: int | None = None
     notices: list[str] = field(default_factory=list)
+    metrics: Metrics | None = None  # where answers, refusals and latency are counted
     in_transaction: bool = False  # BEGIN..COMMIT is accepted; answers are charged when released
 
     def execute(self, sql: str) -> Rows:
@@ -189,7 +192,7 @@ class Session:
         sql = sql.rstrip().rstrip(";").rstrip()
         epsilon, mode, cost = self._asked()
         self._require_analyst()
-        explanation: Explanation = self.run(lambda db: db.explain(sql, epsilon, mode, cost))
+        explanation: Explanation = self._observed("pg explain", lambda db: db.explain(sql, epsilon, mode, cost))
         return explain_rows(explanation)
 
     def _select(self, sql: str) -> Rows:
@@ -201,13 +204,27 @@ class Session:
         self._require_analyst()
         epsilon, mode, cost = self._asked()
         name = self.analyst.name
-        result: QueryResult = self.run(lambda db: db.query(sql, epsilon, mode, analyst=name, cost=cost))
+        result: QueryResult = self._observed(
+            "pg query", lambda db: db.query(sql, epsilon, mode, analyst=name, cost=cost))
         self.answer_id = result.id
         self.notices.append(f"answer {result.id} charged to {name}: cost {result.cost:g} (epsilon "
                             f"{result.epsilon:g}, {result.mode}); budget left "
                             f"{result.budget.remaining:g}; SHOW dpsql.answer_id names it, "
                             "GET /v1/history?id= fetches it again")
         return answer_rows(result)
+
+    def _observed(self, endpoint: str, work: Callable[[PrivateDatabase], Any]) -> Any:
+        """Run work on the worker, counting its outcome and time in the service's metrics."""
+        started = time.perf_counter()
+        try:
+            done = self.run(work)
+        except DpsqlError as exc:
+            if self.metrics is not None:
+                self.metrics.observe(endpoint, time.perf_counter() - started, type(exc).__name__)
+            raise
+        if self.metrics is not None:
+            self.metrics.observe(endpoint, time.perf_counter() - started)
+        return done
 
     def _require_analyst(self) -> None:
         if self.analyst.role != "analyst":

@@ -73,7 +73,7 @@ async def run_with_pg(server: uvicorn.Server, app: FastAPI, host: str, pg_port: 
                       tls: ssl.SSLContext | None = None) -> None:
     """Run uvicorn and the Postgres listener on one event loop until uvicorn stops."""
     shared = pgwire.Shared(app.state.worker, app.state.requests, app.state.failures, app.state.limits,
-                           tls)
+                           tls, metrics=app.state.metrics)
     listener = await pgwire.listen(shared, host, pg_port)
     try:
         await server.serve()
