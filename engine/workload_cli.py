@@ -24,11 +24,7 @@ def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy
     if server is not None:
         raise InputError("--file is answered on local data; a service answers one statement "
                          "at a time")
-    missing = [name for name, value in (("--db", db), ("--policy", policy), ("--ledger", ledger))
-               if value is None]
-    if missing:
-        raise InputError(f"missing option {', '.join(missing)}: a workload needs --db, --policy "
-                         "and --ledger")
+    db, policy, ledger = _local(db, policy, ledger, "a workload")
     if fmt == "csv":
         raise InputError("a workload is printed as table or json (one answer per statement), "
                          "not csv")
@@ -58,11 +54,7 @@ def epsilon_by_accuracy(path: str | None, sql: str | None, db: str | None, engin
         raise InputError("give --ci95, --epsilon or --cost: exactly one of them")
     if server is not None:
         raise InputError("--ci95 is computed on the local policy; a service is asked by epsilon")
-    missing = [name for name, value in (("--db", db), ("--policy", policy), ("--ledger", ledger))
-               if value is None]
-    if missing:
-        raise InputError(f"missing option {', '.join(missing)}: --ci95 needs --db, --policy and "
-                         "--ledger")
+    db, policy, ledger = _local(db, policy, ledger, "--ci95")
     if (path is None) == (sql is None):
         raise InputError("give either SQL or --file, exactly one of them")
     asked: str | list[str] = sql if sql is not None else split_statements(_read(path))
@@ -74,6 +66,17 @@ def epsilon_by_accuracy(path: str | None, sql: str | None, db: str | None, engin
     if confirm:
         click.confirm(f"spend epsilon {plan.epsilon:g}?", abort=True, err=True)
     return plan.epsilon
+
+
+def _local(db: str | None, policy: str | None, ledger: str | None,
+           what: str) -> tuple[str, str, str]:
+    """The local data options, all three given, or a one-line refusal naming those missing."""
+    if db is None or policy is None or ledger is None:
+        missing = [name for name, value in (("--db", db), ("--policy", policy),
+                                            ("--ledger", ledger)) if value is None]
+        raise InputError(f"missing option {', '.join(missing)}: {what} needs --db, --policy "
+                         "and --ledger")
+    return db, policy, ledger
 
 
 def _read(path: str | None) -> str:
