@@ -4,6 +4,7 @@ exact and cover, a workload is charged once at its epsilon, and it beats asking 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import shutil
 
@@ -258,3 +259,29 @@ def test_marginals_of_a_50_10_2_5_domain_beat_asking_separately(tmp_path, househ
     assert m.rmse_separate >= 2.0 * m.rmse_workload
     assert 0.93 <= m.coverage <= 0.97
     assert m.charges_exact
+
+
+def test_the_command_line_answers_and_explains_a_workload_file(capsys, setup, tmp_path):
+    from tests.support import cli_paths, run_cli
+
+    path = tmp_path / "w.sql"
+    path.write_text(";\n".join(MARGINALS + ["SELECT AVG(income) AS mean FROM people"]) + ";\n")
+    code, out, _ = run_cli(capsys, "explain", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path), "--format", "json")
+    assert code == 0
+    explained = json.loads(out)
+    assert len(explained["errors"]) == 5 and explained["cost"] == pytest.approx(1.0)
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path), "--format", "json")
+    assert code == 0
+    payload = json.loads(out)
+    assert [a["columns"] for a in payload["answers"]] == [["state", "n"], ["sick", "n"],
+                                                          ["state", "sick", "n"], ["n"], ["mean"]]
+    assert payload["answers"][4]["answered"] == "alone: it is not one COUNT(*)"
+    assert payload["epsilon"] == 1.0 and payload["budget"]["spent_dp"] == pytest.approx(1.0)
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path))
+    assert code == 0 and "charged once" in out
+    code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path), "SELECT COUNT(*) FROM people")
+    assert code == 2 and "either SQL or --file" in err
