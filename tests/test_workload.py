@@ -285,3 +285,18 @@ def test_the_command_line_answers_and_explains_a_workload_file(capsys, setup, tm
     code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
                            str(path), "SELECT COUNT(*) FROM people")
     assert code == 2 and "either SQL or --file" in err
+
+
+def test_a_count_filtered_on_a_column_without_public_domain_is_answered_alone(people):
+    folder, data = people
+    statements = ["SELECT state, COUNT(*) AS n FROM people WHERE income > 5 GROUP BY state",
+                  "SELECT state, COUNT(*) AS n FROM people WHERE age >= 40 GROUP BY state",
+                  "SELECT state, COUNT(*) * 2 AS n FROM people GROUP BY state",
+                  "SELECT sick, COUNT(*) AS n FROM people GROUP BY sick"]
+    with _open(folder, data) as db:
+        explained = db.explain_many(statements, epsilon=1.0)
+    assert [e.answered for e in explained.errors] == [
+        "alone: it reads income, which has no public domain",
+        "least squares from the workload's strategy",
+        "alone: its output n is an expression",
+        "least squares from the workload's strategy"]
