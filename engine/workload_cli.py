@@ -88,21 +88,25 @@ def _read(path: str | None) -> str:
 
 
 def _print_result(result: WorkloadResult) -> None:
-    for answer in result.answers:
-        click.echo(visible(answer.sql))
-        click.echo(f"  ({answer.answered}; ± is the 95% interval half-width of the noise)")
-        columns = [str(c) for c in answer.df.columns]
-        click.echo("  " + " | ".join(columns))
-        for row, ci in zip(answer.df.itertuples(index=False),
-                           answer.ci95.itertuples(index=False), strict=True):
-            click.echo("  " + " | ".join(
-                visible(str(v)) if c != c else f"{number(v)} ± {number(c)}"
-                for v, c in zip(row, ci, strict=True)))
-    click.echo(_cost_line(result.epsilon, result.epsilon_dp, result.k, result.eta, result.cost,
-                          result.level_before, result.level_after))
-    if result.strategy:
-        click.echo(f"strategy: {result.strategy}; sensitivity {number(result.sensitivity)}")
+    print_stored(result.to_dict())
     click.echo(f"answer id {result.id}")
+
+
+def print_stored(stored: dict) -> None:
+    """A workload's answers in their JSON form (fresh, or as the ledger stored them)."""
+    for answer in stored["answers"]:
+        click.echo(visible(answer["sql"]))
+        click.echo(f"  ({answer['answered']}; ± is the 95% interval half-width of the noise)")
+        click.echo("  " + " | ".join(visible(str(c)) for c in answer["columns"]))
+        for row, ci in zip(answer["rows"], answer["ci95"], strict=True):
+            click.echo("  " + " | ".join(
+                visible(str(v)) if c is None else f"{number(v)} ± {number(c)}"
+                for v, c in zip(row, ci, strict=True)))
+    click.echo(_cost_line(stored["epsilon"], stored["epsilon_dp"], stored["k"], stored["eta"],
+                          stored["cost"], stored["transcript_level_before"],
+                          stored["transcript_level_after"]))
+    if stored["strategy"]:
+        click.echo(f"strategy: {stored['strategy']}; sensitivity {number(stored['sensitivity'])}")
 
 
 def _print_explanation(ex: WorkloadExplanation) -> None:

@@ -180,6 +180,7 @@ def test_the_strategy_is_chosen_from_the_text_and_the_policy_only(people):
             [m.unit_halfwidths for m in second.members]
 
 
+@pytest.mark.slow
 def test_intervals_cover_and_the_error_is_what_explain_promised(people):
     """40 workloads on one table: pooled coverage of the per-cell 95% intervals within
     [0.92, 0.98] (cells of one run share noise, so the band is wider than for independent
@@ -282,6 +283,8 @@ def test_the_command_line_answers_and_explains_a_workload_file(capsys, setup, tm
     code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
                            str(path))
     assert code == 0 and "charged once" in out
+    code, again, _ = run_cli(capsys, "history", "--ledger", str(setup.ledger), "--id", "2")
+    assert code == 0 and again.splitlines()[:3] == out.splitlines()[:3]
     code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
                            str(path), "SELECT COUNT(*) FROM people")
     assert code == 2 and "either SQL or --file" in err
