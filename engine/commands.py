@@ -265,6 +265,10 @@ def _show_entry(entry: HistoryEntry, fmt: str) -> None:
                          "were stored, in a schema version 2 ledger); only its charge is recorded")
     if fmt == "json":
         click.echo(json.dumps(entry.answer, allow_nan=False))
+    elif "answers" in entry.answer:  # a workload's answers (dpsql query --file)
+        from .workload_cli import print_stored
+
+        print_stored(entry.answer)
     else:
         _print_result(QueryResult.from_dict(entry.answer, entry.id))
 

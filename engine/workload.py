@@ -104,6 +104,17 @@ def plan_workload(preparer: Preparer, statements: list[str], epsilon: float | No
     table = max(set(tables), key=tables.count) if tables else None
     why = [w or (f"it reads table {p.plan.table.name}, the workload's counts read {table}"
                  if p.plan.table.name != table else "") for p, w in zip(prepared, why, strict=True)]
+    public: dict[str, bool] = {}  # whether each column read has a public domain
+    for i, (p, w) in enumerate(zip(prepared, why, strict=True)):
+        if w or table is None:
+            continue
+        for column in _attributes(p.plan):
+            if column not in public:
+                public[column] = _contingency(preparer, table, [column], epsilon, mode,
+                                              cost) is not None
+            if not public[column]:
+                why[i] = f"it reads {column}, which has no public domain"
+                break
     attributes: list[str] = []
     for p, w in zip(prepared, why, strict=True):
         if not w:

@@ -24,11 +24,7 @@ def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy
     if server is not None:
         raise InputError("--file is answered on local data; a service answers one statement "
                          "at a time")
-    missing = [name for name, value in (("--db", db), ("--policy", policy), ("--ledger", ledger))
-               if value is None]
-    if missing:
-        raise InputError(f"missing option {', '.join(missing)}: a workload needs --db, --policy "
-                         "and --ledger")
+    db, policy, ledger = _local(db, policy, ledger, "a workload")
     if fmt == "csv":
         raise InputError("a workload is printed as table or json (one answer per statement), "
                          "not csv")
@@ -58,11 +54,7 @@ def epsilon_by_accuracy(path: str | None, sql: str | None, db: str | None, engin
         raise InputError("give --ci95, --epsilon or --cost: exactly one of them")
     if server is not None:
         raise InputError("--ci95 is computed on the local policy; a service is asked by epsilon")
-    missing = [name for name, value in (("--db", db), ("--policy", policy), ("--ledger", ledger))
-               if value is None]
-    if missing:
-        raise InputError(f"missing option {', '.join(missing)}: --ci95 needs --db, --policy and "
-                         "--ledger")
+    db, policy, ledger = _local(db, policy, ledger, "--ci95")
     if (path is None) == (sql is None):
         raise InputError("give either SQL or --file, exactly one of them")
     asked: str | list[str] = sql if sql is not None else split_statements(_read(path))
@@ -76,6 +68,17 @@ def epsilon_by_accuracy(path: str | None, sql: str | None, db: str | None, engin
     return plan.epsilon
 
 
+def _local(db: str | None, policy: str | None, ledger: str | None,
+           what: str) -> tuple[str, str, str]:
+    """The local data options, all three given, or a one-line refusal naming those missing."""
+    if db is None or policy is None or ledger is None:
+        missing = [name for name, value in (("--db", db), ("--policy", policy),
+                                            ("--ledger", ledger)) if value is None]
+        raise InputError(f"missing option {', '.join(missing)}: {what} needs --db, --policy "
+                         "and --ledger")
+    return db, policy, ledger
+
+
 def _read(path: str | None) -> str:
     assert path is not None
     try:
@@ -85,21 +88,25 @@ def _read(path: str | None) -> str:
 
 
 def _print_result(result: WorkloadResult) -> None:
-    for answer in result.answers:
-        click.echo(visible(answer.sql))
-        click.echo(f"  ({answer.answered}; ± is the 95% interval half-width of the noise)")
-        columns = [str(c) for c in answer.df.columns]
-        click.echo("  " + " | ".join(columns))
-        for row, ci in zip(answer.df.itertuples(index=False),
-                           answer.ci95.itertuples(index=False), strict=True):
-            click.echo("  " + " | ".join(
-                visible(str(v)) if c != c else f"{number(v)} ± {number(c)}"
-                for v, c in zip(row, ci, strict=True)))
-    click.echo(_cost_line(result.epsilon, result.epsilon_dp, result.k, result.eta, result.cost,
-                          result.level_before, result.level_after))
-    if result.strategy:
-        click.echo(f"strategy: {result.strategy}; sensitivity {number(result.sensitivity)}")
+    print_stored(result.to_dict())
     click.echo(f"answer id {result.id}")
+
+
+def print_stored(stored: dict) -> None:
+    """A workload's answers in their JSON form (fresh, or as the ledger stored them)."""
+    for answer in stored["answers"]:
+        click.echo(visible(answer["sql"]))
+        click.echo(f"  ({answer['answered']}; ± is the 95% interval half-width of the noise)")
+        click.echo("  " + " | ".join(visible(str(c)) for c in answer["columns"]))
+        for row, ci in zip(answer["rows"], answer["ci95"], strict=True):
+            click.echo("  " + " | ".join(
+                visible(str(v)) if c is None else f"{number(v)} ± {number(c)}"
+                for v, c in zip(row, ci, strict=True)))
+    click.echo(_cost_line(stored["epsilon"], stored["epsilon_dp"], stored["k"], stored["eta"],
+                          stored["cost"], stored["transcript_level_before"],
+                          stored["transcript_level_after"]))
+    if stored["strategy"]:
+        click.echo(f"strategy: {stored['strategy']}; sensitivity {number(stored['sensitivity'])}")
 
 
 def _print_explanation(ex: WorkloadExplanation) -> None:

@@ -4,6 +4,7 @@ exact and cover, a workload is charged once at its epsilon, and it beats asking 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import shutil
 
@@ -179,6 +180,7 @@ def test_the_strategy_is_chosen_from_the_text_and_the_policy_only(people):
             [m.unit_halfwidths for m in second.members]
 
 
+@pytest.mark.slow
 def test_intervals_cover_and_the_error_is_what_explain_promised(people):
     """40 workloads on one table: pooled coverage of the per-cell 95% intervals within
     [0.92, 0.98] (cells of one run share noise, so the band is wider than for independent
@@ -258,3 +260,46 @@ def test_marginals_of_a_50_10_2_5_domain_beat_asking_separately(tmp_path, househ
     assert m.rmse_separate >= 2.0 * m.rmse_workload
     assert 0.93 <= m.coverage <= 0.97
     assert m.charges_exact
+
+
+def test_the_command_line_answers_and_explains_a_workload_file(capsys, setup, tmp_path):
+    from tests.support import cli_paths, run_cli
+
+    path = tmp_path / "w.sql"
+    path.write_text(";\n".join(MARGINALS + ["SELECT AVG(income) AS mean FROM people"]) + ";\n")
+    code, out, _ = run_cli(capsys, "explain", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path), "--format", "json")
+    assert code == 0
+    explained = json.loads(out)
+    assert len(explained["errors"]) == 5 and explained["cost"] == pytest.approx(1.0)
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path), "--format", "json")
+    assert code == 0
+    payload = json.loads(out)
+    assert [a["columns"] for a in payload["answers"]] == [["state", "n"], ["sick", "n"],
+                                                          ["state", "sick", "n"], ["n"], ["mean"]]
+    assert payload["answers"][4]["answered"] == "alone: it is not one COUNT(*)"
+    assert payload["epsilon"] == 1.0 and payload["budget"]["spent_dp"] == pytest.approx(1.0)
+    code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path))
+    assert code == 0 and "charged once" in out
+    code, again, _ = run_cli(capsys, "history", "--ledger", str(setup.ledger), "--id", "2")
+    assert code == 0 and again.splitlines()[:3] == out.splitlines()[:3]
+    code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path), "SELECT COUNT(*) FROM people")
+    assert code == 2 and "either SQL or --file" in err
+
+
+def test_a_count_filtered_on_a_column_without_public_domain_is_answered_alone(people):
+    folder, data = people
+    statements = ["SELECT state, COUNT(*) AS n FROM people WHERE income > 5 GROUP BY state",
+                  "SELECT state, COUNT(*) AS n FROM people WHERE age >= 40 GROUP BY state",
+                  "SELECT state, COUNT(*) * 2 AS n FROM people GROUP BY state",
+                  "SELECT sick, COUNT(*) AS n FROM people GROUP BY sick"]
+    with _open(folder, data) as db:
+        explained = db.explain_many(statements, epsilon=1.0)
+    assert [e.answered for e in explained.errors] == [
+        "alone: it reads income, which has no public domain",
+        "least squares from the workload's strategy",
+        "alone: its output n is an expression",
+        "least squares from the workload's strategy"]
