@@ -64,8 +64,9 @@ def influences(model: MarkovModel, window: int) -> tuple[np.ndarray, np.ndarray]
 def mqm_exact(model: MarkovModel, times: int, epsilon: float) -> float:
     """max over nodes of min over quilts of card / (epsilon - e_Q) (the end nodes and one
     middle node: a stationary chain's nodes farther than the window from both ends agree)."""
-    window = min(WINDOW, times - 1)
-    back, ahead = influences(model, window)
+    back, ahead = influences(model, min(WINDOW, times - 1))
+    settled = np.flatnonzero(np.maximum(back, ahead).max(axis=(1, 2))[1:] < 1e-13)
+    window = int(settled[0]) + 1 if len(settled) else len(back) - 1  # farther never helps
     nodes = sorted(set(range(min(times, window + 1))) | {times // 2} |
                    set(range(max(0, times - window - 1), times)))
     worst = 0.0
