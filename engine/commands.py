@@ -135,7 +135,7 @@ def _sql_text(sql: str) -> str:
     """The SQL argument, or the SQL read from standard input when it is `-`."""
     if sql != "-":
         return sql
-    text = click.get_text_stream("stdin").read()
+    text = str(sys.stdin.read())
     if not text.strip():
         raise InputError("SQL '-' reads the query from standard input, which was empty")
     return text

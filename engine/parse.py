@@ -102,7 +102,7 @@ def _flattenable(select: exp.Select) -> bool:
     return isinstance(_outside_subquery(select), (exp.CTE, exp.From))
 
 
-def _outside_subquery(select: exp.Select) -> exp.Expression | None:
+def _outside_subquery(select: exp.Select) -> exp.Expr | None:
     """What holds a nested SELECT, past its parentheses (FROM, a CTE, a JOIN, an IN, ...)."""
     parent = select.parent
     while isinstance(parent, exp.Subquery):

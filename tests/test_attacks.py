@@ -110,6 +110,9 @@ def _public_part(result: dict) -> str:
                           for row in result["rows"]]
     if "AVG" in result["sql"].upper():
         result["ci95"] = result["ci95_simultaneous"] = "noisy"
+    # Each cell's shown interval is value ± half-width cut to what the statistic can be, so
+    # it moves with the noisy value.
+    result["ci95_bounds"] = "noisy"
     return json.dumps(result, sort_keys=True, default=str)
 
 

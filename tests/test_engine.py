@@ -204,7 +204,7 @@ def test_identifiers_are_case_insensitive_and_may_be_quoted(setup):
     with _connect(setup) as db:
         res = db.query('SELECT "State", count(*) AS "N" FROM "People" AS P WHERE P."AGE" >= 0 '
                        'GROUP BY "STATE"', epsilon=1.0)
-    assert list(res.df.columns) == ["state", "N"] and len(res.df) == 4
+    assert list(res.df.columns) == ["State", "N"] and len(res.df) == 4  # names as written
 
 
 def test_data_connection_is_read_only_and_locked(setup):
