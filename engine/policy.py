@@ -177,7 +177,7 @@ class Limits:
     quantile_bins: int = 64  # equal bins of an operand's [lower, upper] that quantiles are read from
     max_sql_chars: int = 20_000  # characters of one query's SQL text, checked before it is parsed
     max_noisy_columns: int = 1024  # noisy values per group (bins count one each), before SQL is built
-    plan_seconds: float = 10.0  # wall-clock limit on planning one query (explain included)
+    plan_seconds: float = 30.0  # wall-clock limit on planning one query (explain included)
 
 
 @dataclass(frozen=True)

@@ -77,37 +77,47 @@ def clopper_pearson(count: int, n: int, alpha: float) -> tuple[float, float]:
     return low, high
 
 
-def loss_lower_bound(a: np.ndarray, b: np.ndarray, alpha: float) -> tuple[float, int]:
+def loss_lower_bound(a: np.ndarray, b: np.ndarray, alpha: float,
+                     width: int | None = None) -> tuple[float, int]:
     """The largest lower confidence bound on ln(P(E|A) / P(E|B)) over threshold events in
-    both directions (rows: releases; columns: output values), and the number of events.
+    both directions (rows: releases; columns: output values, the first `width` released and
+    the rest derived from them), and the number of events.
 
-    A pilot fifth of each side picks the events: in the COLUMNS output columns whose pilot
-    medians differ most (relative to their spread), the cuts at either median and halfway
-    between, where a shifted noise distribution's ratio is largest at a probability near 1/2;
-    only the other four fifths are counted."""
+    A pilot fifth of each side picks the events: in the COLUMNS columns whose pilot medians
+    differ most (relative to their spread), the cuts at either median and halfway between,
+    where a shifted noise distribution's ratio is largest at a probability near 1/2; and the
+    four quadrants of the halfway cuts of the two released columns that moved most, where
+    independent noises' ratios multiply. Only the other four fifths are counted."""
+    width = a.shape[1] if width is None else width
     pilot = max(1, len(a) // 5)
     pa, pb = a[:pilot], b[:pilot]
     spread = np.maximum(np.quantile(np.vstack([pa, pb]), 0.75, axis=0)
                         - np.quantile(np.vstack([pa, pb]), 0.25, axis=0), 1e-12)
     ma, mb = np.median(pa, axis=0), np.median(pb, axis=0)
-    columns = np.argsort(-np.abs(ma - mb) / spread)[:COLUMNS]
-    thresholds = [(int(j), float(c)) for j in columns
-                  for c in sorted({ma[j], mb[j], (ma[j] + mb[j]) / 2})]
+    moved = np.abs(ma - mb) / spread
     test_a, test_b = a[pilot:], b[pilot:]
-    events = 4 * len(thresholds)  # >= and <, each in both directions
-    level = alpha / (2 * events)
+    events: list[tuple[np.ndarray, np.ndarray]] = []
+    for j in np.argsort(-moved)[:COLUMNS]:
+        for c in sorted({ma[j], mb[j], (ma[j] + mb[j]) / 2}):
+            events += [(test_a[:, j] >= c, test_b[:, j] >= c), (test_a[:, j] < c, test_b[:, j] < c)]
+    if width > 1:
+        pair = np.argsort(-moved[:width])[:2]
+        halves = [(test_a[:, j] >= (ma[j] + mb[j]) / 2, test_b[:, j] >= (ma[j] + mb[j]) / 2)
+                  for j in pair]
+        for flip in itertools.product((False, True), repeat=2):
+            sides = [(x ^ f, y ^ f) for (x, y), f in zip(halves, flip, strict=True)]
+            events.append((sides[0][0] & sides[1][0], sides[0][1] & sides[1][1]))
+    level = alpha / (2 * 2 * len(events))  # each event in both directions, two bounds each
     best = -math.inf
-    for j, c in thresholds:
-        for inside_a, inside_b in ((test_a[:, j] >= c, test_b[:, j] >= c),
-                                   (test_a[:, j] < c, test_b[:, j] < c)):
-            ca, cb = int(inside_a.sum()), int(inside_b.sum())
-            for (x, nx), (y, ny) in (((ca, len(test_a)), (cb, len(test_b))),
-                                     ((cb, len(test_b)), (ca, len(test_a)))):
-                low, _ = clopper_pearson(x, nx, level)
-                _, high = clopper_pearson(y, ny, level)
-                if low > 0:
-                    best = max(best, math.log(low / high))
-    return best, events
+    for inside_a, inside_b in events:
+        ca, cb = int(inside_a.sum()), int(inside_b.sum())
+        for (x, nx), (y, ny) in (((ca, len(test_a)), (cb, len(test_b))),
+                                 ((cb, len(test_b)), (ca, len(test_a)))):
+            low, _ = clopper_pearson(x, nx, level)
+            _, high = clopper_pearson(y, ny, level)
+            if low > 0:
+                best = max(best, math.log(low / high))
+    return best, 2 * len(events)
 
 
 def _population(seed: int, units: int = 30) -> list[tuple[int, Row]]:
@@ -160,7 +170,7 @@ def _releases(private: PrivateDatabase, case: Case, n: int) -> tuple[np.ndarray,
         problem = f"charged {spent:.6g} for answers stating {stated:.6g}"
     elif len(private.ledger.history(private.analyst)) < n:
         problem = "answers missing from the history"
-    return with_derived(np.nan_to_num(np.array(out), nan=-1e12)), problem
+    return np.nan_to_num(np.array(out), nan=-1e12), problem
 
 
 def with_derived(values: np.ndarray) -> np.ndarray:
@@ -188,7 +198,9 @@ def audit(case: Case, n: int, alpha: float, root: Path | None = None) -> Verdict
                 released, problem = _releases(private, case, n)
             samples.append(released)
             problems.append(problem)
-    bound, events = loss_lower_bound(samples[0], samples[1], alpha)
+    width = samples[0].shape[1]
+    bound, events = loss_lower_bound(with_derived(samples[0]), with_derived(samples[1]), alpha,
+                                     width)
     accounting = next((p for p in problems if p is not None), None)
     return Verdict(case, bound, bound > case.epsilon or accounting is not None, accounting,
                    2 * n, time.perf_counter() - started, events)

@@ -91,6 +91,38 @@ def test_tokens_health_and_budget_answer_while_the_worker_is_busy(tmp_path, bloc
         running.stop()
 
 
+def test_one_analyst_s_many_requests_delay_another_s_by_at_most_one(tmp_path, monkeypatch):
+    """Explains are served in turn from each analyst waiting: bob's one explain, sent after
+    ana's six, is answered second (first in line after the one already running)."""
+    release, served = threading.Event(), []
+    real = PrivateDatabase.explain
+
+    def recorded(self, sql, *args, **kwargs):
+        release.wait(60)
+        served.append("bob" if "> 2" in sql else "ana")
+        return real(self, sql, *args, **kwargs)
+
+    monkeypatch.setattr(PrivateDatabase, "explain", recorded)
+    running = start(tmp_path, limits=FAST)
+    try:
+        ana = _post_in_background(running.url, running.tokens["ana"], "/v1/explain",
+                                  {"sql": "SELECT COUNT(*) FROM people WHERE age > 1",
+                                   "epsilon": 1}, 6)
+        time.sleep(1.0)
+        bob = _post_in_background(running.url, running.tokens["bob"], "/v1/explain",
+                                  {"sql": "SELECT COUNT(*) FROM people WHERE age > 2",
+                                   "epsilon": 1}, 1)
+        time.sleep(1.0)
+        release.set()
+        for thread in ana[1] + bob[1]:
+            thread.join(120)
+        assert ana[0] == [200] * 6 and bob[0] == [200]
+        assert served.index("bob") <= 1
+    finally:
+        release.set()
+        running.stop()
+
+
 def test_budget_read_off_the_worker_sees_every_charge(tmp_path):
     running = start(tmp_path, analysts={"ana": ("analyst", 2.0)}, limits=FAST)
     try:

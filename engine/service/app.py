@@ -117,9 +117,9 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
         return worker.read(lambda db: public_schema(db.policy))
 
     @app.post("/v1/explain", summary="Plan, noise and cost of a query; spends nothing, reads no data")
-    async def explain(ask: Ask, _: AnalystRole) -> JSONResponse:
+    async def explain(ask: Ask, analyst: AnalystRole) -> JSONResponse:
         return JSONResponse(await worker.run(
-            lambda db: db.explain(ask.sql, ask.epsilon, ask.mode, ask.cost).to_dict()))
+            lambda db: db.explain(ask.sql, ask.epsilon, ask.mode, ask.cost).to_dict(), analyst.name))
 
     @app.post("/v1/query", summary="A private answer, charged to the token's analyst")
     async def query(ask: Ask, analyst: AnalystRole) -> JSONResponse:
@@ -127,7 +127,7 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
             result = db.query(ask.sql, ask.epsilon, ask.mode, analyst=analyst.name, cost=ask.cost)
             return result.to_dict(), result.id
 
-        body, ident = await worker.run(answer)
+        body, ident = await worker.run(answer, analyst.name)
         return JSONResponse(body, headers={ANSWER_ID: str(ident)})
 
     @app.get("/v1/budget", summary="The global budget, your cap and the largest epsilon left")

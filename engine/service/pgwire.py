@@ -318,7 +318,7 @@ class Connection:
         """Run work(database) on the worker, counted against the analyst's request rate."""
         assert self.session is not None
         self.shared.requests.take(self.session.analyst.name, "requests")
-        return self.shared.worker.call(work)
+        return self.shared.worker.call(work, self.session.analyst.name)
 
     async def _call(self, work: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.shared.pool, work)

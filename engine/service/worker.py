@@ -1,13 +1,15 @@
 """The one thread that owns the PrivateDatabase: its DuckDB connections, caches and the sqlite
 ledger are only ever used from it, and queries and explains queue to it (sqlite refuses to be
-shared between threads, and one answer at a time keeps the budget arithmetic simple). What needs
-no data is read beside it (reader.py), so it never waits behind a query."""
+shared between threads, and one answer at a time keeps the budget arithmetic simple), taken in
+turn from each analyst with requests waiting (the one served longest ago first), so one
+analyst's many requests delay another's only by the one already running. What needs no data
+is read beside it (reader.py), never waiting behind a query."""
 
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
@@ -17,6 +19,7 @@ from ..errors import DpsqlError
 from .reader import Reader
 
 T = TypeVar("T")
+Call = tuple[Callable[[PrivateDatabase], object], Future]
 
 
 class ServiceStarting(DpsqlError):
@@ -33,8 +36,13 @@ class Worker:
     def __init__(self, open_database: Callable[[], PrivateDatabase], queue_size: int = 64,
                  on_failure: Callable[[BaseException], None] | None = None) -> None:
         self._open = open_database
-        self._queue: queue.Queue[tuple[Callable[[PrivateDatabase], object], Future] | None] = \
-            queue.Queue(maxsize=queue_size)
+        self._size = queue_size
+        self._waiting: dict[str, deque[Call]] = {}  # by analyst
+        self._served: dict[str, int] = {}  # the number of the call each analyst had last
+        self._calls = 0
+        self._count = 0
+        self._stopping = False
+        self._turn = threading.Condition()
         self._on_failure = on_failure
         self.ready = threading.Event()
         self.failure: BaseException | None = None
@@ -44,25 +52,27 @@ class Worker:
     def start(self) -> None:
         self._thread.start()
 
-    async def run(self, work: Callable[[PrivateDatabase], T]) -> T:
-        """Run `work(database)` on the worker thread and return what it returns (or raise what
-        it raised), awaiting it without holding a request thread. Refused at once while
-        starting and when the queue is full."""
-        return await asyncio.wrap_future(self._submit(work))
+    async def run(self, work: Callable[[PrivateDatabase], T], who: str = "") -> T:
+        """Run `work(database)` on the worker thread, in `who`'s turn, and return what it
+        returns (or raise what it raised), awaiting it without holding a request thread.
+        Refused at once while starting and when the queue is full."""
+        return await asyncio.wrap_future(self._submit(work, who))
 
-    def call(self, work: Callable[[PrivateDatabase], T]) -> T:
+    def call(self, work: Callable[[PrivateDatabase], T], who: str = "") -> T:
         """`run` for a caller on a thread of its own (the Postgres endpoint's connections):
-        blocks that thread until the worker has run `work`."""
-        return self._submit(work).result()
+        blocks that thread until the worker has run `work`, in `who`'s turn."""
+        return self._submit(work, who).result()
 
-    def _submit(self, work: Callable[[PrivateDatabase], T]) -> Future:
+    def _submit(self, work: Callable[[PrivateDatabase], T], who: str) -> Future:
         self._check_ready()
         future: Future = Future()
-        try:
-            self._queue.put_nowait((work, future))
-        except queue.Full:
-            raise ServiceBusy(f"the service is busy ({self._queue.maxsize} requests queued); "
-                              "retry in a moment") from None
+        with self._turn:
+            if self._count >= self._size:
+                raise ServiceBusy(f"the service is busy ({self._size} requests queued); retry "
+                                  "in a moment")
+            self._waiting.setdefault(who, deque()).append((work, future))
+            self._count += 1
+            self._turn.notify()
         return future
 
     def read(self, work: Callable[[PrivateDatabase], T]) -> T:
@@ -82,8 +92,27 @@ class Worker:
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the queued calls, close the database and end the thread."""
         if self._thread.is_alive():
-            self._queue.put(None)
+            with self._turn:
+                self._stopping = True
+                self._turn.notify()
             self._thread.join(timeout)
+
+    def _next(self) -> Call | None:
+        """The next call: the oldest of the waiting analyst served longest ago (None once
+        stopping and nothing is left)."""
+        with self._turn:
+            while not self._waiting and not self._stopping:
+                self._turn.wait()
+            if not self._waiting:
+                return None
+            who = min(self._waiting, key=lambda name: self._served.get(name, -1))
+            calls = self._waiting[who]
+            call = calls.popleft()
+            if not calls:
+                del self._waiting[who]
+            self._served[who] = self._calls = self._calls + 1
+            self._count -= 1
+            return call
 
     def _run(self) -> None:
         try:
@@ -97,7 +126,7 @@ class Worker:
             return
         self.ready.set()
         try:
-            while (item := self._queue.get()) is not None:
+            while (item := self._next()) is not None:
                 work, future = item
                 if not future.set_running_or_notify_cancel():
                     continue
