@@ -127,11 +127,11 @@ def test_a_select_answers_with_intervals_and_is_charged_and_stored_as_over_http(
 def test_parameters_explain_and_refusals_keep_the_connection_usable(pg):
     with pg.connect("ana") as conn, pg.http("ana") as http:
         conn.execute("SET dpsql.cost TO '0.25'")
-        rows = conn.execute("SELECT state, AVG(age) AS a FROM people WHERE age > %s AND state <> %s "
+        rows = conn.execute("SELECT state, AVG(age) AS a FROM people WHERE age > %s AND note <> %s "
                             "GROUP BY state", (30, "it's")).fetchall()
         assert len(rows) == 4 and all(len(r) == 3 for r in rows)
         stored = http.get("/v1/history", params={"id": conn.execute("SHOW dpsql.answer_id").fetchone()[0]})
-        assert stored.json()[0]["sql"].endswith("WHERE age > 30 AND state <> 'it''s' GROUP BY state")
+        assert stored.json()[0]["sql"].endswith("WHERE age > 30 AND note <> 'it''s' GROUP BY state")
         before = charge_count(pg.ledger)
         plan = [line for (line,) in conn.execute("EXPLAIN " + SQL).fetchall()]
         assert plan[0] == f"sql: {SQL}" and any(line.startswith("aggregate n: COUNT") for line in plan)
