@@ -1,0 +1,35 @@
+"""The `dpsql` command line's entry point: `dpsql --version` is answered before anything else is
+imported; every other call loads the commands (engine/commands.py) and the engine with them."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+VERSION_ONLY = (["--version"],)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the `dpsql` command (see engine/commands.py `main` for its exit codes)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args in VERSION_ONLY:
+        from .. import __version__
+
+        print(f"dpsql, version {__version__}")  # what click's version option prints
+        sys.exit(0)
+    from .commands import main as run
+
+    run(argv)
+
+
+def __getattr__(name: str) -> Any:
+    """The commands' names (`cli`, the printers), loaded on first use (never for the import
+    system's own questions, such as whether this module has a `__path__`)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(importlib.import_module(".commands", __package__), name)
+
+
+if __name__ == "__main__":
+    main()
