@@ -1,5 +1,6 @@
-"""What a command line process pays before it reads any data: `import dpsql.engine.cli` (what
-`dpsql query` imports) against `import duckdb` (what the plain DuckDB process imports), each a
+"""What a command line process pays before it reads any data: `import dpsql.engine.commands`
+(what `dpsql query` imports) against `import duckdb` (what the plain DuckDB process imports),
+and `dpsql --version` (the entry point alone) against an interpreter that does nothing, each a
 new Python process, without a bytecode cache for the package (as here: PYTHONDONTWRITEBYTECODE=1
 and no __pycache__ folders in the checkout, which are removed before each such run) and with
 one (as on users' machines). `--compare DIR` also times another checkout of the repository
@@ -26,8 +27,11 @@ HERE = Path(__file__).resolve().parent.parent
 CACHE = Path(tempfile.gettempdir()) / "dpsql-bench-pycache"
 
 
-def _seconds(module: str, tree: Path | None, bytecode: bool) -> float:
-    """Wall seconds of a new interpreter importing `module` from `tree` (the installed one if
+VERSION = "from dpsql.engine.cli import main; main(['--version'])"
+
+
+def _seconds(code: str, tree: Path | None, bytecode: bool) -> float:
+    """Wall seconds of a new interpreter running `code` from `tree` (the installed one if
     None). With `bytecode` the compiled modules are kept under CACHE (PYTHONPYCACHEPREFIX), so
     the checkout's own __pycache__ folders stay absent, as this environment leaves them."""
     env = dict(os.environ)
@@ -40,7 +44,8 @@ def _seconds(module: str, tree: Path | None, bytecode: bool) -> float:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         drop_bytecode(tree or HERE)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import {module}"], env=env, check=True, cwd="/")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd="/",
+                   stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -55,14 +60,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--compare", type=Path, default=None,
-                        help="another checkout whose `dpsql.engine.cli` is timed alongside")
+                        help="another checkout whose commands are timed alongside")
     args = parser.parse_args()
-    cases = {"import duckdb": ("duckdb", None, True)}
+    cases = {"python -c pass": ("pass", None, True),
+             "import duckdb": ("import duckdb", None, True)}
     trees = [("this checkout", HERE)] + ([("--compare", args.compare)] if args.compare else [])
     for label, tree in trees:
         for bytecode in (False, True):
             cache = "bytecode cached" if bytecode else "no bytecode cache"
-            cases[f"import dpsql.engine.cli, {label}, {cache}"] = ("dpsql.engine.cli", tree, bytecode)
+            module = "dpsql.engine.commands" if (tree / "engine" / "commands.py").is_file() \
+                else "dpsql.engine.cli"
+            cases[f"import {module}, {label}, {cache}"] = (f"import {module}", tree, bytecode)
+        cases[f"dpsql --version, {label}"] = (VERSION, tree, True)
     for module, tree, _ in cases.values():
         _seconds(module, tree, True)  # writes the bytecode the cached cases read
     times: dict[str, list[float]] = {name: [] for name in cases}

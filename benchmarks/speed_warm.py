@@ -30,7 +30,8 @@ def _ms(call: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def measure(path: Path, policy: str, repeats: int) -> list[tuple[str, float, float, float]]:
+def measure(path: Path, policy: str, repeats: int, templates: dict[str, str] = TEMPLATES
+            ) -> list[tuple[str, float, float, float]]:
     """(template, plain ms, rewritten SQL ms, dpsql ms) for each template under `policy`."""
     parsed = parse_policy(policy_dict(policy))
     with tempfile.TemporaryDirectory() as tmp, \
@@ -38,7 +39,7 @@ def measure(path: Path, policy: str, repeats: int) -> list[tuple[str, float, flo
         plain = execute.open_data(path, parsed)
         try:
             return [(name, *_template(db, plain, sql, repeats))
-                    for name, sql in TEMPLATES.items() if applies(name, policy)]
+                    for name, sql in templates.items() if applies(name, policy)]
         finally:
             plain.close()
 

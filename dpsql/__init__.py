@@ -7,44 +7,78 @@ those names; they have no other import name).
 
 __version__ = "0.1.0"
 
-from .calibration import (
-    MODES,
-    Audit,
-    Calibration,
-    CalibrationError,
-    DependenceModel,
-    ModeOption,
-    admits,
-    calibrate,
-    compare_modes,
-    dp_budget,
-    exact_audit,
-    exact_audit_vector,
-    guarantee,
-    household_pmf,
-    mutual_information_bound,
-    transcript_level,
-)
-from .engine import (
-    AccessDenied,
-    AggregateInfo,
-    BudgetExhausted,
-    BudgetStatus,
-    DpsqlError,
-    EngineHalted,
-    Explanation,
-    InputError,
-    LedgerError,
-    Policy,
-    PolicyError,
-    PrivateDatabase,
-    QueryRefused,
-    QueryResult,
-    Report,
-    ReportTotals,
-    load_policy,
-)
-from .engine.service import connect
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .calibration import (
+        MODES,
+        Audit,
+        Calibration,
+        CalibrationError,
+        DependenceModel,
+        ModeOption,
+        admits,
+        calibrate,
+        compare_modes,
+        dp_budget,
+        exact_audit,
+        exact_audit_vector,
+        guarantee,
+        household_pmf,
+        mutual_information_bound,
+        transcript_level,
+    )
+    from .engine import (
+        AccessDenied,
+        AggregateInfo,
+        BudgetExhausted,
+        BudgetStatus,
+        DpsqlError,
+        EngineHalted,
+        Explanation,
+        InputError,
+        LedgerError,
+        Policy,
+        PolicyError,
+        PrivateDatabase,
+        QueryRefused,
+        QueryResult,
+        Report,
+        ReportTotals,
+        load_policy,
+    )
+    from .engine.service import connect
+
+# Each public name is imported from its module on first use (PEP 562), so that `dpsql --version`
+# and other light commands do not load DuckDB, pandas and OpenDP.
+_HOMES = {
+    **dict.fromkeys(("MODES", "Audit", "Calibration", "CalibrationError", "DependenceModel",
+                     "ModeOption", "admits", "calibrate", "compare_modes", "dp_budget",
+                     "exact_audit", "exact_audit_vector", "guarantee", "household_pmf",
+                     "mutual_information_bound", "transcript_level"), ".calibration"),
+    **dict.fromkeys(("AccessDenied", "AggregateInfo", "BudgetExhausted", "BudgetStatus",
+                     "DpsqlError", "EngineHalted", "Explanation", "InputError", "LedgerError",
+                     "Policy", "PolicyError", "PrivateDatabase", "QueryRefused", "QueryResult",
+                     "Report", "ReportTotals", "load_policy"), ".engine"),
+    "connect": ".engine.service",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("engine", "calibration"):
+        return importlib.import_module(f".{name}", __name__)
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dpsql' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "MODES",

@@ -1,22 +1,50 @@
 """dpsql engine: SQL in, private answers out (parse, plan, calibrate, rewrite, run, noise)."""
 
-from .database import PrivateDatabase
-from .errors import (
-    AccessDenied,
-    BudgetExhausted,
-    DpsqlError,
-    EngineHalted,
-    InputError,
-    LedgerError,
-    PolicyError,
-    QueryInterrupted,
-    QueryRefused,
-    QueryTooLarge,
-    ResourceLimitExceeded,
-)
-from .policy import Policy, load_policy
-from .report import Report, ReportTotals
-from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .database import PrivateDatabase
+    from .errors import (
+        AccessDenied,
+        BudgetExhausted,
+        DpsqlError,
+        EngineHalted,
+        InputError,
+        LedgerError,
+        PolicyError,
+        QueryInterrupted,
+        QueryRefused,
+        QueryTooLarge,
+        ResourceLimitExceeded,
+    )
+    from .policy import Policy, load_policy
+    from .report import Report, ReportTotals
+    from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
+
+# Imported from their modules on first use (PEP 562): importing any part of the engine (the
+# command line's entry point among them) does not load numpy, DuckDB, pandas and OpenDP with it.
+_HOMES = {
+    "PrivateDatabase": ".database", "Policy": ".policy", "load_policy": ".policy",
+    "Report": ".report", "ReportTotals": ".report",
+    **dict.fromkeys(("AccessDenied", "BudgetExhausted", "DpsqlError", "EngineHalted", "InputError",
+                     "LedgerError", "PolicyError", "QueryInterrupted", "QueryRefused", "QueryTooLarge",
+                     "ResourceLimitExceeded"), ".errors"),
+    **dict.fromkeys(("AggregateInfo", "BudgetStatus", "Explanation", "HistoryEntry",
+                     "QueryResult"), ".result"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dpsql.engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AccessDenied",

@@ -1,10 +1,12 @@
-"""The `dpsql` command line: query, explain, history, calibrate, report, prepare, ledger and dependence."""
+"""The `dpsql` commands: query, explain, history, calibrate, report, prepare, ledger and dependence
+(engine/cli.py is the entry point that loads them)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
@@ -12,6 +14,7 @@ import click
 
 from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
+from . import progress
 from .bounded_store import store_dir
 from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
 from .display import cell as _cell
@@ -126,7 +129,9 @@ def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, se
                          "and --ledger (or DPSQL_DB, DPSQL_POLICY and DPSQL_LEDGER in the "
                          "environment; or ask a service with --server URL --token TOKEN)")
     _check_level(epsilon, cost)
-    with progress_bar(fmt == "table"), _open(db, policy_path, ledger, analyst, engine) as private:
+    notice = _bounding_notice(db, policy_path, ledger, fmt == "table" and sys.stderr.isatty())
+    with progress_bar(fmt == "table"), progress.listening(notice), \
+            _open(db, policy_path, ledger, analyst, engine) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     _show_result(result, fmt)
 
@@ -188,6 +193,31 @@ def _check_ledger_file(ledger: str) -> None:
         raise InputError(f"--ledger {ledger} is a DuckDB database, not a dpsql ledger (an sqlite "
                          "file made by dpsql ledger init); did you mean --db "
                          f"{ledger}?")
+
+
+BOUNDING_RATE = "2 to 4 s per million rows"
+"""What bounding a table per privacy unit took in one process on a busy 2-core machine (50 s at
+20 million rows: benchmarks/RESULTS.md, "A CLI call on 20,000,000 rows"; 34 s at 10 million)."""
+
+
+def _bounding_notice(db: str, policy_path: str, ledger: str, wanted: bool) -> Callable[[str], None]:
+    """Say on standard error, once, when a query bounds a table itself because the owner has not
+    prepared its bounded copy for this data, policy and ledger. Only where the progress bar may
+    be drawn (`wanted`: a table for reading, on a terminal), so scripts reading JSON or CSV see
+    exactly what they did before; it says only what the policy names and whether a copy was
+    prepared, nothing of the data."""
+    said = not wanted
+
+    def notice(label: str) -> None:
+        nonlocal said
+        if said or not label.startswith("bounding rows per "):
+            return
+        said = True
+        click.echo(f"dpsql: {label}: this process bounds the table once before answering (about "
+                   f"{BOUNDING_RATE} on a 2-core machine), and every new process does it again; "
+                   f"the data owner can make the bounded copy once for all later queries with "
+                   f"dpsql prepare --db {db} --policy {policy_path} --ledger {ledger}", err=True)
+    return notice
 
 
 def _show_result(result: QueryResult, fmt: str) -> None:

@@ -351,12 +351,12 @@ class Ledger:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = self._version({"meta"})
-            older = version in _MIGRATIONS
-            if older:
+            if version in _MIGRATIONS:
                 for statement in _MIGRATIONS[version]:
                     conn.execute(statement)
-            if older or conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
-                                     "name = 'totals'").fetchone() is None:
+            totals = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                                  "'totals'").fetchone()
+            if version in _MIGRATIONS or totals is None:
                 ledger_totals.migrate(conn, self.path)
             conn.execute("COMMIT")
         except BaseException:

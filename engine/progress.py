@@ -2,8 +2,9 @@
 
 The steps that can take more than a second on large data (loading a CSV or Parquet file,
 bounding rows per privacy unit, running a query) announce themselves with `step`, with a
-probe that reports the fraction done when the backend can tell. `engine/cli.py` draws a bar
-from `current` on a terminal; nothing else reads it, so no output format depends on it.
+probe that reports the fraction done when the backend can tell. `engine/commands.py` draws a bar
+from `current` on a terminal, and says on standard error when a step it names begins
+(`listening`); nothing else reads them, so no output format depends on them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Step:
 
 _lock = threading.Lock()
 _steps: list[Step] = []
+_listeners: list[Callable[[str], None]] = []
 
 
 @contextmanager
@@ -42,6 +44,9 @@ def step(label: str, probe: Callable[[], float | None] = lambda: None) -> Iterat
     entry = Step(label, probe, time.monotonic())
     with _lock:
         _steps.append(entry)
+        listeners = tuple(_listeners)
+    for listener in listeners:
+        listener(label)
     try:
         yield
     finally:
@@ -53,3 +58,15 @@ def current() -> Step | None:
     """The innermost step under way, or None."""
     with _lock:
         return _steps[-1] if _steps else None
+
+
+@contextmanager
+def listening(listener: Callable[[str], None]) -> Iterator[None]:
+    """Call `listener` with each step's label as the step begins, for the duration of the block."""
+    with _lock:
+        _listeners.append(listener)
+    try:
+        yield
+    finally:
+        with _lock:
+            _listeners.remove(listener)

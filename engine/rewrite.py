@@ -3,8 +3,9 @@
 The query reads the rows per-unit bounding keeps (the bounded copy of a table with a privacy
 unit, made once per table by the backend, see engine/backends/bounding.py), filters, clamps
 numeric columns to the policy bounds and joins the public domain so that every group appears,
-empty or not. The SQL
-is a function of the query text and the policy only, never of the data.
+empty or not. A histogram (MEDIAN, QUANTILE_CONT, MIN, MAX) is counted in a pass of its own:
+one COUNT grouped by each row's bin, rather than one aggregate per bin. The SQL is a function
+of the query text and the policy only, never of the data.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from .join import joined_column
-from .plan import GroupKey, Join, QueryPlan, UnitJoin
+from .plan import GroupKey, Join, Measurement, QueryPlan, UnitJoin
 from .policy import Policy, TableSpec
 
 
@@ -27,35 +28,74 @@ def rewrite(plan: QueryPlan) -> exp.Select:
     engine/backends/bounding.py), whether or not any unit is over the bound, so that the SQL, and
     everything `explain` shows, cannot tell whether one is."""
     source = _bounded_rows(plan)
-    keys = [exp.column(col.name, quoted=True) for col in plan.group_by]
-    aggregates = (exp.alias_(sql, cell, quoted=True) for m in plan.measurements
-                  for cell, sql in zip(m.cells, m.kind.cell_sql(m.operand, plan.table,
-                                                                 exp.column(m.row, quoted=True)),
-                                       strict=True))
-    aggregated = exp.select(*keys, *aggregates).from_(source.subquery("rows", copy=False), copy=False)
-    if keys:
-        aggregated = aggregated.group_by(*keys, copy=False)
+    names = [col.name for col in plan.group_by]
+    plain = [m for m in plan.measurements if not m.kind.binned]
+    parts: list[tuple[str, exp.Select]] = []
+    where: dict[str, str] = {}  # measurement name -> the part computing it
+    if plain or len(plain) == len(plan.measurements):
+        aggregates = (exp.alias_(sql, cell, quoted=True) for m in plain
+                      for cell, sql in zip(m.cells, m.kind.cell_sql(m.operand, plan.table,
+                                                                     exp.column(m.row, quoted=True)),
+                                           strict=True))
+        parts.append(("agg", _grouped(exp.select(*_keys(names), *aggregates).from_(
+            source.subquery("rows", copy=False), copy=False), names)))
+        where.update((m.name, "agg") for m in plain)
+    for m in plan.measurements:
+        if m.kind.binned:
+            alias = f"bins{len(parts) - (1 if plain else 0)}"
+            parts.append((alias, _binned(m, source, names)))
+            where[m.name] = alias
     values = [
-        exp.alias_(exp.func("COALESCE", exp.column(cell, "agg", quoted=True), exp.Literal.number(0)),
-                   cell, quoted=True)
+        exp.alias_(exp.func("COALESCE", exp.column(cell, where[m.name], quoted=True),
+                            exp.Literal.number(0)), cell, quoted=True)
         for m in plan.measurements for cell in m.cells
     ]
     if not plan.group_by:
-        return exp.select(*values).from_(aggregated.subquery("agg", copy=False))
-    domain = _domain(plan.group_by)
-    on = exp.and_(*(
-        exp.EQ(this=exp.column(col.name, "domain", quoted=True),
-               expression=exp.column(col.name, "agg", quoted=True))
-        for col in plan.group_by
-    ))
-    domain_keys = [exp.column(col.name, "domain", quoted=True) for col in plan.group_by]
-    query = (
-        exp.select(*(exp.alias_(k, k.name, quoted=True) for k in domain_keys), *values)
-        .from_(domain, copy=False)
-        .join(aggregated.subquery("agg", copy=False), on=on, join_type="left", copy=False)
-        .order_by(*domain_keys, copy=False)
-    )
-    return query
+        query = exp.select(*values).from_(parts[0][1].subquery(parts[0][0], copy=False), copy=False)
+        for alias, part in parts[1:]:
+            query = query.join(part.subquery(alias, copy=False), join_type="cross", copy=False)
+        return query
+    domain_keys = [exp.column(name, "domain", quoted=True) for name in names]
+    query = exp.select(*(exp.alias_(k, k.name, quoted=True) for k in domain_keys), *values) \
+        .from_(_domain(plan.group_by), copy=False)
+    for alias, part in parts:
+        on = exp.and_(*(exp.EQ(this=exp.column(name, "domain", quoted=True),
+                               expression=exp.column(name, alias, quoted=True)) for name in names))
+        query = query.join(part.subquery(alias, copy=False), on=on, join_type="left", copy=False)
+    return query.order_by(*domain_keys, copy=False)
+
+
+def _keys(names: list[str]) -> list[exp.Expr]:
+    return [exp.column(name, quoted=True) for name in names]
+
+
+def _grouped(select: exp.Select, names: list[str], *more: exp.Expr) -> exp.Select:
+    """`select` grouped by the group keys `names` (and `more`), if any."""
+    keys = [*_keys(names), *more]
+    return select.group_by(*keys, copy=False) if keys else select
+
+
+def _binned(m: Measurement, source: exp.Select, names: list[str]) -> exp.Select:
+    """A binned measurement's cells (a histogram's counts) per group in one pass: each bounded
+    row's cell index (from a first guess computed once per row), one COUNT grouped by the groups
+    and that index, then the (at most groups
+    x cells) counts turned into one column per cell (the SUM of the one count of its cell)."""
+    index, row = exp.column("__cell", quoted=True), exp.column(m.row, quoted=True)
+    guessed = exp.select(*_keys(names), row.copy(), exp.alias_(
+        m.kind.guess_sql(m.operand, row), "__guess", quoted=True)).from_(
+        source.subquery("rows"), copy=False)
+    indexed = exp.select(*_keys(names), exp.alias_(
+        m.kind.bin_sql(m.operand, row, exp.column("__guess", quoted=True)), "__cell",
+        quoted=True)).from_(guessed.subquery("guessed", copy=False), copy=False)
+    counted = _grouped(exp.select(*_keys(names), index.copy(), exp.alias_(
+        exp.Count(this=index.copy()), "__count", quoted=True)).from_(
+        indexed.subquery("indexed", copy=False), copy=False), names, index.copy())
+    cells = [exp.alias_(exp.Sum(this=exp.Case(ifs=[exp.If(
+        this=exp.EQ(this=index.copy(), expression=exp.Literal.number(i)),
+        true=exp.column("__count", quoted=True))])), cell, quoted=True)
+        for i, cell in enumerate(m.cells)]
+    return _grouped(exp.select(*_keys(names), *cells).from_(
+        counted.subquery("counted", copy=False), copy=False), names)
 
 
 BOUNDED_CATALOG = "dpsql_bounded"

@@ -23,7 +23,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("reporting", frozenset({"report", "report_plot", "report_render"})),
     ("api", frozenset({"database", "workload_run"})),
     ("service", frozenset({"service"})),
-    ("interface", frozenset({"cli", "__main__", "__init__", "progress_bar", "workload_cli"})),
+    ("interface", frozenset({"cli", "commands", "__main__", "__init__", "progress_bar", "workload_cli"})),
 )
 
 

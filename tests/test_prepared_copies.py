@@ -3,8 +3,10 @@ depend on has changed, never once something has, and identical to bounding in me
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import sys
 
 import duckdb
 import pytest
@@ -117,3 +119,22 @@ def test_prepare_refuses_bad_input_in_one_line(owner, tmp_path, capsys):
     code, _, err = run_cli(capsys, "prepare", "--db", str(db), "--policy", str(policy),
                            "--ledger", str(tmp_path / "none.sqlite"))
     assert code != 0 and err.count("\n") == 1 and "ledger" in err
+
+
+def test_a_query_that_bounds_the_table_itself_says_so_on_a_terminal(owner, capsys, monkeypatch):
+    """Without a prepared copy a query read on a terminal says on stderr, before bounding, that
+    it bounds the table once and how long that may take, and suggests `dpsql prepare`; a JSON
+    answer's output and stderr are unchanged, and with the copy prepared nothing is said."""
+    db, policy, ledger = owner
+    paths = ["--db", str(db), "--policy", str(policy), "--ledger", str(ledger)]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, out, err = run_cli(capsys, "query", COUNT, "--epsilon", "1", *paths)
+    assert code == 0 and "bounding" not in out
+    (line,) = [line for line in err.splitlines() if "dpsql: bounding" in line]
+    assert "bounding rows per person_id in people" in line and "per million rows" in line
+    assert f"dpsql prepare --db {db} --policy {policy} --ledger {ledger}" in line
+    code, out, err = run_cli(capsys, "query", COUNT, "--epsilon", "1", "--format", "json", *paths)
+    assert code == 0 and err == "" and "n" in json.loads(out)["columns"]
+    _prepare(capsys, db, policy, ledger)
+    code, out, err = run_cli(capsys, "query", COUNT, "--epsilon", "1", *paths)
+    assert code == 0 and "bounding" not in err

@@ -39,3 +39,32 @@ def test_a_json_query_process_loads_only_what_it_uses(tmp_path):
     assert "duckdb" in modules and "opendp" in modules  # the probe does see what a query uses
     for prefix in NOT_FOR_A_QUERY:
         assert not _loaded(modules, prefix), f"{prefix} loaded by a query: {_loaded(modules, prefix)}"
+
+
+HEAVY = ("numpy", "pandas", "duckdb", "opendp", "sqlglot", "scipy", "matplotlib", "fastapi",
+         "uvicorn", "httpx", "rich", "pyspark", "yaml", "dpsql.engine.database",
+         "dpsql.calibration")
+
+
+def test_the_version_loads_nothing_of_the_engine():
+    """`dpsql --version` answers from the entry point alone: no engine, no heavy library."""
+    done = subprocess.run([sys.executable, "-c", PROBE, "--version"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "dpsql, version 0.1.0\n", done
+    modules = json.loads(done.stderr.strip().splitlines()[-1])
+    for prefix in HEAVY:
+        assert not _loaded(modules, prefix), f"{prefix} loaded by --version: {_loaded(modules, prefix)}"
+
+
+def test_the_public_names_are_the_ones_they_stand_for():
+    """The package and the engine import their public names on first use: each is there, and
+    is the object of the module it comes from."""
+    import dpsql.engine
+    from dpsql.engine import database, errors, result
+
+    import dpsql
+
+    assert dpsql.PrivateDatabase is dpsql.engine.PrivateDatabase is database.PrivateDatabase
+    assert dpsql.DpsqlError is errors.DpsqlError and dpsql.engine.HistoryEntry is result.HistoryEntry
+    for module in (dpsql, dpsql.engine):
+        assert all(getattr(module, name) is not None for name in module.__all__)

@@ -3,6 +3,7 @@ ones, from one thread however many statements arm it."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -33,3 +34,24 @@ def test_deadlines_fire_in_order_and_one_thread_serves_them_all():
     assert threading.active_count() <= before + 1
     assert done.wait(5)
     assert order == [0.03, 0.08, 0.12]
+
+
+def test_later_deadlines_do_not_wake_the_thread():
+    """Statements under one time limit arm ever later deadlines: none of them wakes the thread
+    (a wake-up per statement cost most of a small query's fixed cost); an earlier one does."""
+    dog = Watchdog()
+    first = dog.arm(30.0, lambda: None)
+    for _ in range(100):
+        if dog._wakes_at > -math.inf:  # the thread sleeps until the first deadline
+            break
+        time.sleep(0.01)
+    woken: list[int] = []
+    notify = dog._cond.notify
+    dog._cond.notify = lambda n=1: (woken.append(n), notify(n))  # type: ignore[method-assign]
+    for _ in range(200):
+        dog.disarm(dog.arm(31.0, lambda: None))
+    assert woken == []
+    done = threading.Event()
+    dog.arm(0.02, done.set)
+    assert woken == [1] and done.wait(5)
+    dog.disarm(first)

@@ -111,6 +111,7 @@ class Measured(Aggregate):
 
     reads_unit = False  # whether its SQL reads the privacy unit column
     celled = False  # whether its values are named per cell (`<name>_<i>`), however many cells
+    binned = False  # whether its cells are counts of rows per cell index (`bin_sql`)
     bound: frozenset[str]  # the DuckDB aggregate functions its SQL binds to (the gate's allow-list)
 
     def label(self, operand: Operand | None) -> str:
@@ -136,6 +137,16 @@ class Measured(Aggregate):
                  row: exp.Expr) -> tuple[exp.Expr, ...]:
         """The exact value of each cell over the bounded rows (`row`: the `row_value` column)."""
         return (self.sql(operand, table),)
+
+    def guess_sql(self, operand: Operand | None, row: exp.Expr) -> exp.Expr:
+        """For a binned measurement, a first guess at a row's cell (over `row`, the `row_value`
+        column), computed once per row for `bin_sql`."""
+        raise NotImplementedError
+
+    def bin_sql(self, operand: Operand | None, row: exp.Expr, guess: exp.Expr) -> exp.Expr:
+        """For a binned measurement, the cell a bounded row counts in (over `row` and `guess`,
+        the `guess_sql` column; NULL: none), so one grouped COUNT computes every cell."""
+        raise NotImplementedError
 
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float | int:
         """How far one individual (at most `rows_per_unit` rows) moves the value, in L1 over all

@@ -3,7 +3,9 @@ histogram of its clamped values over equal bins of its public [lower, upper].
 
 The bins come from the policy (the operand's bounds and `limits.quantile_bins`), never from the
 data; every quantile of one operand reads the same histogram, so several cost no more than one.
-Turning noisy counts into a quantile and its interval is post-processing, total on any counts.
+The counts are made in one pass over the rows (each row's bin by arithmetic, checked against the
+bin's own edges, then one COUNT grouped by it; engine/rewrite.py). Turning noisy counts into a quantile and its
+interval is post-processing, total on any counts.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import pandas as pd
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..policy import TableSpec
 from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .sum import clamped
 
@@ -65,6 +66,7 @@ class Histogram(Measured):
     function = "COUNT"
     bound = frozenset({"count"})
     celled = True
+    binned = True
 
     def __init__(self, bins: int) -> None:
         self.bins = bins
@@ -87,25 +89,70 @@ class Histogram(Measured):
         """The clamped value as DOUBLE, once per row (a NaN is clamped to the upper bound)."""
         return exp.cast(clamped(_operand(operand)), "DOUBLE")
 
-    def cell_sql(self, operand: Operand | None, table: TableSpec,
-                 row: exp.Expr) -> tuple[exp.Expr, ...]:
-        """COUNT(CASE WHEN edge_i <= v AND v < edge_i+1 THEN 1 END) per bin, v the row's clamped
-        value (the first bin has no lower test, the last no upper one): each non-NULL value is
-        in exactly one bin."""
+    def guess_sql(self, operand: Operand | None, row: exp.Expr) -> exp.Expr:
+        """The bin arithmetic puts the row's clamped value `row` in: floor((v - lower) / width)
+        within 0..bins-1, as DOUBLE (rounding can leave it one bin off near an edge)."""
         cut = grid(_operand(operand), self.bins)
-        texts = [repr(float(e)) for e in cut.edges]
+        offset = exp.Sub(this=row.copy(), expression=_double(cut.lower))
+        ratio = exp.Div(this=exp.Paren(this=offset), expression=_double(cut.width))
+        floor = exp.Floor(this=ratio)
+        # DuckDB's own GREATEST and LEAST (a NULL value stays NULL: no bin)
+        highest = exp.Anonymous(this="GREATEST", expressions=[floor, _double(0.0)])
+        return exp.Anonymous(this="LEAST", expressions=[highest, _double(float(cut.bins - 1))])
 
-        def edge(i: int) -> exp.Expr:  # built afresh: far cheaper than copying a tree
-            return exp.Cast(this=exp.Literal.number(texts[i]), to=exp.DataType(this=exp.DType.DOUBLE))
+    def bin_sql(self, operand: Operand | None, row: exp.Expr, guess: exp.Expr) -> exp.Expr:
+        """The bin of the row's clamped value `row` (NULL for NULL): bin i holds edge_i <= v <
+        edge_i+1 (the first bin has no lower test, the last no upper one), each edge computed as
+        the grid computes it (lower + width * i in doubles). The `guess`, or a bin beside it,
+        is taken only when the value passes that bin's own tests; a value that fails all three
+        (possible only when rounding merges edges) is placed by a binary search over the literal
+        edges. Either way a bin is returned only if it is the bin of the definition."""
+        cut = grid(_operand(operand), self.bins)
+        last = float(cut.bins - 1)
 
-        cells = []
-        for i in range(cut.bins):
-            tests: list[exp.Expr] = ([exp.GTE(this=row.copy(), expression=edge(i))] if i > 0 else []) \
-                + ([exp.LT(this=row.copy(), expression=edge(i + 1))] if i < cut.bins - 1 else [])
-            condition = exp.and_(*tests, copy=False) if tests else \
-                exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
-            cells.append(exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))])))
-        return tuple(cells)
+        def edge(i: exp.Expr) -> exp.Expr:
+            return exp.Paren(this=exp.Add(this=_double(cut.lower), expression=exp.Mul(
+                this=_double(cut.width), expression=exp.Paren(this=i))))
+
+        def holds(i: exp.Expr) -> exp.Expr:  # v is in bin i (i within 0..bins-1)
+            above = exp.or_(exp.EQ(this=i.copy(), expression=_double(0.0)),
+                            exp.GTE(this=row.copy(), expression=edge(i.copy())), copy=False)
+            below = exp.or_(exp.EQ(this=i.copy(), expression=_double(last)),
+                            exp.LT(this=row.copy(), expression=edge(exp.Add(
+                                this=i.copy(), expression=_double(1.0)))), copy=False)
+            return exp.and_(exp.Paren(this=above), exp.Paren(this=below), copy=False)
+
+        before = exp.Sub(this=guess.copy(), expression=_double(1.0))
+        after = exp.Add(this=guess.copy(), expression=_double(1.0))
+        found = exp.Case(ifs=[
+            exp.If(this=holds(guess), true=guess.copy()),
+            exp.If(this=exp.and_(exp.GT(this=guess.copy(), expression=_double(0.0)),
+                                 holds(before), copy=False), true=before.copy()),
+            exp.If(this=exp.and_(exp.LT(this=guess.copy(), expression=_double(last)),
+                                 holds(after), copy=False), true=after.copy()),
+        ], default=self._search(cut, row))
+        known = exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
+        return exp.Case(ifs=[exp.If(this=known, true=found)])
+
+    @staticmethod
+    def _search(cut: Grid, row: exp.Expr) -> exp.Expr:
+        """The bin by a binary search over the literal edges: the count of edges 1..bins-1 at
+        most v, for any non-decreasing edges."""
+        def search(first: int, last: int) -> exp.Expr:  # the bin among first..last
+            if first == last:
+                return _double(float(first))
+            middle = (first + last + 1) // 2
+            return exp.Case(ifs=[exp.If(this=exp.LT(this=row.copy(),
+                                                    expression=_double(float(cut.edges[middle]))),
+                                        true=search(first, middle - 1))],
+                            default=search(middle, last))
+        return search(0, cut.bins - 1)
+
+
+def _double(value: float) -> exp.Expr:
+    """A DOUBLE literal that reads back as exactly `value`."""
+    return exp.Cast(this=exp.Literal.number(repr(float(value))),
+                    to=exp.DataType(this=exp.DType.DOUBLE))
 
 
 @functools.cache
