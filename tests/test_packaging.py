@@ -32,16 +32,10 @@ def _modules(folder: str) -> list[str]:
 ALL_MODULES = [name for folder in FOLDERS for name in _modules(folder)]
 
 
-def _clean_env() -> dict[str, str]:
-    """The environment without PYTHONPATH, so only what is installed can be imported."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-
-
-def test_everything_imports_dpsql_by_its_one_name():
-    """Tests, benchmarks, examples and the docs' code import `dpsql`, `dpsql.engine` and
-    `dpsql.calibration` only: the folders' own names are no import name (no alias, no hook)."""
+def _imports_by_folder_name(folders: tuple[str, ...]) -> list[str]:
+    """`file:line` of every absolute import of `engine` or `calibration` under the folders."""
     offenders = []
-    for folder in ("tests", "benchmarks", "examples"):
+    for folder in folders:
         for path in sorted((ROOT / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -52,6 +46,18 @@ def test_everything_imports_dpsql_by_its_one_name():
                     continue
                 if any(name.split(".")[0] in FOLDERS for name in names):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return offenders
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment without PYTHONPATH, so only what is installed can be imported."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_everything_imports_dpsql_by_its_one_name():
+    """Tests, benchmarks, examples and the docs' code import `dpsql`, `dpsql.engine` and
+    `dpsql.calibration` only: the folders' own names are no import name (no alias, no hook)."""
+    offenders = _imports_by_folder_name(("tests", "benchmarks", "examples"))
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for number, line in enumerate(doc.read_text().splitlines(), 1):
             words = line.split()
@@ -146,18 +152,7 @@ def test_package_code_imports_its_own_parts_relatively():
     """Inside the package, `engine`/`calibration` are not importable names once installed:
     code under engine/ must write `from ..calibration import X`, under calibration/
     `from .model import X`."""
-    offenders = []
-    for folder in (*FOLDERS, "dpsql"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-                if isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module or ""]
-                elif isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                else:
-                    continue
-                if any(name.split(".")[0] in FOLDERS for name in names):
-                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    offenders = _imports_by_folder_name((*FOLDERS, "dpsql"))
     assert not offenders, f"absolute imports of engine/calibration inside the package: {offenders}"
 
 
