@@ -22,6 +22,7 @@ from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import BudgetExhausted, DpsqlError, EngineHalted
 from dpsql.engine.gate import SchemaGate
 from dpsql.engine.parse import parse_select
+from dpsql.engine.planning_limits import Deadline
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import bounded_table_path, rewrite
 from dpsql.engine.sensitivity import sensitivity
@@ -186,7 +187,7 @@ SENSITIVITY_QUERIES = [
 
 def _exact(db: PrivateDatabase, sql: str):
     """The exact measurements the engine would add noise to (owner-side, for the check only)."""
-    plan, rewritten, *_ = db._preparer._plan(sql)
+    plan, rewritten, *_ = db._preparer._plan(sql, Deadline(db.policy.limits))
     db._backend.bound(plan.table, db.ledger.hash_key)
     return plan, db._backend.run(rewritten, len(plan.group_by)).values
 
