@@ -86,7 +86,8 @@ def _rounds(tmp_path: Path, rounds: int, seed: int) -> None:
         stop(process)
     with sqlite3.connect(ledger) as conn:
         rows = {r[0]: (r[1], json.loads(r[2]))
-                for r in conn.execute("SELECT id, analyst, answer FROM charges").fetchall()}
+                for r in conn.execute("SELECT id, analyst, answer FROM charges LEFT JOIN answers "
+                                      "USING (id)").fetchall()}
     assert len({ident for ident, _, _ in received}) == len(received)
     for ident, name, answer in received:
         assert rows[ident] == (name, answer)

@@ -32,7 +32,8 @@ def test_sixteen_clients_get_exact_caps_and_no_unintended_error(tmp_path):
         answered = [o for o in outcomes if o.client == client and o.kind == "query" and o.status == 200]
         assert len(answered) == ADMITTED  # the cap admits exactly N answers, concurrency or not
     with sqlite3.connect(running.ledger) as conn:
-        rows = conn.execute("SELECT id, analyst, epsilon_dp, answer FROM charges").fetchall()
+        rows = conn.execute("SELECT id, analyst, epsilon_dp, answer FROM charges LEFT JOIN answers "
+                            "USING (id)").fetchall()
     assert len(rows) == CLIENTS * ADMITTED
     assert math.fsum(r[2] for r in rows) == \
         math.fsum([EPSILON] * (CLIENTS * ADMITTED))
