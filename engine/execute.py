@@ -160,6 +160,10 @@ def _scannable(frame: Any, name: str) -> Any:
         except (ImportError, ModuleNotFoundError):
             raise InputError(f"copying the DuckDB relation given for table {name} needs pyarrow "
                              "(pip install pyarrow)") from None
+    if type(frame).__module__.split(".")[0] == "pyspark":
+        raise InputError(f"table {name}: a Spark DataFrame is computed on Spark; pass "
+                         "engine='spark' (the DuckDB engine copies pandas, Polars, Arrow and DuckDB "
+                         "tables)")
     if type(frame).__module__.split(".")[0] not in _FRAME_MODULES:
         raise InputError(f"table {name}: expected a DuckDB, CSV or Parquet file path, a pandas or "
                          f"Polars DataFrame, an Arrow table or a DuckDB relation, got "

@@ -118,7 +118,7 @@ def test_a_query_past_the_time_limit_is_cancelled_and_charges_nothing(spark, tmp
     rows = [(i, "CA", 30, 1.0, True, "r") for i in range(60)]
     frame = spark.createDataFrame(rows, "person_id long, state string, age long, income double, "
                                         "sick boolean, note string").repartition(1)
-    frame = frame.withColumn("age", F.udf(slow, LongType())("age"))
+    frame = frame.withColumn("age", F.udf(slow, LongType(), useArrow=False)("age"))
     people = dict(BASE_POLICY["tables"]["people"])
     del people["privacy_unit"], people["max_rows_per_unit"]
     policy = write_policy(tmp_path / "policy.yaml", {"limits": {"time_seconds": 2},
