@@ -21,6 +21,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .declared_models import SeriesPoints, SeriesSpend
 from .errors import LedgerError
@@ -109,9 +110,9 @@ def read(conn: sqlite3.Connection, path: Path, analyst: str | None = None) -> To
         return Totals()
     try:
         spent, columns, times = row
-        stored = None if times is None else json.loads(times)
+        stored: Any = None if times is None else json.loads(times)
         series = isinstance(stored, dict)  # {"series": pairs} once a series answer was charged
-        pairs = stored["series"] if series else stored
+        pairs = stored["series"] if isinstance(stored, dict) else stored
         return Totals(int(spent, 16), None if columns is None else frozenset(json.loads(columns)),
                       None if pairs is None else tuple((int(t), float(v)) for t, v in pairs),
                       series)

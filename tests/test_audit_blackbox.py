@@ -209,9 +209,14 @@ def test_the_real_engine_passes(case, tmp_path):
     assert verdict.bound > 0  # the audit sees the answers move
 
 
+# An exact zero is told apart only by how often it appears: with 150 answers the event bound
+# sits at about 2 (the claim), with 400 near 3.8.
+SHORT_ANSWERS = {"an exact zero released without noise": 400}
+
+
 @pytest.mark.parametrize("name", SHORT)
 def test_seeded_bugs_are_caught(name, monkeypatch, tmp_path):
-    verdict = _caught(name, monkeypatch, tmp_path)
+    verdict = _caught(name, monkeypatch, tmp_path, SHORT_ANSWERS.get(name, N))
     assert verdict.rejected, (name, verdict.bound)
 
 
