@@ -67,6 +67,14 @@ def test_the_console_answers_refuses_moves_the_bar_and_escapes(tmp_path, browser
         wait.until(lambda d: d.find_element(By.ID, "cost").text.startswith("cost 1:"))
         assert "(admissible)" in driver.find_element(By.ID, "cost").text
         assert float(fill.get_attribute("data-share")) == 0.0  # the cost shown spent nothing
+        # An AVG's expected error is its own (a formula in its group's n), never its SUM's.
+        _set(driver, "sql", "SELECT AVG(age) AS mean_age, COUNT(*) AS n FROM people")
+        driver.find_element(By.ID, "explain-button").click()
+        wait.until(lambda d: "mean_age" in d.find_element(By.ID, "cost").text)
+        shown = driver.find_element(By.ID, "cost").text
+        assert "mean_age ±(" in shown and "/ (n − " in shown and ", n ±" in shown
+        assert "SUM" not in shown
+        _set(driver, "sql", SQL)
         driver.find_element(By.ID, "query-button").click()
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#result tbody tr")) == 4)
         headers = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#result thead th")]

@@ -64,13 +64,26 @@ function ask() {
   return body;
 }
 
+// Each output's own expected 95% error (an AVG's is not its SUM's): explain's `errors`.
+function expectedErrors(e) {
+  if (!e.errors || e.errors.length === 0) return "none (no noisy column)";
+  return e.errors.map((x) => {
+    if (x.halfwidth !== null) return x.column + " ±" + number(x.halfwidth);
+    if (x.sum_error !== null && x.count_error !== null) {
+      return x.column + " ±(" + number(x.sum_error) + " + |mean|·" + number(x.count_error) +
+        ") / (n − " + number(x.count_error) + ") over n rows";
+    }
+    return x.column + ": depends on the data (the answer gives its interval)";
+  }).join(", ");
+}
+
 async function explain() {
   show(null);
   try {
     const e = await call("POST", "/v1/explain", ask());
     $("cost").textContent = "cost " + number(e.cost) + ": level " + number(e.level_before) + " -> " +
       number(e.level_after) + " of " + number(e.budget.total) + (e.admissible ? " (admissible)" : " (would be refused)") +
-      "; expected 95% error " + e.aggregates.map((a) => a.column + " ±" + number(a.ci95_halfwidth)).join(", ");
+      "; expected 95% error " + expectedErrors(e);
   } catch (error) { show(error); }
 }
 
