@@ -35,6 +35,17 @@ class WorkloadAnswer:
             "aggregates": [asdict(a) for a in self.aggregates],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> WorkloadAnswer:
+        """Rebuild an answer from its JSON form (as the service sends it)."""
+        columns = d["columns"]
+        return cls(sql=d["sql"], df=pd.DataFrame(d["rows"], columns=columns),
+                   ci95=pd.DataFrame(d["ci95"], columns=columns, dtype=float),
+                   ci95_simultaneous=pd.DataFrame(d["ci95_simultaneous"], columns=columns,
+                                                  dtype=float),
+                   answered=d["answered"], epsilon_dp=d["epsilon_dp"],
+                   aggregates=tuple(AggregateInfo(**a) for a in d["aggregates"]))
+
 
 @dataclass(frozen=True)
 class WorkloadResult:
@@ -74,6 +85,16 @@ class WorkloadResult:
             "id": self.id,
         })
 
+    @classmethod
+    def from_dict(cls, d: dict, id: int | None = None) -> WorkloadResult:
+        """Rebuild a workload's result from its JSON form (as the service sends it)."""
+        return cls(answers=tuple(WorkloadAnswer.from_dict(a) for a in d["answers"]),
+                   strategy=d["strategy"], sensitivity=d["sensitivity"], epsilon=d["epsilon"],
+                   epsilon_dp=d["epsilon_dp"], mode=d["mode"], k=d["k"], eta=d["eta"],
+                   budget=BudgetStatus(**d["budget"]), level_before=d["transcript_level_before"],
+                   level_after=d["transcript_level_after"], cost=d["cost"],
+                   columns_read=tuple(d["columns_read"]), id=d["id"] if id is None else id)
+
 
 @dataclass(frozen=True)
 class QueryError:
@@ -106,3 +127,9 @@ class WorkloadExplanation:
 
     def to_dict(self) -> dict:
         return _json_ready(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WorkloadExplanation:
+        """Rebuild an explanation from its JSON form (as the service sends it)."""
+        return cls(**{**d, "candidates": tuple((name, rmse) for name, rmse in d["candidates"]),
+                      "errors": tuple(QueryError(**e) for e in d["errors"])})

@@ -19,7 +19,14 @@ from pydantic import BaseModel, ConfigDict
 
 from ... import __version__
 from ..database import PrivateDatabase
-from ..errors import AccessDenied, BudgetExhausted, DpsqlError, EngineHalted, LedgerError
+from ..errors import (
+    AccessDenied,
+    BudgetExhausted,
+    DpsqlError,
+    EngineHalted,
+    InputError,
+    LedgerError,
+)
 from ..ledger import Analyst
 from .auth import identify
 from .limits import BodyLimit, Limits, RateLimiter, TooManyRequests
@@ -44,6 +51,31 @@ class Ask(BaseModel):
     sql: str
     epsilon: float | None = None
     cost: float | None = None
+    mode: str | None = None
+    accuracy: float | None = None  # the 95% half-width every noisy cell must keep (ci95)
+
+
+class WorkloadAsk(BaseModel):
+    """The body of /v1/workload and /v1/workload/explain: the statements, asked together at
+    one epsilon, cost or accuracy for the whole set."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    statements: list[str]
+    epsilon: float | None = None
+    cost: float | None = None
+    mode: str | None = None
+    accuracy: float | None = None
+
+
+class AccuracyAsk(BaseModel):
+    """The body of /v1/epsilon: a query or a workload and the 95% half-width asked."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    sql: str | None = None
+    statements: list[str] | None = None
+    ci95: float
     mode: str | None = None
 
 
@@ -118,17 +150,47 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
 
     @app.post("/v1/explain", summary="Plan, noise and cost of a query; spends nothing, reads no data")
     async def explain(ask: Ask, analyst: AnalystRole) -> JSONResponse:
-        return JSONResponse(await worker.run(
-            lambda db: db.explain(ask.sql, ask.epsilon, ask.mode, ask.cost).to_dict(), analyst.name))
+        def explained(db: PrivateDatabase) -> dict:
+            epsilon = _asked_epsilon(db, ask.sql, ask.accuracy, ask.mode, ask.epsilon, ask.cost)
+            return db.explain(ask.sql, epsilon, ask.mode, ask.cost).to_dict()
+
+        return JSONResponse(await worker.run(explained, analyst.name))
 
     @app.post("/v1/query", summary="A private answer, charged to the token's analyst")
     async def query(ask: Ask, analyst: AnalystRole) -> JSONResponse:
         def answer(db: PrivateDatabase) -> tuple[dict, int | None]:
-            result = db.query(ask.sql, ask.epsilon, ask.mode, analyst=analyst.name, cost=ask.cost)
+            epsilon = _asked_epsilon(db, ask.sql, ask.accuracy, ask.mode, ask.epsilon, ask.cost)
+            result = db.query(ask.sql, epsilon, ask.mode, analyst=analyst.name, cost=ask.cost)
             return result.to_dict(), result.id
 
         body, ident = await worker.run(answer, analyst.name)
         return JSONResponse(body, headers={ANSWER_ID: str(ident)})
+
+    @app.post("/v1/workload", summary="Statements answered together at one epsilon, charged once")
+    async def workload(ask: WorkloadAsk, analyst: AnalystRole) -> JSONResponse:
+        def answer(db: PrivateDatabase) -> tuple[dict, int | None]:
+            result = db.query_many(ask.statements, ask.epsilon, ask.mode, analyst=analyst.name,
+                                   cost=ask.cost, accuracy=ask.accuracy)
+            return result.to_dict(), result.id
+
+        body, ident = await worker.run(answer, analyst.name)
+        return JSONResponse(body, headers={ANSWER_ID: str(ident)})
+
+    @app.post("/v1/workload/explain", summary="A workload's strategy, expected errors and cost; "
+              "spends nothing, reads no data")
+    async def workload_explain(ask: WorkloadAsk, analyst: AnalystRole) -> JSONResponse:
+        return JSONResponse(await worker.run(
+            lambda db: db.explain_many(ask.statements, ask.epsilon, ask.mode, ask.cost,
+                                       ask.accuracy).to_dict(), analyst.name))
+
+    @app.post("/v1/epsilon", summary="The smallest epsilon keeping every noisy cell within a 95% "
+              "half-width; spends nothing, reads no data")
+    async def epsilon(ask: AccuracyAsk, analyst: AnalystRole) -> JSONResponse:
+        if (ask.sql is None) == (ask.statements is None):
+            raise InputError("give either sql (one query) or statements (a workload), exactly one")
+        asked: str | list[str] = ask.sql if ask.sql is not None else list(ask.statements or ())
+        return JSONResponse(asdict(await worker.run(
+            lambda db: db.epsilon_for(asked, ask.ci95, ask.mode), analyst.name)))
 
     @app.get("/v1/budget", summary="The global budget, your cap and the largest epsilon left")
     def budget(analyst: Caller) -> dict:
@@ -186,6 +248,18 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     return app
 
 
+def _asked_epsilon(db: PrivateDatabase, sql: str, accuracy: float | None, mode: str | None,
+                   epsilon: float | None, cost: float | None) -> float | None:
+    """The epsilon a request asks: its own, or the smallest one keeping every noisy cell of
+    `sql` within `accuracy` (refused beside an epsilon or a cost)."""
+    if accuracy is None:
+        return epsilon
+    if epsilon is not None or cost is not None:
+        raise InputError("ask by accuracy, epsilon or cost: exactly one of them; got "
+                         f"accuracy={accuracy!r}, epsilon={epsilon!r}, cost={cost!r}")
+    return db.epsilon_for(sql, accuracy, mode).epsilon
+
+
 def error_body(exc: DpsqlError) -> dict:
     """The JSON of a refusal: the CLI's one-line message, the error's type and its numbers."""
     numbers = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
@@ -201,4 +275,5 @@ def validation_message(exc: RequestValidationError) -> str:
         return ("malformed JSON body; expected a JSON object such as {\"sql\": \"SELECT ...\", "
                 "\"epsilon\": 0.5}")
     return (f"bad request: {where}: {first.get('msg', 'invalid')}; expected a JSON object with "
-            "sql (text) and epsilon or cost (a number), optionally mode (text), and nothing else")
+            "sql (text) and epsilon, cost or accuracy (a number), optionally mode (text), and "
+            "nothing else (a workload: statements, a list of texts, in place of sql)")

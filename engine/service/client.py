@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import errors
+from ..accuracy import AccuracyPlan
 from ..result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
+from ..workload_result import WorkloadExplanation, WorkloadResult
 
 if TYPE_CHECKING:
     import httpx
@@ -57,18 +59,47 @@ class Client:
         self._http.close()
 
     def query(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-              cost: float | None = None) -> QueryResult:
-        """A private answer, charged to this token's analyst."""
-        response = self._send("POST", "/v1/query", _ask(sql, epsilon, mode, cost))
+              cost: float | None = None, accuracy: float | None = None) -> QueryResult:
+        """A private answer, charged to this token's analyst (`accuracy=H`: at the smallest
+        epsilon keeping every noisy cell's 95% half-width within ±H)."""
+        response = self._send("POST", "/v1/query", _ask(sql=sql, epsilon=epsilon, mode=mode,
+                                                        cost=cost, accuracy=accuracy))
         return QueryResult.from_dict(response.json(), int(response.headers[ANSWER_ID]))
 
     def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-                cost: float | None = None) -> Explanation:
+                cost: float | None = None, accuracy: float | None = None) -> Explanation:
         """The plan, noise and cost; spends nothing."""
-        d = self._send("POST", "/v1/explain", _ask(sql, epsilon, mode, cost)).json()
+        d = self._send("POST", "/v1/explain", _ask(sql=sql, epsilon=epsilon, mode=mode, cost=cost,
+                                                   accuracy=accuracy)).json()
         return Explanation(**{**d, "group_by": tuple(d["group_by"]),
                               "aggregates": tuple(AggregateInfo(**a) for a in d["aggregates"]),
                               "budget": BudgetStatus(**d["budget"])})
+
+    def query_many(self, statements: list[str], epsilon: float | None = None,
+                   mode: str | None = None, cost: float | None = None,
+                   accuracy: float | None = None) -> WorkloadResult:
+        """Statements answered together at one epsilon (or cost, or accuracy) for the whole
+        set, charged once to this token's analyst."""
+        response = self._send("POST", "/v1/workload", _ask(
+            statements=list(statements), epsilon=epsilon, mode=mode, cost=cost, accuracy=accuracy))
+        return WorkloadResult.from_dict(response.json(), int(response.headers[ANSWER_ID]))
+
+    def explain_many(self, statements: list[str], epsilon: float | None = None,
+                     mode: str | None = None, cost: float | None = None,
+                     accuracy: float | None = None) -> WorkloadExplanation:
+        """A workload's strategy, each statement's expected error and the cost; spends nothing."""
+        d = self._send("POST", "/v1/workload/explain", _ask(
+            statements=list(statements), epsilon=epsilon, mode=mode, cost=cost,
+            accuracy=accuracy)).json()
+        return WorkloadExplanation.from_dict(d)
+
+    def epsilon_for(self, sql: str | list[str], ci95: float,
+                    mode: str | None = None) -> AccuracyPlan:
+        """The smallest epsilon whose 95% half-width on every noisy cell of `sql` (a query, or
+        a list of statements asked as one workload) is at most `ci95`; spends nothing."""
+        asked = {"sql": sql} if isinstance(sql, str) else {"statements": list(sql)}
+        return AccuracyPlan(**self._send("POST", "/v1/epsilon",
+                                         _ask(**asked, ci95=ci95, mode=mode)).json())
 
     def budget(self) -> ServiceBudget:
         d = self._send("GET", "/v1/budget").json()
@@ -121,9 +152,9 @@ def remote_query(url: str, token: str | None, sql: str, epsilon: float | None, m
         return client.query(sql, epsilon=epsilon, mode=mode, cost=cost)
 
 
-def _ask(sql: str, epsilon: float | None, mode: str | None, cost: float | None) -> dict:
-    return {k: v for k, v in (("sql", sql), ("epsilon", epsilon), ("mode", mode), ("cost", cost))
-            if v is not None}
+def _ask(**fields: object) -> dict:
+    """A request body: the fields given (None: not asked)."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _error(response: httpx.Response) -> errors.DpsqlError:
