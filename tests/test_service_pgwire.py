@@ -386,3 +386,45 @@ def test_metrics_count_answers_refusals_latency_and_budgets_of_both_endpoints(pg
         == pytest.approx(after['dpsql_budget_epsilon{state="total"}'])
     assert grew('dpsql_analyst_spent_dp_epsilon{analyst="ana"}') == pytest.approx(0.2)
     assert 'dpsql_analyst_cap_left_epsilon{analyst="bob"}' in after
+
+
+def test_binary_results_say_what_the_text_results_say(pg):
+    """A client may ask for binary results (JDBC does for a statement it prepared): each type's
+    binary form carries the same value as its text form, private answers and catalog alike."""
+    sql = ("SELECT CAST(-12345.678 AS DECIMAL(10,3)) AS d, CAST(0.0001 AS DECIMAL(9,4)) AS tiny, "
+           "DATE '2020-02-29' AS day, TIMESTAMP '2021-03-04 05:06:07.5' AS t, CAST(2 AS SMALLINT) AS s, "
+           "CAST(-7 AS INTEGER) AS i, true AS b, 'é' AS txt, CAST(0.25 AS DOUBLE) AS f")
+    with pg.connect("ana") as conn:
+        text = conn.execute(sql).fetchone()
+        binary = conn.cursor(binary=True).execute(sql).fetchone()
+        assert binary == text
+        assert [type(v).__name__ for v in binary] == ["Decimal", "Decimal", "date", "datetime", "int", "int",
+                                                      "bool", "str", "float"]
+        conn.execute("SET dpsql.epsilon = 0.5")
+        cursor = conn.cursor(binary=True)
+        rows = cursor.execute("SELECT sick, COUNT(*) AS n FROM people GROUP BY sick").fetchall()
+        ident = conn.execute("SHOW dpsql.answer_id").fetchone()[0]
+    with pg.http("ana") as http:
+        stored = http.get("/v1/history", params={"id": ident}).json()[0]["answer"]
+    assert [(s, n) for s, n, _ in rows] == [tuple(r) for r in stored["rows"]]
+    assert [ci for _, _, ci in rows] == [c[1] for c in stored["ci95"]]
+
+
+def test_an_execute_with_a_row_limit_suspends_the_portal_until_its_rows_are_sent(pg):
+    """Execute(portal, n) sends n rows then PortalSuspended; the next Execute sends the rest."""
+    login = _startup("ana") + b"p" + struct.pack("!i", 4 + len(pg.tokens["ana"]) + 1) \
+        + pg.tokens["ana"].encode() + b"\0"
+    sql = b"SELECT relname FROM pg_catalog.pg_class WHERE relname = 'people' OR relname = 'people'" \
+          b" UNION ALL SELECT 'b' UNION ALL SELECT 'c'\0"
+    parse = b"P" + struct.pack("!i", 4 + 1 + len(sql) + 2) + b"\0" + sql + struct.pack("!h", 0)
+    bind = b"B" + struct.pack("!i", 4 + 5 + 6) + b"cur\0\0" + struct.pack("!hhh", 0, 0, 0)
+    execute = b"E" + struct.pack("!i", 4 + 4 + 4) + b"cur\0" + struct.pack("!i", 2)
+    sync, end = b"S" + struct.pack("!i", 4), b"X" + struct.pack("!i", 4)
+    answer = _raw(pg.pg_port, login + parse + bind + execute + sync + execute + sync + execute + sync + end)
+    after = answer[answer.index(b"2\0\0\0\4"):]  # from BindComplete on
+    kinds = []
+    while after:
+        kinds.append(after[:1])
+        after = after[1 + struct.unpack("!i", after[1:5])[0]:]
+    assert kinds == [b"2", b"D", b"D", b"s", b"Z", b"D", b"C", b"Z", b"C", b"Z"]
+    assert b"C\0\0\0\rSELECT 1\0" in answer and b"C\0\0\0\rSELECT 0\0" in answer

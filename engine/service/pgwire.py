@@ -23,7 +23,7 @@ from ..ledger import Analyst
 from .auth import MAX_TOKEN_LENGTH, identify
 from .limits import Limits, RateLimiter, TooManyRequests
 from .metrics import Metrics
-from .pgwire_catalog import Catalog, Rows
+from .pgwire_catalog import BINARY_OIDS, Catalog, Rows, binary_cell
 from .pgwire_sql import PARAMETERS, Session, WireError, sqlstate
 from .worker import Worker
 
@@ -98,10 +98,33 @@ async def close(server: asyncio.Server, shared: Shared) -> None:
 
 @dataclass
 class Portal:
-    """A bound statement: its SQL with parameters in place, and its answer once run."""
+    """A bound statement: its SQL with parameters in place, the result formats the client asked
+    (0 text, 1 binary: none for all text, one for all, or one per column), its answer once run,
+    and how many of its rows were sent (an Execute may ask for a few at a time)."""
 
     sql: str
+    formats: tuple[int, ...] = ()
     answer: Rows | None = None
+    sent: int = 0
+
+    def column_formats(self, answer: Rows) -> tuple[int, ...]:
+        """The format of each column, refused (08P01) when the codes do not fit the columns or
+        (0A000) when a binary one is asked for a type sent only as text."""
+        n = len(answer.columns)
+        if len(self.formats) == n:
+            formats = self.formats
+        elif len(self.formats) <= 1:
+            formats = (self.formats[0] if self.formats else 0,) * n
+        else:
+            formats = (-1,)
+        if any(f not in (0, 1) for f in formats):
+            raise WireError(f"{len(self.formats)} result format codes for {n} columns: give none, "
+                            "one, or one per column (0 text, 1 binary)", "08P01")
+        for (name, oid), fmt in zip(answer.columns, formats, strict=True):
+            if fmt == 1 and oid not in BINARY_OIDS:
+                raise WireError(f"binary result refused for column {name[:60]!r} of type {oid}: ask "
+                                "for text", "0A000")
+        return formats
 
 
 class Connection:
@@ -114,6 +137,7 @@ class Connection:
         self.session: Session | None = None
         self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.portals: dict[str, Portal] = {}
+        self.described: tuple[str, bytes] | None = None  # a statement's Describe, answered later
 
     async def serve(self) -> None:
         analyst = await asyncio.wait_for(self._login(), LOGIN_SECONDS)
@@ -133,6 +157,8 @@ class Connection:
         skipping = False  # after an error in the extended protocol, until Sync
         while True:
             kind, body = await self._frame()
+            if kind != b"B":
+                self._flush_described()
             if kind == b"X":
                 return
             if kind == b"S":
@@ -146,6 +172,7 @@ class Connection:
                 try:
                     await self._extended(kind, body)
                 except (DpsqlError, Refused) as exc:
+                    self._flush_described()
                     self._refuse(exc)
                     skipping = True
             await self.writer.drain()
@@ -253,27 +280,39 @@ class Connection:
             sql, types = self.statements[name]
             formats = [reader.int16() for _ in range(reader.int16())]
             values = [reader.value() for _ in range(reader.int16())]
-            results = [reader.int16() for _ in range(reader.int16())]
-            if any(results):
-                raise WireError("binary results refused: ask for text results", "0A000")
-            self.portals[portal] = Portal(_bind(sql, types, formats, values))
+            results = tuple(reader.int16() for _ in range(reader.int16()))
+            bound = self.portals[portal] = Portal(_bind(sql, types, formats, values), results)
+            if self.described is not None and self.described[0] == name:
+                # the statement was described just before: run it now, so the description
+                # sent is of the very rows the Execute that follows sends (JDBC executes next)
+                answer = await self._answer(bound)
+                self.writer.write(self.described[1] + (_row_description(answer, bound.column_formats(
+                    answer)) if answer.columns else _message(b"n", b"")))
+                self.described = None
+            self._flush_described()
             self.writer.write(_message(b"2", b""))
         elif kind == b"D":
             what, name = reader.byte(), reader.cstr()
             if what == b"S":
+                # A parameter of no given type is bound as text (_bind). The columns are known
+                # once it has run: if a Bind of it comes next they are described from its run,
+                # else as none (NoData).
                 sql, types = self._statement(name)
-                self.writer.write(_message(b"t", struct.pack("!h", len(types))
-                                           + b"".join(struct.pack("!i", t) for t in types)))
-                self.writer.write(_message(b"n", b""))  # the columns are known once it has run
+                self.described = (name, _message(b"t", struct.pack("!h", len(types)) + b"".join(
+                    struct.pack("!i", t or 25) for t in types)))
             else:
-                answer = await self._answer(self._portal(name))
-                self.writer.write(_row_description(answer) if answer.columns else _message(b"n", b""))
+                portal = self._portal(name)
+                answer = await self._answer(portal)
+                self.writer.write(_row_description(answer, portal.column_formats(answer))
+                                  if answer.columns else _message(b"n", b""))
         elif kind == b"E":
-            answer = await self._answer(self._portal(reader.cstr()))
+            portal = self._portal(reader.cstr())
+            limit = reader.int32()
+            answer = await self._answer(portal)
             if answer.tag == "":
                 self.writer.write(_message(b"I", b""))
             else:
-                self._rows(answer)
+                self._rows(answer, portal, limit)
         elif kind == b"C":
             what, name = reader.byte(), reader.cstr()
             (self.statements if what == b"S" else self.portals).pop(name, None)
@@ -281,6 +320,12 @@ class Connection:
         else:
             raise WireError(f"message {kind!r} refused: this endpoint speaks the simple and extended "
                             "query protocols only", "0A000")
+
+    def _flush_described(self) -> None:
+        """Answer a pending Describe of a statement that no Bind of it followed: no columns."""
+        if self.described is not None:
+            self.writer.write(self.described[1] + _message(b"n", b""))
+            self.described = None
 
     def _statement(self, name: str) -> tuple[str, tuple[int, ...]]:
         if name not in self.statements:
@@ -323,12 +368,25 @@ class Connection:
     async def _call(self, work: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.shared.pool, work)
 
-    def _rows(self, answer: Rows) -> None:
-        for row in answer.rows:
+    def _rows(self, answer: Rows, portal: Portal | None = None, limit: int = 0) -> None:
+        """Send the answer's rows (a portal's next `limit` of them when limit > 0, then
+        PortalSuspended if rows are left), in the portal's formats, then the command tag."""
+        formats = (0,) * len(answer.columns) if portal is None else portal.column_formats(answer)
+        start = 0 if portal is None else portal.sent
+        end = len(answer.rows) if limit <= 0 else min(len(answer.rows), start + limit)
+        for row in answer.rows[start:end]:
+            cells = [None if cell is None else binary_cell(cell, oid) if fmt else cell.encode()
+                     for cell, (_, oid), fmt in zip(row, answer.columns, formats, strict=True)]
             self.writer.write(_message(b"D", struct.pack("!h", len(row)) + b"".join(
-                struct.pack("!i", -1) if cell is None else struct.pack("!i", len(data := cell.encode()))
-                + data for cell in row)))
-        self.writer.write(_message(b"C", _cstr(answer.tag)))
+                struct.pack("!i", -1) if data is None else struct.pack("!i", len(data)) + data
+                for data in cells)))
+        if portal is not None:
+            portal.sent = end
+            if end < len(answer.rows):
+                self.writer.write(_message(b"s", b""))
+                return
+        tag = f"SELECT {end - start}" if start and answer.tag.startswith("SELECT") else answer.tag
+        self.writer.write(_message(b"C", _cstr(tag)))
 
     def _refuse(self, exc: Exception) -> None:
         if isinstance(exc, Refused):
@@ -449,9 +507,10 @@ def _fields(severity: str, code: str, message: str) -> bytes:
             + _cstr(message) + b"\0")
 
 
-def _row_description(answer: Rows) -> bytes:
-    fields = b"".join(_cstr(name) + struct.pack("!ihihih", 0, 0, oid, -1, -1, 0)
-                      for name, oid in answer.columns)
+def _row_description(answer: Rows, formats: tuple[int, ...] | None = None) -> bytes:
+    formats = formats or (0,) * len(answer.columns)
+    fields = b"".join(_cstr(name) + struct.pack("!ihihih", 0, 0, oid, -1, -1, fmt)
+                      for (name, oid), fmt in zip(answer.columns, formats, strict=True))
     return _message(b"T", struct.pack("!h", len(answer.columns)) + fields)
 
 

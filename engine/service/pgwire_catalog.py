@@ -6,8 +6,10 @@ extensions and no file system access."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import math
 import re
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +68,12 @@ _MACROS = ("pg_get_userbyid(x) AS 'dpsql'", "to_regtype(x) AS CAST(NULL AS INTEG
            "(a, b, c, d, e, f, g, h, i, j, k, l, m, n) AS CAST(NULL AS VARCHAR)",
            "array_upper(x, y) AS len(x)",
            "pg_get_expr(x, y) AS CAST(NULL AS VARCHAR), (x, y, z) AS CAST(NULL AS VARCHAR)")
+
+
+# The types whose binary format is sent when a client asks (JDBC does for a prepared statement
+# it runs again): each cell is converted from its text form, so both formats say the same.
+BINARY_OIDS = frozenset((16, 18, 19, 20, 21, 23, 25, 26, 700, 701, 1043, 1082, 1114, 1700))
+_EPOCH = dt.datetime(2000, 1, 1)  # Postgres' binary dates and timestamps count from here
 
 
 @dataclass(frozen=True)
@@ -168,3 +176,42 @@ def text_cell(value: Any) -> str | None:
     if isinstance(value, dt.datetime):
         return value.isoformat(sep=" ")
     return str(value)
+
+
+def binary_cell(text: str, oid: int) -> bytes:
+    """A text cell in the binary format of its type (one of BINARY_OIDS)."""
+    if oid == 16:
+        return b"\1" if text == "t" else b"\0"
+    if oid in (20, 21, 23, 26):
+        return int(text).to_bytes({20: 8, 21: 2, 23: 4, 26: 4}[oid], "big", signed=oid != 26)
+    if oid in (700, 701):
+        return struct.pack("!f" if oid == 700 else "!d", float(text))
+    if oid == 1082:
+        return struct.pack("!i", (dt.date.fromisoformat(text) - _EPOCH.date()).days)
+    if oid == 1114:
+        delta = dt.datetime.fromisoformat(text) - _EPOCH
+        return struct.pack("!q", (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    if oid == 1700:
+        return _numeric(decimal.Decimal(text))
+    return text.encode()
+
+
+def _numeric(value: decimal.Decimal) -> bytes:
+    """NUMERIC's binary form: digit count, weight, sign, scale, then base-10000 digits."""
+    if value.is_nan():
+        return struct.pack("!hhHh", 0, 0, 0xC000, 0)
+    exponent = value.as_tuple().exponent
+    scale = max(0, -exponent) if isinstance(exponent, int) else 0
+    whole, _, fraction = f"{abs(value):f}".partition(".")
+    whole = whole.lstrip("0")
+    whole = "0" * (-len(whole) % 4) + whole
+    fraction += "0" * (-len(fraction) % 4)
+    digits = [int(whole[i:i + 4]) for i in range(0, len(whole), 4)] + \
+        [int(fraction[i:i + 4]) for i in range(0, len(fraction), 4)]
+    weight = len(whole) // 4 - 1
+    while digits and digits[0] == 0:
+        digits, weight = digits[1:], weight - 1
+    while digits and digits[-1] == 0:
+        digits.pop()
+    sign = 0x4000 if value.is_signed() and digits else 0
+    return struct.pack(f"!hhHh{len(digits)}h", len(digits), weight if digits else 0, sign, scale, *digits)
