@@ -58,11 +58,12 @@ class PgService:
         self.thread.join(30)
 
 
-def start(tmp_path: Path, limits: Limits = FAST) -> PgService:
+def start(tmp_path: Path, limits: Limits = FAST,
+          analysts: dict[str, tuple[str, float | None]] | None = None) -> PgService:
     db = make_people(tmp_path / "people.duckdb")
     policy = write_policy(tmp_path / "policy.yaml", {"budget": {"epsilon": 100.0}})
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
-    tokens = add_analysts(ledger, ANALYSTS)
+    tokens = add_analysts(ledger, ANALYSTS if analysts is None else analysts)
     app = create_app(lambda: PrivateDatabase.connect(db, policy, ledger), limits)
     port, pg_port = free_port(), free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
