@@ -128,6 +128,8 @@ def test_the_readme_tour_through_jdbc_matches_the_stored_history_and_http(pg, to
         # EXPLAIN as rows, and a refusal with the HTTP error's one line and its SQLSTATE
         plan = [line[1] for line in lines if line[0] == "explain"]
         assert plan[0] == "sql: SELECT SUM(income) FROM people" and "epsilon: 0.25" in plan
+        assert [line for line in plan if line.startswith("output ")] == \
+            ["output SUM(income): expected 95% error ±23,966"]
         state, message = errors["refused"]
         assert state == "0A000"
         assert message == http.post("/v1/query", json={"sql": "SELECT age FROM people",

@@ -429,3 +429,27 @@ def test_an_execute_with_a_row_limit_suspends_the_portal_until_its_rows_are_sent
         after = after[1 + struct.unpack("!i", after[1:5])[0]:]
     assert kinds == [b"2", b"D", b"D", b"s", b"Z", b"D", b"C", b"Z", b"C", b"Z"]
     assert b"C\0\0\0\rSELECT 1\0" in answer and b"C\0\0\0\rSELECT 0\0" in answer
+
+
+def test_startup_parameters_are_settings_and_what_the_endpoint_speaks_stays_fixed(pg):
+    """`options=-c dpsql.epsilon=...` and application_name from the startup packet hold for the
+    session as SET would; an encoding or date style the endpoint does not send is refused."""
+    before = charge_count(pg.ledger)
+    with pg.connect("ana", options="-c dpsql.epsilon=0.5 --dpsql.mode=independent",
+                    application_name="notebook") as conn:
+        assert conn.info.parameter_status("application_name") == "notebook"
+        assert conn.execute("SHOW application_name").fetchone() == ("notebook",)
+        assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("0.5",)
+        assert conn.execute("SHOW dpsql.mode").fetchone() == ("independent",)
+        assert len(conn.execute(SQL).fetchall()) == 4
+        for statement in ("SET client_encoding = 'LATIN1'", "SET DateStyle = 'German'"):
+            assert _error(conn, statement).sqlstate == "0A000"
+        conn.execute("SET client_encoding = 'UTF8'")
+        conn.execute("SET DateStyle = 'ISO, MDY'")
+        assert conn.execute("SHOW client_encoding").fetchone() == ("UTF8",)
+    for options, said in (("-c dpsql.epsilon=-1", "dpsql.epsilon must be a finite number > 0"),
+                          ("-x", "options accepts -c name=value pairs"),
+                          ("-c dpsql.budget=99", "unknown setting dpsql.budget")):
+        with pytest.raises(psycopg.OperationalError, match=said):
+            pg.connect("ana", options=options)
+    assert charge_count(pg.ledger) == before + 1

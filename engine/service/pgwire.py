@@ -140,15 +140,22 @@ class Connection:
         self.described: tuple[str, bytes] | None = None  # a statement's Describe, answered later
 
     async def serve(self) -> None:
-        analyst = await asyncio.wait_for(self._login(), LOGIN_SECONDS)
-        if analyst is None:
+        login = await asyncio.wait_for(self._login(), LOGIN_SECONDS)
+        if login is None:
             return
+        analyst, parameters = login
         self.session = Session(analyst, self._run, self.shared.catalog, metrics=self.shared.metrics)
+        try:
+            self.session.start(parameters)
+        except DpsqlError as exc:
+            _error(self.writer, "FATAL", sqlstate(exc), str(exc))
+            return
         self.writer.write(_message(b"R", struct.pack("!i", 0)))
         for name, value in PARAMETERS.items():
             if name in ("server_version", "server_encoding", "client_encoding", "datestyle",
                         "timezone", "integer_datetimes", "standard_conforming_strings", "is_superuser",
                         "intervalstyle", "application_name"):
+                value = self.session.settings.get(name, value)
                 self.writer.write(_message(b"S", _cstr(_startup_name(name)) + _cstr(value)))
         self.writer.write(_message(b"S", _cstr("session_authorization") + _cstr(analyst.name)))
         self.writer.write(_message(b"K", struct.pack("!ii", secrets.randbits(31), secrets.randbits(31))))
@@ -177,7 +184,7 @@ class Connection:
                     skipping = True
             await self.writer.drain()
 
-    async def _login(self) -> Analyst | None:
+    async def _login(self) -> tuple[Analyst, dict[str, str]] | None:
         params = await self._startup()
         if params is None:
             return None
@@ -209,7 +216,7 @@ class Connection:
         except DpsqlError as exc:
             _error(self.writer, "FATAL", sqlstate(exc), str(exc))
             return None
-        return analyst
+        return analyst, params
 
     async def _startup(self) -> dict[str, str] | None:
         while True:
