@@ -453,3 +453,23 @@ def test_startup_parameters_are_settings_and_what_the_endpoint_speaks_stays_fixe
         with pytest.raises(psycopg.OperationalError, match=said):
             pg.connect("ana", options=options)
     assert charge_count(pg.ledger) == before + 1
+
+
+def test_catalog_questions_naming_no_policy_table_are_answered_from_the_policy(pg):
+    """JDBC's type and key questions (a table function, information_schema._pg_expandarray,
+    pg_settings) are catalog questions: answered without an epsilon, charged nothing, and
+    pg_settings holds the endpoint's parameters, nothing of the machine's."""
+    before = charge_count(pg.ledger)
+    with pg.connect("ana") as conn:
+        assert conn.execute("SELECT t.typname FROM pg_catalog.pg_type t JOIN (SELECT s.r FROM "
+                            "generate_series(1, 2) AS s(r)) AS g ON g.r = 1 WHERE t.typname = 'int8'"
+                            ).fetchall() == [("int8",)]
+        assert conn.execute("SELECT (information_schema._pg_expandarray(i.indkey)).n FROM "
+                            "pg_catalog.pg_index i").fetchall() == []
+        assert conn.execute("SELECT setting FROM pg_catalog.pg_settings WHERE name = 'max_index_keys'"
+                            ).fetchall() == [("32",)]
+        settings = dict(conn.execute("SELECT name, setting FROM pg_settings").fetchall())
+        assert settings["server_version"] == "16.0" and not any("/" in v for v in settings.values())
+        # a policy table sends it to the engine, which asks for an epsilon first
+        assert _error(conn, "SELECT COUNT(*) FROM people, pg_catalog.pg_type").sqlstate == "22023"
+    assert charge_count(pg.ledger) == before

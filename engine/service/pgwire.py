@@ -59,7 +59,7 @@ class Shared:
 
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = self.worker.read(lambda db: Catalog(db.policy))
+            self._catalog = self.worker.read(lambda db: Catalog(db.policy, PARAMETERS))
         return self._catalog
 
 

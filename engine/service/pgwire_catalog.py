@@ -33,6 +33,7 @@ _REWRITES = ((re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^\s)]+)\s*\)", re
              (re.compile(r"::\s*(?:pg_catalog\s*\.\s*)?reg(?:class|type|proc|namespace)\b", re.I), ""),
              (re.compile(r"\bAS\s+REG(?:CLASS|TYPE|PROC|NAMESPACE)\b", re.I), "AS VARCHAR"),
              (re.compile(r"\bAS\s+OID\b", re.I), "AS INTEGER"),
+             (re.compile(r"\b(?:pg_catalog|information_schema)\s*\.\s*(?=_pg_expandarray\b)", re.I), ""),
              (re.compile(r"\bpg_catalog\s*\.\s*", re.I), ""))
 # pg_catalog views as psql reads them: DuckDB's, less this schema's own views, plus the columns
 # psql 15 asks for that DuckDB lacks.
@@ -40,8 +41,10 @@ _SHADOW = "dpsql_pg"
 _SHADOWED = {
     "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class "
                 "WHERE relnamespace NOT IN {hidden}",
-    "pg_tables": "SELECT * FROM pg_catalog.pg_tables WHERE schemaname <> 'dpsql_pg'",
+    "pg_tables": "SELECT * FROM pg_catalog.pg_tables WHERE schemaname <> '{shadow}'",
     "pg_namespace": "SELECT * FROM pg_catalog.pg_namespace WHERE oid NOT IN {hidden}",
+    # the endpoint's reported parameters (as SHOW answers them), not DuckDB's own settings
+    "pg_settings": "SELECT * FROM {shadow}.dpsql_settings",
 }
 # pg_catalog tables DuckDB lacks that psql's \d reads: present and empty (no policies, no
 # extended statistics, no publications, no inheritance, no roles but the analyst's).
@@ -67,7 +70,11 @@ _MACROS = ("pg_get_userbyid(x) AS 'dpsql'", "to_regtype(x) AS CAST(NULL AS INTEG
            "json_build_object(a, b, c, d) AS CAST(NULL AS VARCHAR), "
            "(a, b, c, d, e, f, g, h, i, j, k, l, m, n) AS CAST(NULL AS VARCHAR)",
            "array_upper(x, y) AS len(x)",
-           "pg_get_expr(x, y) AS CAST(NULL AS VARCHAR), (x, y, z) AS CAST(NULL AS VARCHAR)")
+           "pg_get_expr(x, y) AS CAST(NULL AS VARCHAR), (x, y, z) AS CAST(NULL AS VARCHAR)",
+           "pg_get_function_result(x) AS CAST(NULL AS VARCHAR)",
+           "pg_get_indexdef(x) AS CAST(NULL AS VARCHAR), (x, y, z) AS CAST(NULL AS VARCHAR)",
+           # JDBC's key and index questions expand pg_index.indkey, which is always empty here
+           "_pg_expandarray(x) AS {'x': CAST(NULL AS INTEGER), 'n': CAST(NULL AS INTEGER)}")
 
 
 # The types whose binary format is sent when a client asks (JDBC does for a prepared statement
@@ -88,14 +95,18 @@ class Rows:
 class Catalog:
     """The policy's tables, empty, in a locked in-memory DuckDB that clients' catalog queries run on."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, parameters: dict[str, str]) -> None:
         self._db = duckdb.connect(":memory:", config={"threads": 1, "memory_limit": "128MB"})
         self._db.execute("CREATE SCHEMA public")
         self._db.execute(f"CREATE SCHEMA {_SHADOW}")
         self._db.execute(f"SET search_path = 'public,{_SHADOW}'")
         hidden = f"(SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = '{_SHADOW}')"
+        self._db.execute(f"CREATE TABLE {_SHADOW}.dpsql_settings (name VARCHAR, setting VARCHAR, "
+                         "short_desc VARCHAR, vartype VARCHAR)")
+        self._db.executemany(f"INSERT INTO {_SHADOW}.dpsql_settings VALUES (?, ?, '', 'string')",
+                             sorted({**parameters, "max_index_keys": "32"}.items()))
         for view, select in _SHADOWED.items():
-            self._db.execute(f"CREATE VIEW {_SHADOW}.{view} AS {select.format(hidden=hidden)}")
+            self._db.execute(f"CREATE VIEW {_SHADOW}.{view} AS {select.format(hidden=hidden, shadow=_SHADOW)}")
         schema = public_schema(policy)
         self.tables: frozenset[str] = frozenset(
             name.lower() for kind in ("tables", "public_tables", "parent_tables") for name in schema[kind])

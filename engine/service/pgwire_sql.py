@@ -254,9 +254,10 @@ class Session:
             raise WrongRole(f"the role {self.analyst.role} may not do this; it is for the role analyst")
 
     def _is_catalog(self, sql: str) -> bool:
-        """True when the statement reads only pg_catalog/information_schema or no table at all
-        (answered from the policy's empty tables); False sends it to the engine, which answers
-        privately or refuses with the same line as /v1/query."""
+        """True when the statement reads no policy table and reads pg_catalog/information_schema
+        or no table at all (answered from the policy's empty tables, which hold no data whatever
+        else it names); False sends it to the engine, which answers privately or refuses with the
+        same line as /v1/query."""
         try:
             tree = sqlglot.parse_one(sql, read="postgres")
         except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError, ValueError):
@@ -266,7 +267,8 @@ class Session:
         tables = [t for t in tree.find_all(exp.Table) if t.name.lower() not in ctes]
         if any(t.name.lower() in names and t.db.lower() not in CATALOG_SCHEMAS for t in tables):
             return False
-        return all(t.db.lower() in CATALOG_SCHEMAS or t.name.lower().startswith("pg_") for t in tables)
+        return not tables or any(t.db.lower() in CATALOG_SCHEMAS or t.name.lower().startswith("pg_")
+                                 for t in tables)
 
 
 def _options(text: str) -> list[tuple[str, str]]:

@@ -53,6 +53,12 @@ public class Tour {
                 System.out.println("column\t" + columns.getString("COLUMN_NAME") + "\t" + columns.getString("TYPE_NAME"));
             }
         }
+        // what a database browser asks when it opens a table: no keys, no indexes, the schemas
+        count("schemas", meta.getSchemas());
+        count("primary keys", meta.getPrimaryKeys(null, null, "people"));
+        count("imported keys", meta.getImportedKeys(null, null, "people"));
+        count("indexes", meta.getIndexInfo(null, null, "people", false, true));
+        count("functions", meta.getFunctions(null, null, "%"));
         try (Statement s = c.createStatement()) {
             s.execute("SET dpsql.epsilon = 0.25");
             show(c, "tour", s.executeQuery(TOUR));
@@ -101,6 +107,15 @@ public class Tour {
             s.execute("SET dpsql.epsilon = 0.25");
             show(c, "after", s.executeQuery(TOUR));
         }
+    }
+
+    static void count(String label, ResultSet r) throws SQLException {
+        int rows = 0;
+        while (r.next()) {
+            rows++;
+        }
+        r.close();
+        System.out.println("metadata\t" + label + "\t" + rows);
     }
 
     static void show(Connection c, String label, ResultSet r) throws SQLException {
