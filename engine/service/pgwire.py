@@ -308,18 +308,18 @@ class Connection:
                 self.described = (name, _message(b"t", struct.pack("!h", len(types)) + b"".join(
                     struct.pack("!i", t or 25) for t in types)))
             else:
-                portal = self._portal(name)
-                answer = await self._answer(portal)
-                self.writer.write(_row_description(answer, portal.column_formats(answer))
+                bound = self._portal(name)
+                answer = await self._answer(bound)
+                self.writer.write(_row_description(answer, bound.column_formats(answer))
                                   if answer.columns else _message(b"n", b""))
         elif kind == b"E":
-            portal = self._portal(reader.cstr())
+            bound = self._portal(reader.cstr())
             limit = reader.int32()
-            answer = await self._answer(portal)
+            answer = await self._answer(bound)
             if answer.tag == "":
                 self.writer.write(_message(b"I", b""))
             else:
-                self._rows(answer, portal, limit)
+                self._rows(answer, bound, limit)
         elif kind == b"C":
             what, name = reader.byte(), reader.cstr()
             (self.statements if what == b"S" else self.portals).pop(name, None)
