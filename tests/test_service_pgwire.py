@@ -249,7 +249,7 @@ def test_hostile_clients_get_errors_cost_nothing_and_others_keep_being_served(pg
     parse = b"P" + struct.pack("!i", 4 + 1 + 9 + 2) + b"\0SELECT 1\0" + struct.pack("!h", 0)
     bind = b"B" + struct.pack("!i", 6) + b"\0\0"  # ends before its format codes
     broken = _raw(pg.pg_port, login + parse + bind + b"S" + struct.pack("!i", 4)
-                  + b"Q" + struct.pack("!i", 14) + b"SELECT 1\0" + b"X" + struct.pack("!i", 4))
+                  + b"Q" + struct.pack("!i", 13) + b"SELECT 1\0" + b"X" + struct.pack("!i", 4))
     assert b"ends before its fields" in broken and broken.rstrip().count(b"Z") >= 2 and b"C\0\0\0\rSELECT 1" \
         in broken
     # a wrong password over the raw protocol: FATAL 28P01
@@ -473,3 +473,25 @@ def test_catalog_questions_naming_no_policy_table_are_answered_from_the_policy(p
         # a policy table sends it to the engine, which asks for an epsilon first
         assert _error(conn, "SELECT COUNT(*) FROM people, pg_catalog.pg_type").sqlstate == "22023"
     assert charge_count(pg.ledger) == before
+
+
+def _parse(name: str, sql: str) -> bytes:
+    body = name.encode() + b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0)
+    return b"P" + struct.pack("!i", len(body) + 4) + body
+
+
+def test_a_connection_holds_a_bounded_number_of_prepared_statements(pg):
+    """Prepared statements are held until closed: past 1,024 of them, or 8 MiB of their SQL, a
+    Parse is refused (54000) and the connection stays usable."""
+    login = _startup("ana") + b"p" + struct.pack("!i", 4 + len(pg.tokens["ana"]) + 1) \
+        + pg.tokens["ana"].encode() + b"\0"
+    sync, end = b"S" + struct.pack("!i", 4), b"X" + struct.pack("!i", 4)
+    query = b"Q" + struct.pack("!i", 13) + b"SELECT 1\0"
+    many = b"".join(_parse(f"s{i}", "SELECT 1") for i in range(1025))
+    answer = _raw(pg.pg_port, login + many + sync + query + end)
+    assert answer.count(b"1\0\0\0\4") == 1024 and b"54000" in answer and b"at most 1024" in answer
+    assert b"C\0\0\0\rSELECT 1" in answer  # usable after the Sync
+    big = "SELECT 1 -- " + "x" * 60_000
+    answer = _raw(pg.pg_port, login + b"".join(_parse(f"b{i}", big) for i in range(150)) + sync + query + end)
+    assert answer.count(b"1\0\0\0\4") == (8 << 20) // len(big) and b"8 MiB of SQL" in answer
+    assert b"C\0\0\0\rSELECT 1" in answer

@@ -31,6 +31,8 @@ log = logging.getLogger("dpsql.service")
 MAX_STARTUP = 10_000  # bytes of a startup packet (its parameters); Postgres allows about as much
 MAX_CONNECTIONS = 256  # connections at once; more are refused with 53300
 LOGIN_SECONDS = 10.0  # time a client has to finish the startup and the password
+MAX_HELD = 1024  # prepared statements, and portals, a connection may hold at once
+MAX_HELD_BYTES = 8 << 20  # bytes of SQL its prepared statements may hold (JDBC's cache: 5 MiB)
 SSL_REQUEST, GSS_REQUEST, CANCEL_REQUEST, PROTOCOL_3 = 80877103, 80877104, 80877102, 196608
 _TEXT_OIDS = {16: "bool", 20: "int", 21: "int", 23: "int", 700: "float", 701: "float", 1700: "float"}
 
@@ -278,10 +280,18 @@ class Connection:
         reader = _Body(body)
         if kind == b"P":
             name, sql, count = reader.cstr(), reader.cstr(), reader.int16()
+            held = sum(len(text) for key, (text, _) in self.statements.items() if key != name)
+            if name not in self.statements and len(self.statements) >= MAX_HELD or \
+                    held + len(sql) > MAX_HELD_BYTES:
+                raise WireError(f"prepared statement refused: a connection holds at most {MAX_HELD} "
+                                f"holding {MAX_HELD_BYTES >> 20} MiB of SQL; close some first", "54000")
             self.statements[name] = (sql, tuple(reader.int32() for _ in range(count)))
             self.writer.write(_message(b"1", b""))
         elif kind == b"B":
             portal, name = reader.cstr(), reader.cstr()
+            if portal not in self.portals and len(self.portals) >= MAX_HELD:
+                raise WireError(f"portal refused: a connection holds at most {MAX_HELD}; close some "
+                                "first", "54000")
             if name not in self.statements:
                 raise WireError(f"prepared statement {name[:60]!r} does not exist", "26000")
             sql, types = self.statements[name]
