@@ -102,6 +102,7 @@ def test_the_readme_tour_through_jdbc_matches_the_stored_history_and_http(pg, to
         [["age", "int8"], ["income", "float8"], ["state", "varchar"], ["sick", "bool"], ["note", "varchar"]]
     assert {line[1]: int(line[2]) for line in lines if line[0] == "metadata"} == \
         {"schemas": 2, "primary keys": 0, "imported keys": 0, "indexes": 0, "functions": 0}
+    assert ["described", "unknown"] in lines
     found = results(lines)
     # the tour query, six runs of a PreparedStatement (binary results from the sixth), six with an
     # untyped parameter (the driver describes the statement first), a fetch of 2 rows at a time

@@ -73,8 +73,11 @@ public class Tour {
                 error("refused", e);
             }
         }
-        // past the driver's prepareThreshold (5) it asks for binary results of a named statement
+        // past the driver's prepareThreshold (5) it asks for binary results of a named statement;
+        // described before it runs, its columns are not known yet (nothing is run or charged)
         try (PreparedStatement ps = c.prepareStatement("SELECT sick, COUNT(*) FROM people WHERE age >= ? GROUP BY sick")) {
+            ResultSetMetaData before = ps.getMetaData();
+            System.out.println("described\t" + (before == null ? "unknown" : before.getColumnCount()));
             for (int i = 0; i < 6; i++) {
                 ps.setInt(1, 18);
                 show(c, "prepared " + i, ps.executeQuery());
