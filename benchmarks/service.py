@@ -1,12 +1,15 @@
-"""Latency of `dpsql serve` under 16 concurrent clients on 127.0.0.1, and its RESULTS.md section.
+"""Latency of `dpsql serve` under 16 concurrent clients on 127.0.0.1, over HTTP and over the
+Postgres wire protocol in the same run, and its RESULTS.md section.
 
-    python -m benchmarks.service [--clients 16] [--requests 150] [--rows 100000]
+    python -m benchmarks.service [--clients 16] [--requests 150] [--rows 100000] [--note TEXT]
 
-starts `dpsql serve` in a subprocess on a generated people table, sends every client's requests
-(query, explain, budget and schema in turn, each client with its own token and a cap that admits
-a fixed number of answers), and records the latency percentiles of each kind of request in
-benchmarks/out/service.json and in the "Service latency" section of benchmarks/RESULTS.md.
-tests/test_service_load.py drives a service with the same `drive` and checks the outcomes."""
+starts `dpsql serve --pg-port` in a subprocess on a generated people table; first the HTTP
+clients send their requests (query, explain, budget and schema in turn), then as many psycopg
+clients theirs (query, EXPLAIN, a catalog question and SHOW in turn), each client with its own
+analyst and a cap that admits a fixed number of answers; records the rate and latency
+percentiles of each kind of request in benchmarks/out/service.json and in the "Service latency"
+section of benchmarks/RESULTS.md. tests/test_service_load.py drives a service with the same
+`drive` and `drive_wire` and checks the outcomes."""
 
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ import httpx
 import numpy as np
 
 KINDS = ("query", "explain", "budget", "schema")
+WIRE_KINDS = ("query", "explain", "catalog", "show")
+CATALOG_SQL = "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'people'"
 SQL = "SELECT state, COUNT(*) AS n, AVG(income) AS mean_income FROM people GROUP BY state"
 EPSILON = 0.05
 HERE = Path(__file__).resolve().parent
@@ -33,7 +38,8 @@ HEADING = "## Service latency"
 
 @dataclass(frozen=True)
 class Outcome:
-    """One request a client sent: what, the HTTP status, its latency and the answer's id."""
+    """One request a client sent: what, the HTTP status (over the wire: 200 answered, 0 an
+    error whose SQLSTATE is the error_type), its latency and the answer's id."""
 
     client: int
     kind: str
@@ -79,6 +85,41 @@ def drive(url: str, tokens: list[str], requests: int, sql: str = SQL,
     return [o for per_client in outcomes for o in per_client]
 
 
+def drive_wire(pg_port: int, logins: list[tuple[str, str]], requests: int, sql: str = SQL,
+               epsilon: float = EPSILON) -> list[Outcome]:
+    """As `drive`, over the Postgres wire protocol: every client (one thread, one psycopg
+    connection per analyst name and token) sends `requests` statements, all clients at once."""
+    import psycopg
+
+    statements = {"query": sql, "explain": f"EXPLAIN {sql}", "catalog": CATALOG_SQL,
+                  "show": "SHOW dpsql.epsilon"}
+    start = threading.Barrier(len(logins))
+    outcomes: list[list[Outcome]] = [[] for _ in logins]
+
+    def client(number: int, name: str, token: str) -> None:
+        with psycopg.connect(host="127.0.0.1", port=pg_port, user=name, password=token, dbname="dpsql",
+                             autocommit=True, connect_timeout=60) as conn:
+            conn.execute(f"SET dpsql.epsilon = {float(epsilon)!r}")
+            start.wait()
+            for j in range(requests):
+                kind = WIRE_KINDS[j % len(WIRE_KINDS)]
+                began = time.perf_counter()
+                try:
+                    conn.execute(statements[kind]).fetchall()
+                    status, error = 200, None
+                except psycopg.errors.DatabaseError as exc:
+                    status, error = 0, exc.sqlstate
+                outcomes[number].append(Outcome(number, kind, status, time.perf_counter() - began, error,
+                                                None, None))
+
+    threads = [threading.Thread(target=client, args=(i, *login)) for i, login in enumerate(logins)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [o for per_client in outcomes for o in per_client]
+
+
 def percentiles(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
     """Latency percentiles (ms) of each kind of request, admitted queries apart from refused."""
     groups: dict[str, list[float]] = {}
@@ -86,24 +127,32 @@ def percentiles(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
         name = o.kind if o.kind != "query" else ("query (answered)" if o.status == 200
                                                  else "query (refused: cap)")
         groups.setdefault(name, []).append(o.seconds * 1000)
-    return {name: {"count": len(ms), **{f"p{p}": float(np.percentile(ms, p)) for p in (50, 90, 99)},
+    return {name: {"count": len(ms), **{f"p{p}": float(np.percentile(ms, p)) for p in (50, 95, 99)},
                    "max": max(ms)} for name, ms in groups.items()}
 
 
 def section(stored: dict) -> list[str]:
     """The RESULTS.md section of a stored run."""
-    lines = [HEADING, "", f"Command: `{stored['command']}` ({stored['when']} UTC; {stored['machine']}).", "",
-             f"`dpsql serve` in its own process on 127.0.0.1; {stored['clients']} clients (threads, one "
-             f"token each, all started together) send {stored['requests']} requests each, in turn "
-             f"query, explain, budget and schema; {stored['rows']:,} rows; each analyst's cap admits "
-             f"{stored['admitted_per_client']} answers of ε = {stored['epsilon']:g}, so later queries "
-             f"are refused (403) before the data is read. {stored['total']} requests in "
-             f"{stored['seconds']:.1f} s ({stored['total'] / stored['seconds']:.0f} per second).", "",
-             "| request | count | p50 ms | p90 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
-    for name, p in stored["latency"].items():
-        lines.append(f"| {name} | {p['count']} | {p['p50']:.1f} | {p['p90']:.1f} | {p['p99']:.1f} "
-                     f"| {p['max']:.1f} |")
-    return lines + [""]
+    lines = [HEADING, "", f"Command: `{stored['command']}` ({stored['when']} UTC; {stored['machine']})."
+             + (f" {stored['note']}" if stored.get("note") else ""), "",
+             f"`dpsql serve --pg-port` in its own process on 127.0.0.1, {stored['rows']:,} rows. First "
+             f"{stored['clients']} HTTP clients (threads, one token each, all started together) send "
+             f"{stored['requests']} requests each, in turn query, explain, budget and schema; then "
+             f"{stored['clients']} psycopg clients over the Postgres wire protocol (one connection each, "
+             f"logged in before the common start) send {stored['requests']} statements each, in turn the "
+             "same SELECT, its EXPLAIN, a catalog question (information_schema.columns) and SHOW. Each "
+             f"analyst's cap admits {stored['admitted_per_client']} answers of ε = {stored['epsilon']:g}, "
+             "so later queries are refused (HTTP 403, SQLSTATE 53400) before the data is read.", ""]
+    for endpoint, title in (("http", "HTTP"), ("wire", "Postgres wire protocol")):
+        run = stored[endpoint]
+        lines += [f"{title}: {run['total']} requests in {run['seconds']:.1f} s "
+                  f"({run['total'] / run['seconds']:.0f} per second).", "",
+                  "| request | count | p50 ms | p95 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
+        for name, p in run["latency"].items():
+            lines.append(f"| {name} | {p['count']} | {p['p50']:.1f} | {p['p95']:.1f} | {p['p99']:.1f} "
+                         f"| {p['max']:.1f} |")
+        lines.append("")
+    return lines
 
 
 def _write_section(stored: dict) -> None:
@@ -125,34 +174,45 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=150)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--admitted", type=int, default=10, help="answers each cap admits")
+    parser.add_argument("--note", default="", help="said beside the command, e.g. what else ran")
     args = parser.parse_args(argv)
     from benchmarks.report import machine
     from tests.support import create_ledger, make_people, write_policy
 
     dpsql = [sys.executable, "-m", "dpsql"]
+    runs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         db = make_people(folder / "people.duckdb", units=args.rows // 2)
         policy = write_policy(folder / "policy.yaml")
         ledger = create_ledger(folder / "ledger.sqlite", policy)
         cap = str(args.admitted * EPSILON)
-        tokens = [subprocess.run([*dpsql, "analyst", "add", f"client{i}", "--cap", cap, "--ledger",
-                                  str(ledger)], check=True, capture_output=True, text=True,
-                                 cwd=HERE.parent).stdout.strip() for i in range(args.clients)]
-        with _served(dpsql, db, policy, ledger) as url:
-            began = time.perf_counter()
-            outcomes = drive(url, tokens, args.requests)
-            seconds = time.perf_counter() - began
-    answered = sum(o.kind == "query" and o.status == 200 for o in outcomes)
-    unexpected = [o for o in outcomes if o.status != 200 and o.error_type != "BudgetExhausted"]
-    if unexpected or answered != args.clients * args.admitted:
-        raise SystemExit(f"unexpected outcomes: {answered} answers, {len(unexpected)} errors")
-    given = " ".join(sys.argv[1:] if argv is None else argv)
+        tokens = {name: subprocess.run([*dpsql, "analyst", "add", name, "--cap", cap, "--ledger",
+                                        str(ledger)], check=True, capture_output=True, text=True,
+                                       cwd=HERE.parent).stdout.strip()
+                  for name in [f"{kind}{i}" for kind in ("client", "wire") for i in range(args.clients)]}
+        with _served(dpsql, db, policy, ledger) as (url, pg_port):
+            for endpoint in ("http", "wire"):
+                began = time.perf_counter()
+                if endpoint == "http":
+                    outcomes = drive(url, [tokens[f"client{i}"] for i in range(args.clients)], args.requests)
+                else:
+                    outcomes = drive_wire(pg_port, [(f"wire{i}", tokens[f"wire{i}"])
+                                                    for i in range(args.clients)], args.requests)
+                seconds = time.perf_counter() - began
+                answered = sum(o.kind == "query" and o.status == 200 for o in outcomes)
+                unexpected = [o for o in outcomes if o.status != 200
+                              and o.error_type not in ("BudgetExhausted", "53400")]
+                if unexpected or answered != args.clients * args.admitted:
+                    raise SystemExit(f"unexpected outcomes over {endpoint}: {answered} answers, "
+                                     f"{len(unexpected)} errors, e.g. {unexpected[:1]}")
+                runs[endpoint] = {"total": len(outcomes), "seconds": seconds, "latency": percentiles(outcomes)}
+    given = " ".join(f"--{name} {value}" for name, value in vars(args).items()
+                     if name != "note" and value != parser.get_default(name))
     stored = {"command": f"python -m benchmarks.service {given}".strip(),
               "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(),
-              "clients": args.clients, "requests": args.requests, "rows": args.rows,
-              "admitted_per_client": args.admitted, "epsilon": EPSILON, "total": len(outcomes),
-              "seconds": seconds, "latency": percentiles(outcomes)}
+              "note": args.note, "clients": args.clients, "requests": args.requests, "rows": args.rows,
+              "admitted_per_client": args.admitted, "epsilon": EPSILON, **runs}
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "service.json").write_text(json.dumps(stored, indent=2))
@@ -161,18 +221,21 @@ def main(argv: list[str] | None = None) -> None:
 
 
 class _served:
-    """`dpsql serve` in a subprocess on a free port, stopped (SIGINT, then killed) on exit."""
+    """`dpsql serve --pg-port` in a subprocess on free ports, stopped (SIGINT, then killed) on exit."""
 
     def __init__(self, dpsql: list[str], db: Path, policy: Path, ledger: Path) -> None:
-        self.command = [*dpsql, "serve", "--db", str(db), "--policy", str(policy), "--ledger",
-                        str(ledger), "--port", "0"]
+        from tests.test_service import free_port
 
-    def __enter__(self) -> str:
+        self.pg_port = free_port()
+        self.command = [*dpsql, "serve", "--db", str(db), "--policy", str(policy), "--ledger",
+                        str(ledger), "--port", "0", "--pg-port", str(self.pg_port)]
+
+    def __enter__(self) -> tuple[str, int]:
         self.process = subprocess.Popen(self.command, cwd=HERE.parent, stderr=subprocess.PIPE, text=True,
                                         stdout=subprocess.DEVNULL,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.url = wait_for_url(self.process)
-        return self.url
+        return self.url, self.pg_port
 
     def __exit__(self, *exc) -> None:
         stop(self.process)

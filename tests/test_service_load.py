@@ -1,6 +1,6 @@
-"""The service under load: 16 concurrent clients on 127.0.0.1, 2,400 requests; nothing but the
-intended refusals, and each analyst's cap admits exactly the answers it should. (Latency is
-measured by benchmarks/service.py, not asserted here.)"""
+"""The service under load: 16 concurrent clients on 127.0.0.1, 2,400 requests, over HTTP and over
+the Postgres wire protocol; nothing but the intended refusals, and each analyst's cap admits
+exactly the answers it should. (Latency is measured by benchmarks/service.py, not asserted here.)"""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import math
 import sqlite3
 import time
 
-from benchmarks.service import EPSILON, drive
+from benchmarks.service import EPSILON, drive, drive_wire
 from tests.test_service import FAST, start
+from tests.test_service_pgwire import start as start_pg
 
 CLIENTS, REQUESTS, ADMITTED = 16, 150, 10
 
@@ -41,3 +42,25 @@ def test_sixteen_clients_get_exact_caps_and_no_unintended_error(tmp_path):
     for o in outcomes:
         if o.answer is not None:  # every answer received is the one charged, to its own analyst
             assert stored[o.answer_id] == (f"client{o.client}", o.answer)
+
+
+def test_sixteen_wire_clients_get_exact_caps_and_no_unintended_error(tmp_path):
+    analysts = {f"wire{i}": ("analyst", ADMITTED * EPSILON) for i in range(CLIENTS)}
+    running = start_pg(tmp_path, analysts=analysts)
+    try:
+        began = time.monotonic()
+        outcomes = drive_wire(running.pg_port, [(name, running.tokens[name]) for name in analysts], REQUESTS)
+        assert time.monotonic() - began < 120
+    finally:
+        running.stop()
+    assert len(outcomes) == CLIENTS * REQUESTS
+    unintended = [o for o in outcomes
+                  if o.status != 200 and not (o.kind == "query" and o.error_type == "53400")]
+    assert not unintended, unintended[:3]
+    for client in range(CLIENTS):
+        answered = [o for o in outcomes if o.client == client and o.kind == "query" and o.status == 200]
+        assert len(answered) == ADMITTED
+    with sqlite3.connect(running.ledger) as conn:
+        rows = conn.execute("SELECT analyst, epsilon_dp FROM charges").fetchall()
+    assert sorted(r[0] for r in rows) == sorted(name for name in analysts for _ in range(ADMITTED))
+    assert math.fsum(r[1] for r in rows) == math.fsum([EPSILON] * (CLIENTS * ADMITTED))

@@ -58,11 +58,12 @@ class PgService:
         self.thread.join(30)
 
 
-def start(tmp_path: Path, limits: Limits = FAST) -> PgService:
+def start(tmp_path: Path, limits: Limits = FAST,
+          analysts: dict[str, tuple[str, float | None]] | None = None) -> PgService:
     db = make_people(tmp_path / "people.duckdb")
     policy = write_policy(tmp_path / "policy.yaml", {"budget": {"epsilon": 100.0}})
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
-    tokens = add_analysts(ledger, ANALYSTS)
+    tokens = add_analysts(ledger, ANALYSTS if analysts is None else analysts)
     app = create_app(lambda: PrivateDatabase.connect(db, policy, ledger), limits)
     port, pg_port = free_port(), free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -248,7 +249,7 @@ def test_hostile_clients_get_errors_cost_nothing_and_others_keep_being_served(pg
     parse = b"P" + struct.pack("!i", 4 + 1 + 9 + 2) + b"\0SELECT 1\0" + struct.pack("!h", 0)
     bind = b"B" + struct.pack("!i", 6) + b"\0\0"  # ends before its format codes
     broken = _raw(pg.pg_port, login + parse + bind + b"S" + struct.pack("!i", 4)
-                  + b"Q" + struct.pack("!i", 14) + b"SELECT 1\0" + b"X" + struct.pack("!i", 4))
+                  + b"Q" + struct.pack("!i", 13) + b"SELECT 1\0" + b"X" + struct.pack("!i", 4))
     assert b"ends before its fields" in broken and broken.rstrip().count(b"Z") >= 2 and b"C\0\0\0\rSELECT 1" \
         in broken
     # a wrong password over the raw protocol: FATAL 28P01
@@ -386,3 +387,111 @@ def test_metrics_count_answers_refusals_latency_and_budgets_of_both_endpoints(pg
         == pytest.approx(after['dpsql_budget_epsilon{state="total"}'])
     assert grew('dpsql_analyst_spent_dp_epsilon{analyst="ana"}') == pytest.approx(0.2)
     assert 'dpsql_analyst_cap_left_epsilon{analyst="bob"}' in after
+
+
+def test_binary_results_say_what_the_text_results_say(pg):
+    """A client may ask for binary results (JDBC does for a statement it prepared): each type's
+    binary form carries the same value as its text form, private answers and catalog alike."""
+    sql = ("SELECT CAST(-12345.678 AS DECIMAL(10,3)) AS d, CAST(0.0001 AS DECIMAL(9,4)) AS tiny, "
+           "DATE '2020-02-29' AS day, TIMESTAMP '2021-03-04 05:06:07.5' AS t, CAST(2 AS SMALLINT) AS s, "
+           "CAST(-7 AS INTEGER) AS i, true AS b, 'é' AS txt, CAST(0.25 AS DOUBLE) AS f")
+    with pg.connect("ana") as conn:
+        text = conn.execute(sql).fetchone()
+        binary = conn.cursor(binary=True).execute(sql).fetchone()
+        assert binary == text
+        assert [type(v).__name__ for v in binary] == ["Decimal", "Decimal", "date", "datetime", "int", "int",
+                                                      "bool", "str", "float"]
+        conn.execute("SET dpsql.epsilon = 0.5")
+        cursor = conn.cursor(binary=True)
+        rows = cursor.execute("SELECT sick, COUNT(*) AS n FROM people GROUP BY sick").fetchall()
+        ident = conn.execute("SHOW dpsql.answer_id").fetchone()[0]
+    with pg.http("ana") as http:
+        stored = http.get("/v1/history", params={"id": ident}).json()[0]["answer"]
+    assert [(s, n) for s, n, _ in rows] == [tuple(r) for r in stored["rows"]]
+    assert [ci for _, _, ci in rows] == [c[1] for c in stored["ci95"]]
+
+
+def test_an_execute_with_a_row_limit_suspends_the_portal_until_its_rows_are_sent(pg):
+    """Execute(portal, n) sends n rows then PortalSuspended; the next Execute sends the rest."""
+    login = _startup("ana") + b"p" + struct.pack("!i", 4 + len(pg.tokens["ana"]) + 1) \
+        + pg.tokens["ana"].encode() + b"\0"
+    sql = b"SELECT relname FROM pg_catalog.pg_class WHERE relname = 'people' OR relname = 'people'" \
+          b" UNION ALL SELECT 'b' UNION ALL SELECT 'c'\0"
+    parse = b"P" + struct.pack("!i", 4 + 1 + len(sql) + 2) + b"\0" + sql + struct.pack("!h", 0)
+    bind = b"B" + struct.pack("!i", 4 + 5 + 6) + b"cur\0\0" + struct.pack("!hhh", 0, 0, 0)
+    execute = b"E" + struct.pack("!i", 4 + 4 + 4) + b"cur\0" + struct.pack("!i", 2)
+    sync, end = b"S" + struct.pack("!i", 4), b"X" + struct.pack("!i", 4)
+    answer = _raw(pg.pg_port, login + parse + bind + execute + sync + execute + sync + execute + sync + end)
+    after = answer[answer.index(b"2\0\0\0\4"):]  # from BindComplete on
+    kinds = []
+    while after:
+        kinds.append(after[:1])
+        after = after[1 + struct.unpack("!i", after[1:5])[0]:]
+    assert kinds == [b"2", b"D", b"D", b"s", b"Z", b"D", b"C", b"Z", b"C", b"Z"]
+    assert b"C\0\0\0\rSELECT 1\0" in answer and b"C\0\0\0\rSELECT 0\0" in answer
+
+
+def test_startup_parameters_are_settings_and_what_the_endpoint_speaks_stays_fixed(pg):
+    """`options=-c dpsql.epsilon=...` and application_name from the startup packet hold for the
+    session as SET would; an encoding or date style the endpoint does not send is refused."""
+    before = charge_count(pg.ledger)
+    with pg.connect("ana", options="-c dpsql.epsilon=0.5 --dpsql.mode=independent",
+                    application_name="notebook") as conn:
+        assert conn.info.parameter_status("application_name") == "notebook"
+        assert conn.execute("SHOW application_name").fetchone() == ("notebook",)
+        assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("0.5",)
+        assert conn.execute("SHOW dpsql.mode").fetchone() == ("independent",)
+        assert len(conn.execute(SQL).fetchall()) == 4
+        for statement in ("SET client_encoding = 'LATIN1'", "SET DateStyle = 'German'"):
+            assert _error(conn, statement).sqlstate == "0A000"
+        conn.execute("SET client_encoding = 'UTF8'")
+        conn.execute("SET DateStyle = 'ISO, MDY'")
+        assert conn.execute("SHOW client_encoding").fetchone() == ("UTF8",)
+    for options, said in (("-c dpsql.epsilon=-1", "dpsql.epsilon must be a finite number > 0"),
+                          ("-x", "options accepts -c name=value pairs"),
+                          ("-c dpsql.budget=99", "unknown setting dpsql.budget")):
+        with pytest.raises(psycopg.OperationalError, match=said):
+            pg.connect("ana", options=options)
+    assert charge_count(pg.ledger) == before + 1
+
+
+def test_catalog_questions_naming_no_policy_table_are_answered_from_the_policy(pg):
+    """JDBC's type and key questions (a table function, information_schema._pg_expandarray,
+    pg_settings) are catalog questions: answered without an epsilon, charged nothing, and
+    pg_settings holds the endpoint's parameters, nothing of the machine's."""
+    before = charge_count(pg.ledger)
+    with pg.connect("ana") as conn:
+        assert conn.execute("SELECT t.typname FROM pg_catalog.pg_type t JOIN (SELECT s.r FROM "
+                            "generate_series(1, 2) AS s(r)) AS g ON g.r = 1 WHERE t.typname = 'int8'"
+                            ).fetchall() == [("int8",)]
+        assert conn.execute("SELECT (information_schema._pg_expandarray(i.indkey)).n FROM "
+                            "pg_catalog.pg_index i").fetchall() == []
+        assert conn.execute("SELECT setting FROM pg_catalog.pg_settings WHERE name = 'max_index_keys'"
+                            ).fetchall() == [("32",)]
+        settings = dict(conn.execute("SELECT name, setting FROM pg_settings").fetchall())
+        assert settings["server_version"] == "16.0" and not any("/" in v for v in settings.values())
+        # a policy table sends it to the engine, which asks for an epsilon first
+        assert _error(conn, "SELECT COUNT(*) FROM people, pg_catalog.pg_type").sqlstate == "22023"
+    assert charge_count(pg.ledger) == before
+
+
+def _parse(name: str, sql: str) -> bytes:
+    body = name.encode() + b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0)
+    return b"P" + struct.pack("!i", len(body) + 4) + body
+
+
+def test_a_connection_holds_a_bounded_number_of_prepared_statements(pg):
+    """Prepared statements are held until closed: past 1,024 of them, or 8 MiB of their SQL, a
+    Parse is refused (54000) and the connection stays usable."""
+    login = _startup("ana") + b"p" + struct.pack("!i", 4 + len(pg.tokens["ana"]) + 1) \
+        + pg.tokens["ana"].encode() + b"\0"
+    sync, end = b"S" + struct.pack("!i", 4), b"X" + struct.pack("!i", 4)
+    query = b"Q" + struct.pack("!i", 13) + b"SELECT 1\0"
+    many = b"".join(_parse(f"s{i}", "SELECT 1") for i in range(1025))
+    answer = _raw(pg.pg_port, login + many + sync + query + end)
+    assert answer.count(b"1\0\0\0\4") == 1024 and b"54000" in answer and b"at most 1024" in answer
+    assert b"C\0\0\0\rSELECT 1" in answer  # usable after the Sync
+    big = "SELECT 1 -- " + "x" * 60_000
+    answer = _raw(pg.pg_port, login + b"".join(_parse(f"b{i}", big) for i in range(150)) + sync + query + end)
+    assert answer.count(b"1\0\0\0\4") == (8 << 20) // len(big) and b"8 MiB of SQL" in answer
+    assert b"C\0\0\0\rSELECT 1" in answer

@@ -23,7 +23,7 @@ from ..ledger import Analyst
 from .auth import MAX_TOKEN_LENGTH, identify
 from .limits import Limits, RateLimiter, TooManyRequests
 from .metrics import Metrics
-from .pgwire_catalog import Catalog, Rows
+from .pgwire_catalog import BINARY_OIDS, Catalog, Rows, binary_cell
 from .pgwire_sql import PARAMETERS, Session, WireError, sqlstate
 from .worker import Worker
 
@@ -31,6 +31,8 @@ log = logging.getLogger("dpsql.service")
 MAX_STARTUP = 10_000  # bytes of a startup packet (its parameters); Postgres allows about as much
 MAX_CONNECTIONS = 256  # connections at once; more are refused with 53300
 LOGIN_SECONDS = 10.0  # time a client has to finish the startup and the password
+MAX_HELD = 1024  # prepared statements, and portals, a connection may hold at once
+MAX_HELD_BYTES = 8 << 20  # bytes of SQL its prepared statements may hold (JDBC's cache: 5 MiB)
 SSL_REQUEST, GSS_REQUEST, CANCEL_REQUEST, PROTOCOL_3 = 80877103, 80877104, 80877102, 196608
 _TEXT_OIDS = {16: "bool", 20: "int", 21: "int", 23: "int", 700: "float", 701: "float", 1700: "float"}
 
@@ -59,7 +61,7 @@ class Shared:
 
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = self.worker.read(lambda db: Catalog(db.policy))
+            self._catalog = self.worker.read(lambda db: Catalog(db.policy, PARAMETERS))
         return self._catalog
 
 
@@ -98,10 +100,33 @@ async def close(server: asyncio.Server, shared: Shared) -> None:
 
 @dataclass
 class Portal:
-    """A bound statement: its SQL with parameters in place, and its answer once run."""
+    """A bound statement: its SQL with parameters in place, the result formats the client asked
+    (0 text, 1 binary: none for all text, one for all, or one per column), its answer once run,
+    and how many of its rows were sent (an Execute may ask for a few at a time)."""
 
     sql: str
+    formats: tuple[int, ...] = ()
     answer: Rows | None = None
+    sent: int = 0
+
+    def column_formats(self, answer: Rows) -> tuple[int, ...]:
+        """The format of each column, refused (08P01) when the codes do not fit the columns or
+        (0A000) when a binary one is asked for a type sent only as text."""
+        n = len(answer.columns)
+        if len(self.formats) == n:
+            formats = self.formats
+        elif len(self.formats) <= 1:
+            formats = (self.formats[0] if self.formats else 0,) * n
+        else:
+            formats = (-1,)
+        if any(f not in (0, 1) for f in formats):
+            raise WireError(f"{len(self.formats)} result format codes for {n} columns: give none, "
+                            "one, or one per column (0 text, 1 binary)", "08P01")
+        for (name, oid), fmt in zip(answer.columns, formats, strict=True):
+            if fmt == 1 and oid not in BINARY_OIDS:
+                raise WireError(f"binary result refused for column {name[:60]!r} of type {oid}: ask "
+                                "for text", "0A000")
+        return formats
 
 
 class Connection:
@@ -114,17 +139,25 @@ class Connection:
         self.session: Session | None = None
         self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.portals: dict[str, Portal] = {}
+        self.described: tuple[str, bytes] | None = None  # a statement's Describe, answered later
 
     async def serve(self) -> None:
-        analyst = await asyncio.wait_for(self._login(), LOGIN_SECONDS)
-        if analyst is None:
+        login = await asyncio.wait_for(self._login(), LOGIN_SECONDS)
+        if login is None:
             return
+        analyst, parameters = login
         self.session = Session(analyst, self._run, self.shared.catalog, metrics=self.shared.metrics)
+        try:
+            self.session.start(parameters)
+        except DpsqlError as exc:
+            _error(self.writer, "FATAL", sqlstate(exc), str(exc))
+            return
         self.writer.write(_message(b"R", struct.pack("!i", 0)))
         for name, value in PARAMETERS.items():
             if name in ("server_version", "server_encoding", "client_encoding", "datestyle",
                         "timezone", "integer_datetimes", "standard_conforming_strings", "is_superuser",
                         "intervalstyle", "application_name"):
+                value = self.session.settings.get(name, value)
                 self.writer.write(_message(b"S", _cstr(_startup_name(name)) + _cstr(value)))
         self.writer.write(_message(b"S", _cstr("session_authorization") + _cstr(analyst.name)))
         self.writer.write(_message(b"K", struct.pack("!ii", secrets.randbits(31), secrets.randbits(31))))
@@ -133,6 +166,8 @@ class Connection:
         skipping = False  # after an error in the extended protocol, until Sync
         while True:
             kind, body = await self._frame()
+            if kind != b"B":
+                self._flush_described()
             if kind == b"X":
                 return
             if kind == b"S":
@@ -146,11 +181,12 @@ class Connection:
                 try:
                     await self._extended(kind, body)
                 except (DpsqlError, Refused) as exc:
+                    self._flush_described()
                     self._refuse(exc)
                     skipping = True
             await self.writer.drain()
 
-    async def _login(self) -> Analyst | None:
+    async def _login(self) -> tuple[Analyst, dict[str, str]] | None:
         params = await self._startup()
         if params is None:
             return None
@@ -182,7 +218,7 @@ class Connection:
         except DpsqlError as exc:
             _error(self.writer, "FATAL", sqlstate(exc), str(exc))
             return None
-        return analyst
+        return analyst, params
 
     async def _startup(self) -> dict[str, str] | None:
         while True:
@@ -244,36 +280,56 @@ class Connection:
         reader = _Body(body)
         if kind == b"P":
             name, sql, count = reader.cstr(), reader.cstr(), reader.int16()
+            held = sum(len(text) for key, (text, _) in self.statements.items() if key != name)
+            if name not in self.statements and len(self.statements) >= MAX_HELD or \
+                    held + len(sql) > MAX_HELD_BYTES:
+                raise WireError(f"prepared statement refused: a connection holds at most {MAX_HELD} "
+                                f"holding {MAX_HELD_BYTES >> 20} MiB of SQL; close some first", "54000")
             self.statements[name] = (sql, tuple(reader.int32() for _ in range(count)))
             self.writer.write(_message(b"1", b""))
         elif kind == b"B":
             portal, name = reader.cstr(), reader.cstr()
+            if portal not in self.portals and len(self.portals) >= MAX_HELD:
+                raise WireError(f"portal refused: a connection holds at most {MAX_HELD}; close some "
+                                "first", "54000")
             if name not in self.statements:
                 raise WireError(f"prepared statement {name[:60]!r} does not exist", "26000")
             sql, types = self.statements[name]
             formats = [reader.int16() for _ in range(reader.int16())]
             values = [reader.value() for _ in range(reader.int16())]
-            results = [reader.int16() for _ in range(reader.int16())]
-            if any(results):
-                raise WireError("binary results refused: ask for text results", "0A000")
-            self.portals[portal] = Portal(_bind(sql, types, formats, values))
+            results = tuple(reader.int16() for _ in range(reader.int16()))
+            bound = self.portals[portal] = Portal(_bind(sql, types, formats, values), results)
+            if self.described is not None and self.described[0] == name:
+                # the statement was described just before: run it now, so the description
+                # sent is of the very rows the Execute that follows sends (JDBC executes next)
+                answer = await self._answer(bound)
+                self.writer.write(self.described[1] + (_row_description(answer, bound.column_formats(
+                    answer)) if answer.columns else _message(b"n", b"")))
+                self.described = None
+            self._flush_described()
             self.writer.write(_message(b"2", b""))
         elif kind == b"D":
             what, name = reader.byte(), reader.cstr()
             if what == b"S":
+                # A parameter of no given type is bound as text (_bind). The columns are known
+                # once it has run: if a Bind of it comes next they are described from its run,
+                # else as none (NoData).
                 sql, types = self._statement(name)
-                self.writer.write(_message(b"t", struct.pack("!h", len(types))
-                                           + b"".join(struct.pack("!i", t) for t in types)))
-                self.writer.write(_message(b"n", b""))  # the columns are known once it has run
+                self.described = (name, _message(b"t", struct.pack("!h", len(types)) + b"".join(
+                    struct.pack("!i", t or 25) for t in types)))
             else:
-                answer = await self._answer(self._portal(name))
-                self.writer.write(_row_description(answer) if answer.columns else _message(b"n", b""))
+                bound = self._portal(name)
+                answer = await self._answer(bound)
+                self.writer.write(_row_description(answer, bound.column_formats(answer))
+                                  if answer.columns else _message(b"n", b""))
         elif kind == b"E":
-            answer = await self._answer(self._portal(reader.cstr()))
+            bound = self._portal(reader.cstr())
+            limit = reader.int32()
+            answer = await self._answer(bound)
             if answer.tag == "":
                 self.writer.write(_message(b"I", b""))
             else:
-                self._rows(answer)
+                self._rows(answer, bound, limit)
         elif kind == b"C":
             what, name = reader.byte(), reader.cstr()
             (self.statements if what == b"S" else self.portals).pop(name, None)
@@ -281,6 +337,12 @@ class Connection:
         else:
             raise WireError(f"message {kind!r} refused: this endpoint speaks the simple and extended "
                             "query protocols only", "0A000")
+
+    def _flush_described(self) -> None:
+        """Answer a pending Describe of a statement that no Bind of it followed: no columns."""
+        if self.described is not None:
+            self.writer.write(self.described[1] + _message(b"n", b""))
+            self.described = None
 
     def _statement(self, name: str) -> tuple[str, tuple[int, ...]]:
         if name not in self.statements:
@@ -323,12 +385,25 @@ class Connection:
     async def _call(self, work: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.shared.pool, work)
 
-    def _rows(self, answer: Rows) -> None:
-        for row in answer.rows:
+    def _rows(self, answer: Rows, portal: Portal | None = None, limit: int = 0) -> None:
+        """Send the answer's rows (a portal's next `limit` of them when limit > 0, then
+        PortalSuspended if rows are left), in the portal's formats, then the command tag."""
+        formats = (0,) * len(answer.columns) if portal is None else portal.column_formats(answer)
+        start = 0 if portal is None else portal.sent
+        end = len(answer.rows) if limit <= 0 else min(len(answer.rows), start + limit)
+        for row in answer.rows[start:end]:
+            cells = [None if cell is None else binary_cell(cell, oid) if fmt else cell.encode()
+                     for cell, (_, oid), fmt in zip(row, answer.columns, formats, strict=True)]
             self.writer.write(_message(b"D", struct.pack("!h", len(row)) + b"".join(
-                struct.pack("!i", -1) if cell is None else struct.pack("!i", len(data := cell.encode()))
-                + data for cell in row)))
-        self.writer.write(_message(b"C", _cstr(answer.tag)))
+                struct.pack("!i", -1) if data is None else struct.pack("!i", len(data)) + data
+                for data in cells)))
+        if portal is not None:
+            portal.sent = end
+            if end < len(answer.rows):
+                self.writer.write(_message(b"s", b""))
+                return
+        tag = f"SELECT {end - start}" if start and answer.tag.startswith("SELECT") else answer.tag
+        self.writer.write(_message(b"C", _cstr(tag)))
 
     def _refuse(self, exc: Exception) -> None:
         if isinstance(exc, Refused):
@@ -449,9 +524,10 @@ def _fields(severity: str, code: str, message: str) -> bytes:
             + _cstr(message) + b"\0")
 
 
-def _row_description(answer: Rows) -> bytes:
-    fields = b"".join(_cstr(name) + struct.pack("!ihihih", 0, 0, oid, -1, -1, 0)
-                      for name, oid in answer.columns)
+def _row_description(answer: Rows, formats: tuple[int, ...] | None = None) -> bytes:
+    formats = formats or (0,) * len(answer.columns)
+    fields = b"".join(_cstr(name) + struct.pack("!ihihih", 0, 0, oid, -1, -1, fmt)
+                      for (name, oid), fmt in zip(answer.columns, formats, strict=True))
     return _message(b"T", struct.pack("!h", len(answer.columns)) + fields)
 
 

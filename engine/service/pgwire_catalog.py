@@ -6,8 +6,10 @@ extensions and no file system access."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import math
 import re
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,7 @@ _REWRITES = ((re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^\s)]+)\s*\)", re
              (re.compile(r"::\s*(?:pg_catalog\s*\.\s*)?reg(?:class|type|proc|namespace)\b", re.I), ""),
              (re.compile(r"\bAS\s+REG(?:CLASS|TYPE|PROC|NAMESPACE)\b", re.I), "AS VARCHAR"),
              (re.compile(r"\bAS\s+OID\b", re.I), "AS INTEGER"),
+             (re.compile(r"\b(?:pg_catalog|information_schema)\s*\.\s*(?=_pg_expandarray\b)", re.I), ""),
              (re.compile(r"\bpg_catalog\s*\.\s*", re.I), ""))
 # pg_catalog views as psql reads them: DuckDB's, less this schema's own views, plus the columns
 # psql 15 asks for that DuckDB lacks.
@@ -38,8 +41,10 @@ _SHADOW = "dpsql_pg"
 _SHADOWED = {
     "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class "
                 "WHERE relnamespace NOT IN {hidden}",
-    "pg_tables": "SELECT * FROM pg_catalog.pg_tables WHERE schemaname <> 'dpsql_pg'",
+    "pg_tables": "SELECT * FROM pg_catalog.pg_tables WHERE schemaname <> '{shadow}'",
     "pg_namespace": "SELECT * FROM pg_catalog.pg_namespace WHERE oid NOT IN {hidden}",
+    # the endpoint's reported parameters (as SHOW answers them), not DuckDB's own settings
+    "pg_settings": "SELECT * FROM {shadow}.dpsql_settings",
 }
 # pg_catalog tables DuckDB lacks that psql's \d reads: present and empty (no policies, no
 # extended statistics, no publications, no inheritance, no roles but the analyst's).
@@ -65,7 +70,17 @@ _MACROS = ("pg_get_userbyid(x) AS 'dpsql'", "to_regtype(x) AS CAST(NULL AS INTEG
            "json_build_object(a, b, c, d) AS CAST(NULL AS VARCHAR), "
            "(a, b, c, d, e, f, g, h, i, j, k, l, m, n) AS CAST(NULL AS VARCHAR)",
            "array_upper(x, y) AS len(x)",
-           "pg_get_expr(x, y) AS CAST(NULL AS VARCHAR), (x, y, z) AS CAST(NULL AS VARCHAR)")
+           "pg_get_expr(x, y) AS CAST(NULL AS VARCHAR), (x, y, z) AS CAST(NULL AS VARCHAR)",
+           "pg_get_function_result(x) AS CAST(NULL AS VARCHAR)",
+           "pg_get_indexdef(x) AS CAST(NULL AS VARCHAR), (x, y, z) AS CAST(NULL AS VARCHAR)",
+           # JDBC's key and index questions expand pg_index.indkey, which is always empty here
+           "_pg_expandarray(x) AS {'x': CAST(NULL AS INTEGER), 'n': CAST(NULL AS INTEGER)}")
+
+
+# The types whose binary format is sent when a client asks (JDBC does for a prepared statement
+# it runs again): each cell is converted from its text form, so both formats say the same.
+BINARY_OIDS = frozenset((16, 18, 19, 20, 21, 23, 25, 26, 700, 701, 1043, 1082, 1114, 1700))
+_EPOCH = dt.datetime(2000, 1, 1)  # Postgres' binary dates and timestamps count from here
 
 
 @dataclass(frozen=True)
@@ -80,14 +95,18 @@ class Rows:
 class Catalog:
     """The policy's tables, empty, in a locked in-memory DuckDB that clients' catalog queries run on."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, parameters: dict[str, str]) -> None:
         self._db = duckdb.connect(":memory:", config={"threads": 1, "memory_limit": "128MB"})
         self._db.execute("CREATE SCHEMA public")
         self._db.execute(f"CREATE SCHEMA {_SHADOW}")
         self._db.execute(f"SET search_path = 'public,{_SHADOW}'")
         hidden = f"(SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = '{_SHADOW}')"
+        self._db.execute(f"CREATE TABLE {_SHADOW}.dpsql_settings (name VARCHAR, setting VARCHAR, "
+                         "short_desc VARCHAR, vartype VARCHAR)")
+        self._db.executemany(f"INSERT INTO {_SHADOW}.dpsql_settings VALUES (?, ?, '', 'string')",
+                             sorted({**parameters, "max_index_keys": "32"}.items()))
         for view, select in _SHADOWED.items():
-            self._db.execute(f"CREATE VIEW {_SHADOW}.{view} AS {select.format(hidden=hidden)}")
+            self._db.execute(f"CREATE VIEW {_SHADOW}.{view} AS {select.format(hidden=hidden, shadow=_SHADOW)}")
         schema = public_schema(policy)
         self.tables: frozenset[str] = frozenset(
             name.lower() for kind in ("tables", "public_tables", "parent_tables") for name in schema[kind])
@@ -168,3 +187,42 @@ def text_cell(value: Any) -> str | None:
     if isinstance(value, dt.datetime):
         return value.isoformat(sep=" ")
     return str(value)
+
+
+def binary_cell(text: str, oid: int) -> bytes:
+    """A text cell in the binary format of its type (one of BINARY_OIDS)."""
+    if oid == 16:
+        return b"\1" if text == "t" else b"\0"
+    if oid in (20, 21, 23, 26):
+        return int(text).to_bytes({20: 8, 21: 2, 23: 4, 26: 4}[oid], "big", signed=oid != 26)
+    if oid in (700, 701):
+        return struct.pack("!f" if oid == 700 else "!d", float(text))
+    if oid == 1082:
+        return struct.pack("!i", (dt.date.fromisoformat(text) - _EPOCH.date()).days)
+    if oid == 1114:
+        delta = dt.datetime.fromisoformat(text) - _EPOCH
+        return struct.pack("!q", (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    if oid == 1700:
+        return _numeric(decimal.Decimal(text))
+    return text.encode()
+
+
+def _numeric(value: decimal.Decimal) -> bytes:
+    """NUMERIC's binary form: digit count, weight, sign, scale, then base-10000 digits."""
+    if value.is_nan():
+        return struct.pack("!hhHh", 0, 0, 0xC000, 0)
+    exponent = value.as_tuple().exponent
+    scale = max(0, -exponent) if isinstance(exponent, int) else 0
+    whole, _, fraction = f"{abs(value):f}".partition(".")
+    whole = whole.lstrip("0")
+    whole = "0" * (-len(whole) % 4) + whole
+    fraction += "0" * (-len(fraction) % 4)
+    digits = [int(whole[i:i + 4]) for i in range(0, len(whole), 4)] + \
+        [int(fraction[i:i + 4]) for i in range(0, len(fraction), 4)]
+    weight = len(whole) // 4 - 1
+    while digits and digits[0] == 0:
+        digits, weight = digits[1:], weight - 1
+    while digits and digits[-1] == 0:
+        digits.pop()
+    sign = 0x4000 if value.is_signed() and digits else 0
+    return struct.pack(f"!hhHh{len(digits)}h", len(digits), weight if digits else 0, sign, scale, *digits)

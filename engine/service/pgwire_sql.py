@@ -60,6 +60,9 @@ PARAMETERS = {  # what SHOW answers and the startup reports; SET may change the 
     "max_identifier_length": "63", "application_name": "", "extra_float_digits": "1",
 }
 DPSQL_SETTINGS = ("dpsql.epsilon", "dpsql.cost", "dpsql.mode")
+# What the endpoint sends does not follow these: a SET may only name the values it speaks.
+FIXED = {"client_encoding": r"UTF-?8|UNICODE", "datestyle": r"ISO(\s*,\s*MDY)?",
+         "intervalstyle": "postgres", "standard_conforming_strings": "on"}
 
 _COMMENTS = re.compile(r"^\s*(?:--[^\n]*\n|/\*.*?\*/|\s)*", re.S)
 _SET = re.compile(r"SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\s+TO\s+)\s*(.*?)\s*;?\s*",
@@ -140,17 +143,36 @@ class Session:
                             "42601")
         name, raw = match.group(1).lower(), match.group(2)
         values = [v.group(0) for v in _VALUE.finditer(raw)]
-        if not values or re.sub(r"\s*,\s*", ",", raw) != ",".join(values):
+        if not re.fullmatch(rf"(?:{_VALUE.pattern})(?:\s*,\s*(?:{_VALUE.pattern}))*", raw):
             raise WireError(f"malformed value for {name}: expected a number, a word or a quoted text",
                             "42601")
         value = ", ".join(v[1:-1].replace("''", "'") if v.startswith("'") else v.strip('"')
                           for v in values)
+        self.assign(name, value, len(values))
+        return Rows((), (), "SET")
+
+    def start(self, parameters: dict[str, str]) -> None:
+        """Apply the startup packet's parameters as SET would (`options` may hold `-c name=value`
+        pairs); the encoding and date style stay the ones this endpoint speaks and reports."""
+        for name, value in parameters.items():
+            name = name.lower()
+            if name == "options":
+                for option in _options(value):
+                    self.assign(*option)
+            elif name not in ("user", "database", "replication", *FIXED) and not name.startswith("_pq_."):
+                self.assign(name, value)
+
+    def assign(self, name: str, value: str, count: int = 1) -> None:
+        """Set one parameter to a value (`count` values given), checked as SET checks it."""
+        if name in FIXED and not re.fullmatch(FIXED[name], value, re.I):
+            raise WireError(f"{name} stays {PARAMETERS[name]!r} on this endpoint (it sends UTF-8 text and "
+                            f"ISO dates), got {value[:40]!r}", "0A000")
         if name in ("dpsql.epsilon", "dpsql.cost"):
             number = _positive(name, value)
             self.settings.pop("dpsql.cost" if name == "dpsql.epsilon" else "dpsql.epsilon", None)
             value = repr(number)
         elif name == "dpsql.mode":
-            if len(values) != 1 or not re.fullmatch(r"[\w\-]{1,40}", value):
+            if count != 1 or not re.fullmatch(r"[\w\-]{1,40}", value):
                 raise WireError(f"dpsql.mode must be one word (a calibration mode), got {value[:40]!r}",
                                 "22023")
         elif name.startswith("dpsql."):
@@ -161,7 +183,6 @@ class Session:
             raise WireError(f"setting {name} refused: at most {MAX_SETTINGS} settings of at most "
                             f"{MAX_SETTING_LENGTH} characters", "54000")
         self.settings[name] = value
-        return Rows((), (), "SET")
 
     def _show(self, text: str) -> Rows:
         match = _SHOW.fullmatch(text)
@@ -233,9 +254,10 @@ class Session:
             raise WrongRole(f"the role {self.analyst.role} may not do this; it is for the role analyst")
 
     def _is_catalog(self, sql: str) -> bool:
-        """True when the statement reads only pg_catalog/information_schema or no table at all
-        (answered from the policy's empty tables); False sends it to the engine, which answers
-        privately or refuses with the same line as /v1/query."""
+        """True when the statement reads no policy table and reads pg_catalog/information_schema
+        or no table at all (answered from the policy's empty tables, which hold no data whatever
+        else it names); False sends it to the engine, which answers privately or refuses with the
+        same line as /v1/query."""
         try:
             tree = sqlglot.parse_one(sql, read="postgres")
         except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError, ValueError):
@@ -245,7 +267,22 @@ class Session:
         tables = [t for t in tree.find_all(exp.Table) if t.name.lower() not in ctes]
         if any(t.name.lower() in names and t.db.lower() not in CATALOG_SCHEMAS for t in tables):
             return False
-        return all(t.db.lower() in CATALOG_SCHEMAS or t.name.lower().startswith("pg_") for t in tables)
+        return not tables or any(t.db.lower() in CATALOG_SCHEMAS or t.name.lower().startswith("pg_")
+                                 for t in tables)
+
+
+def _options(text: str) -> list[tuple[str, str]]:
+    """The `-c name=value` (or `--name=value`) pairs of a startup packet's options."""
+    words, pairs = text.split(), []
+    while words:
+        word = words.pop(0)
+        pair = words.pop(0) if word == "-c" and words else word[2:] if word.startswith("--") else ""
+        name, equals, value = pair.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+            raise WireError(f"startup option {word[:40]!r} refused: options accepts -c name=value pairs, "
+                            "e.g. -c dpsql.epsilon=0.5", "22023")
+        pairs.append((name.lower().replace("-", "_"), value))
+    return pairs
 
 
 def _positive(name: str, value: str) -> float:
@@ -277,13 +314,16 @@ def answer_rows(result: QueryResult) -> Rows:
 
 
 def explain_rows(explanation: Explanation) -> Rows:
-    """The explanation as `QUERY PLAN` lines: each field, then one line per aggregate."""
+    """The explanation as `QUERY PLAN` lines: each field, one line per aggregate and one per
+    output's expected error."""
     lines: list[str] = []
     for key, value in explanation.to_dict().items():
         if key == "aggregates":
             lines += [f"aggregate {a['column']}: {a['function']} by {a['mechanism']}, sensitivity "
                       f"{a['sensitivity']:g}, epsilon_dp {a['epsilon_dp']:g}, scale {a['scale']:g}, "
                       f"expected 95% error ±{a['ci95_halfwidth']:g}" for a in value]
+        elif key == "errors":
+            lines += [f"output {error.describe()}" for error in explanation.errors]
         elif isinstance(value, dict):
             lines.append(f"{key}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
         elif value not in ("", None, [], ()):
