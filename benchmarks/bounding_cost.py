@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 from dpsql.engine import PrivateDatabase, execute
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.workload import REGIONS
 

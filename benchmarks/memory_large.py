@@ -32,7 +32,7 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
     attached), print what was measured as JSON."""
     import duckdb
     from dpsql.engine import PrivateDatabase
-    from dpsql.engine.policy import parse_policy
+    from dpsql.engine.policy_yaml import parse_policy
 
     policy = parse_policy(_policy(memory_mb))
     with PrivateDatabase.connect(path, policy, ledger, create=create) as db:
@@ -62,7 +62,7 @@ def child_prepare(path: str, ledger: str, memory_mb: int) -> None:
     from dpsql.engine.database import binding_of
     from dpsql.engine.execute import prepare_copies
     from dpsql.engine.ledger import Ledger
-    from dpsql.engine.policy import parse_policy
+    from dpsql.engine.policy_yaml import parse_policy
 
     policy = parse_policy(_policy(memory_mb))
     book = Ledger(ledger, binding_of(policy), create=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 from dpsql.engine import PrivateDatabase, execute
 from dpsql.engine.execute import bounded_copy_sql
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import Dataset
 from benchmarks.memory import measure

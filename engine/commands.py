@@ -23,7 +23,8 @@ from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
 from .execute import prepare_copies
 from .ledger import ROLES, Ledger, read_history
-from .policy import MODEL_MODE, load_policy
+from .policy import MODEL_MODE
+from .policy_yaml import load_policy
 from .progress_bar import progress_bar
 from .report import Report, build_report
 from .result import Explanation, HistoryEntry, QueryResult, from_clause

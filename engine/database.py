@@ -37,7 +37,8 @@ from .errors import (
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release_cells
 from .plan import QueryPlan, UnitJoin
-from .policy import Policy, declarations_json, load_policy, shared_json
+from .policy import Policy, declarations_json, shared_json
+from .policy_yaml import load_policy
 from .prepare import PreparedQuery, Preparer, model_calibration
 from .report import Report, build_report
 from .result import (

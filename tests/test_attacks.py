@@ -23,7 +23,7 @@ from dpsql.engine.errors import BudgetExhausted, DpsqlError, EngineHalted
 from dpsql.engine.gate import SchemaGate
 from dpsql.engine.parse import parse_select
 from dpsql.engine.planning_limits import Deadline
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import bounded_table_path, rewrite
 from dpsql.engine.sensitivity import sensitivity
 

@@ -16,7 +16,7 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
-    ("values", frozenset({"policy", "result", "accounting", "declared_models", "workload_result",
-                        "accuracy"})),
+    ("values", frozenset({"policy", "policy_yaml", "result", "accounting", "declared_models",
+                        "workload_result", "accuracy"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
                         "intervals", "postprocess", "columns", "domain_literals", "workload_strategy",

@@ -11,7 +11,8 @@ import duckdb
 import pytest
 import yaml
 from dpsql.engine import PolicyError, PrivateDatabase, QueryTooLarge, ResourceLimitExceeded, execute
-from dpsql.engine.policy import Limits, parse_policy
+from dpsql.engine.policy import Limits
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 

@@ -15,7 +15,7 @@ from dpsql.engine.errors import QueryTooLarge
 from dpsql.engine.execute import bound_units, run
 from dpsql.engine.noise import build_mechanism, release_cells
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.postprocess import ALPHA, finish, noisy_frame, query_sql
 from dpsql.engine.prepare import Preparer
 from dpsql.engine.rewrite import rewrite
