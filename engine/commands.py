@@ -26,7 +26,8 @@ from .ledger import ROLES, Ledger, read_history
 from .policy import MODEL_MODE
 from .policy_yaml import load_policy
 from .progress_bar import progress_bar
-from .report import Report, build_report
+from .report.build import build_report
+from .report.values import Report
 from .result import Explanation, HistoryEntry, QueryResult, from_clause
 from .service.auth import check_cap, check_name, new_analyst
 from .service.client import remote_query
@@ -666,7 +667,7 @@ def dependence_eta(policy_path, table_name, model_path, db, asked, epsilon, conf
 @click.option("--output", default=None, help="Write the report to this file instead of standard output.")
 @click.option("--plot", "plot_path", default=None, help="Also write the cumulative spend plot (.png).")
 def report_command(ledger, policy_path, analyst, fmt, output, plot_path) -> None:
-    from .report_plot import plot_png
+    from .report.plot import plot_png
 
     if plot_path is not None and not plot_path.lower().endswith(".png"):
         raise InputError(f"--plot must name a .png file, got {plot_path!r}")
@@ -685,7 +686,7 @@ def _render_report(report: Report, fmt: str, output: str | None) -> str:
     """The report as text; a file gets a fixed width, a terminal its own."""
     from rich.console import Console
 
-    from .report_render import render_html, render_markdown, render_table
+    from .report.render import render_html, render_markdown, render_table
 
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"

@@ -40,7 +40,8 @@ from .plan import QueryPlan, UnitJoin
 from .policy import Policy, declarations_json, shared_json
 from .policy_yaml import load_policy
 from .prepare import PreparedQuery, Preparer, model_calibration
-from .report import Report, build_report
+from .report.build import build_report
+from .report.values import Report
 from .result import (
     AggregateInfo,
     BudgetStatus,

@@ -12,7 +12,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, postprocess
 from dpsql.engine.errors import DpsqlError
 from dpsql.engine.ledger import LedgerBinding
-from dpsql.engine.report import build_report
+from dpsql.engine.report.build import build_report
 
 from tests.support import cli_paths, create_ledger, run_cli, write_policy
 

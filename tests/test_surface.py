@@ -25,8 +25,8 @@ from dpsql.engine import (
 from dpsql.engine.cli import _print_explanation, _print_result
 from dpsql.engine.display import number, visible
 from dpsql.engine.ledger import Charge, Ledger
-from dpsql.engine.report import build_report
-from dpsql.engine.report_render import render_markdown, render_table
+from dpsql.engine.report.build import build_report
+from dpsql.engine.report.render import render_markdown, render_table
 from dpsql.engine.result import AnswerCost
 
 from tests.support import charge_count, cli_paths, create_ledger, record_charge, run_cli, write_policy
