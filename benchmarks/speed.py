@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 from dpsql.engine import PrivateDatabase, execute
-from dpsql.engine.execute import bounded_copy_sql
+from dpsql.engine.backends.duckdb_execute import bounded_copy_sql
 from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import Dataset

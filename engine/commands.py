@@ -15,13 +15,12 @@ import click
 from .. import __version__
 from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
 from . import progress
-from .bounded_store import store_dir
+from .backends.duckdb import DuckDBBackend
 from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
-from .execute import prepare_copies
 from .ledger import ROLES, Ledger, read_history
 from .policy import MODEL_MODE
 from .policy_yaml import load_policy
@@ -376,7 +375,7 @@ def prepare(db, policy_path, path) -> None:
     book = Ledger(path, binding_of(policy))
     try:
         with progress_bar(True):
-            copies = prepare_copies(db, policy, book.hash_key, store_dir(path))
+            copies = DuckDBBackend.prepare_copies(db, policy, path, book.hash_key)
     finally:
         book.close()
     table = Table(title=f"Bounded copies for {path}")
@@ -557,10 +556,10 @@ def dependence_group() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def dependence_check(db, policy_path, fmt) -> None:
+    from .backends.duckdb_execute import open_data
     from .chain_check import check_chain
     from .dependence_data import check_groups, open_owner_data
     from .dependence_report import print_chain_checks, print_checks
-    from .execute import open_data
 
     policy = load_policy(policy_path)
     tables = [t for t in policy.tables.values() if t.dependence_group is not None]

@@ -23,7 +23,6 @@ from .accounting import AnswerMap, ScopedAccountant, TimeSpend, inverse, no_colu
 from .accuracy import AccuracyPlan
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
-from .bounded_store import store_dir
 from .declared_models import SeriesPoints, SeriesSpend, models_json
 from .errors import (
     AccessDenied,
@@ -485,7 +484,7 @@ def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str 
         if not isinstance(db, (str, Path)):
             return DuckDBBackend.copy_of(_frames(db, policy), policy)
         key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
-        return DuckDBBackend.open(db, policy, store_dir(ledger), key)
+        return DuckDBBackend.open(db, policy, ledger, key)
     if engine == "spark":
         from .backends.spark import SparkBackend
 

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
+from dpsql.engine.backends.duckdb_execute import bounded_copy_sql
 from dpsql.engine.binding import build_plan
-from dpsql.engine.execute import bounded_copy_sql
 from dpsql.engine.noise import build_mechanism
 from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy

@@ -12,9 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import PolicyError
-from dpsql.engine.execute import bound_units, run
 from dpsql.engine.flatten import flatten
 from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy

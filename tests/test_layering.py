@@ -19,7 +19,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                         "planning_limits",
                         "workload_intervals"})),
     ("storage", frozenset({"ledger", "ledger_totals"})),
-    ("run", frozenset({"execute", "backends", "prepare", "bounded_store", "workload"})),
+    ("run", frozenset({"backends", "prepare", "workload"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report", "chain_check",
                         "starter_policy"})),
     ("reporting", frozenset({"report"})),

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlglot
-from dpsql.engine import PrivateDatabase, QueryRefused, cli, execute, postprocess
+from dpsql.engine import PrivateDatabase, QueryRefused, cli, postprocess
+from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import EngineHalted
 from dpsql.engine.gate import SchemaGate, total_cast

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused, execute
 from dpsql.engine.aggregates.quantile import Grid, envelope, estimate, grid
+from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import QueryTooLarge
-from dpsql.engine.execute import bound_units, run
 from dpsql.engine.noise import build_mechanism, release_cells
 from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy

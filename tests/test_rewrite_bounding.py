@@ -7,7 +7,7 @@ import hashlib
 import math
 
 import duckdb
-from dpsql.engine import execute
+from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.binding import build_plan
 from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
