@@ -25,7 +25,8 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("reporting", frozenset({"report"})),
     ("api", frozenset({"database", "workload_run"})),
     ("service", frozenset({"service"})),
-    ("interface", frozenset({"cli", "commands", "__main__", "__init__", "progress_bar", "workload_cli"})),
+    ("interface", frozenset({"cli", "commands", "commands_analyst", "commands_owner", "commands_output",
+                            "__main__", "__init__", "progress_bar", "workload_cli"})),
 )
 
 
