@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
-from dpsql.engine import PrivateDatabase, execute
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import dataset

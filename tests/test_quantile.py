@@ -8,8 +8,9 @@ import math
 import duckdb
 import numpy as np
 import pytest
-from dpsql.engine import PrivateDatabase, QueryRefused, execute
+from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.aggregates.quantile import Grid, envelope, estimate, grid
+from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import QueryTooLarge
