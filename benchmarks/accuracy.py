@@ -14,7 +14,7 @@ from dpsql.calibration import CalibrationError, DependenceModel, calibrate
 from dpsql.engine.binding import build_plan
 from dpsql.engine.noise import Mechanism, build_mechanism, release
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
 
 from benchmarks.workload import policy_dict

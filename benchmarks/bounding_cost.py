@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 import duckdb
-from dpsql.engine import PrivateDatabase, execute
-from dpsql.engine.policy import parse_policy
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.workload import REGIONS
 

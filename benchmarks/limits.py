@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 import yaml
 from dpsql.engine import PrivateDatabase, ResourceLimitExceeded
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import dataset
 from benchmarks.memory import measure

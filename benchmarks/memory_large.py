@@ -32,7 +32,7 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
     attached), print what was measured as JSON."""
     import duckdb
     from dpsql.engine import PrivateDatabase
-    from dpsql.engine.policy import parse_policy
+    from dpsql.engine.policy_yaml import parse_policy
 
     policy = parse_policy(_policy(memory_mb))
     with PrivateDatabase.connect(path, policy, ledger, create=create) as db:
@@ -58,16 +58,15 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
 
 def child_prepare(path: str, ledger: str, memory_mb: int) -> None:
     """In this process: create the ledger and run the owner's prepare step, as `dpsql prepare`."""
-    from dpsql.engine.bounded_store import store_dir
+    from dpsql.engine.backends.duckdb import DuckDBBackend
     from dpsql.engine.database import binding_of
-    from dpsql.engine.execute import prepare_copies
     from dpsql.engine.ledger import Ledger
-    from dpsql.engine.policy import parse_policy
+    from dpsql.engine.policy_yaml import parse_policy
 
     policy = parse_policy(_policy(memory_mb))
     book = Ledger(ledger, binding_of(policy), create=True)
     try:
-        copies = prepare_copies(path, policy, book.hash_key, store_dir(Path(ledger)))
+        copies = DuckDBBackend.prepare_copies(path, policy, ledger, book.hash_key)
     finally:
         book.close()
     print(json.dumps({"file_bytes": sum(c.bytes for c in copies),

@@ -279,7 +279,7 @@ def write(out: Path, target: Path, quick: bool, argv: list[str]) -> None:
         "* Time: each query runs once to warm up, then the engine (`PrivateDatabase.query`, "
         "end to end: parse, plan, calibrate, bind check, DuckDB, ledger charge, noise, "
         "post-processing) and the plain SQL (`execute(sql).fetchall()`) alternate, "
-        "each on a connection opened by `engine.execute.open_data` (read-only, external access "
+        "each on a connection opened by `engine.backends.duckdb_execute.open_data` (read-only, external access "
         "off, configuration locked), in the same process. Median of the repetitions; "
         "ratio = dpsql median / plain median.",
         "* Memory: peak resident set size above the size before the call, sampled every 2 ms "

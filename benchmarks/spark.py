@@ -21,7 +21,7 @@ from pathlib import Path
 
 import duckdb
 from dpsql.engine import PrivateDatabase
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import DATA_DIR, dataset
 from benchmarks.workload import EPSILON, TEMPLATES, applies, policy_dict

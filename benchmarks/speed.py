@@ -10,9 +10,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
-from dpsql.engine import PrivateDatabase, execute
-from dpsql.engine.execute import bounded_copy_sql
-from dpsql.engine.policy import parse_policy
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.backends.duckdb_execute import bounded_copy_sql
+from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import Dataset
 from benchmarks.memory import measure
@@ -143,7 +144,7 @@ def run(data: Dataset, reps: int) -> list[dict]:
 
 
 STEPS = {
-    "rewritten query in DuckDB": ("execute.py", "run"),
+    "rewritten query in DuckDB": ("duckdb_execute.py", "run"),
     "post-processing (in-memory DuckDB)": ("postprocess.py", "finish"),
     "ledger charge (sqlite, synchronous)": ("ledger.py", "charge"),
     "noise (OpenDP)": ("noise.py", "release"),

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
-from dpsql.engine import PrivateDatabase, execute
-from dpsql.engine.policy import parse_policy
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import dataset
 from benchmarks.workload import EPSILON, POLICIES, TEMPLATES, applies, policy_dict

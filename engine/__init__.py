@@ -20,15 +20,16 @@ if TYPE_CHECKING:
         QueryTooLarge,
         ResourceLimitExceeded,
     )
-    from .policy import Policy, load_policy
-    from .report import Report, ReportTotals
+    from .policy import Policy
+    from .policy_yaml import load_policy
+    from .report.values import Report, ReportTotals
     from .result import AggregateInfo, BudgetStatus, Explanation, HistoryEntry, QueryResult
 
 # Imported from their modules on first use (PEP 562): importing any part of the engine (the
 # command line's entry point among them) does not load numpy, DuckDB, pandas and OpenDP with it.
 _HOMES = {
-    "PrivateDatabase": ".database", "Policy": ".policy", "load_policy": ".policy",
-    "Report": ".report", "ReportTotals": ".report",
+    "PrivateDatabase": ".database", "Policy": ".policy", "load_policy": ".policy_yaml",
+    "Report": ".report.values", "ReportTotals": ".report.values",
     **dict.fromkeys(("AccessDenied", "BudgetExhausted", "DpsqlError", "EngineHalted", "InputError",
                      "LedgerError", "PolicyError", "QueryInterrupted", "QueryRefused", "QueryTooLarge",
                      "ResourceLimitExceeded"), ".errors"),

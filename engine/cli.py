@@ -3,9 +3,7 @@ imported; every other call loads the commands (engine/commands.py) and the engin
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any
 
 VERSION_ONLY = (["--version"],)
 
@@ -21,14 +19,6 @@ def main(argv: list[str] | None = None) -> None:
     from .commands import main as run
 
     run(argv)
-
-
-def __getattr__(name: str) -> Any:
-    """The commands' names (`cli`, the printers), loaded on first use (never for the import
-    system's own questions, such as whether this module has a `__path__`)."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return getattr(importlib.import_module(".commands", __package__), name)
 
 
 if __name__ == "__main__":

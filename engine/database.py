@@ -23,7 +23,6 @@ from .accounting import AnswerMap, ScopedAccountant, TimeSpend, inverse, no_colu
 from .accuracy import AccuracyPlan
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
-from .bounded_store import store_dir
 from .declared_models import SeriesPoints, SeriesSpend, models_json
 from .errors import (
     AccessDenied,
@@ -37,9 +36,11 @@ from .errors import (
 from .ledger import AnalystAccount, Charge, Ledger, LedgerBinding, peek_hash_key
 from .noise import Mechanism, release_cells
 from .plan import QueryPlan, UnitJoin
-from .policy import Policy, declarations_json, load_policy, shared_json
+from .policy import Policy, declarations_json, shared_json
+from .policy_yaml import load_policy
 from .prepare import PreparedQuery, Preparer, model_calibration
-from .report import Report, build_report
+from .report.build import build_report
+from .report.values import Report
 from .result import (
     AggregateInfo,
     BudgetStatus,
@@ -483,7 +484,7 @@ def _open_backend(db: Any, policy: Policy, engine: str, spark: Any, ledger: str 
         if not isinstance(db, (str, Path)):
             return DuckDBBackend.copy_of(_frames(db, policy), policy)
         key = None if create else peek_hash_key(ledger)  # finds the owner's prepared copies
-        return DuckDBBackend.open(db, policy, store_dir(ledger), key)
+        return DuckDBBackend.open(db, policy, ledger, key)
     if engine == "spark":
         from .backends.spark import SparkBackend
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..calibration import CalibrationError
 from ..calibration.household import household_eta
+from .backends.duckdb_execute import duckdb_identifier, open_data
 from .errors import InputError
-from .execute import duckdb_identifier, open_data
 from .policy import Policy, TableSpec
 
 

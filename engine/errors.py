@@ -1,4 +1,5 @@
-"""Errors the engine raises; each carries the CLI exit code, a one-line message and its numbers.
+"""Errors the engine raises; each carries a one-line message and its numbers (the command line
+maps each to its exit code: engine/commands.py EXIT_CODES).
 
 Each also subclasses the builtin it resembles, so `except ValueError` in a caller catches a bad
 argument or a refused query the way it would catch any other bad value.
@@ -10,12 +11,10 @@ from .display import visible
 
 
 class DpsqlError(Exception):
-    """Base error: bad input or a refused query (exit code 2). Nothing is charged.
+    """Base error: bad input or a refused query. Nothing is charged.
 
     Keyword arguments become attributes (e.g. `PolicyError(msg, line=3, column=7)`), so callers
     read the numbers instead of parsing the message."""
-
-    exit_code = 2
 
     def __init__(self, message: str, **attributes) -> None:
         super().__init__(visible(" ".join(message.split())))
@@ -42,14 +41,12 @@ class LedgerError(DpsqlError, RuntimeError):
 
 
 class BudgetExhausted(DpsqlError, RuntimeError):
-    """The query is over budget: its cost would take the transcript past the policy's budget
-    (exit code 3). Carries what was asked, what it would cost, and the largest epsilon that
-    would pass now (0 when nothing can be admitted any more).
+    """The query is over budget: its cost would take the transcript past the policy's budget.
+    Carries what was asked, what it would cost, and the largest epsilon that would pass now (0
+    when nothing can be admitted any more).
 
     A RuntimeError, not a ValueError: the query and its epsilon are valid, the ledger's state
     refuses them (a smaller epsilon, or a new budget from the data owner, may pass)."""
-
-    exit_code = 3
 
     def __init__(self, message: str, asked: float, cost: float, largest_epsilon: float) -> None:
         super().__init__(message, asked=asked, cost=cost, largest_epsilon=largest_epsilon)
@@ -78,10 +75,8 @@ class ResourceLimitExceeded(DpsqlError):
 
 class EngineHalted(DpsqlError, RuntimeError):
     """A query that passed every check failed on the data: the database refuses all further
-    queries until its owner has inspected it (exit code 4). Nothing was charged. The message is
+    queries until its owner has inspected it. Nothing was charged. The message is
     fixed, so it says nothing about the data or about which query failed."""
-
-    exit_code = 4
 
     def __init__(self) -> None:
         super().__init__(
@@ -94,8 +89,6 @@ class QueryInterrupted(KeyboardInterrupt):
     """The query was interrupted (Ctrl-C) while it ran on the data, before anything was
     charged. A KeyboardInterrupt, so code that stops on Ctrl-C stops; never one of the budget
     or refusal errors (RuntimeError, ValueError) that callers catch to carry on."""
-
-    exit_code = 130  # 128 + SIGINT, as shells report an interrupted command
 
     def __init__(self) -> None:
         super().__init__("interrupted; nothing was charged")

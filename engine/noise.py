@@ -19,8 +19,6 @@ from opendp.mod import enable_features
 from .errors import DpsqlError
 from .plan import Measurement
 
-enable_features("contrib")
-
 INT_LIMIT = 2**62  # exact integers are saturated here (a 1-Lipschitz map) before i64 noise
 
 
@@ -83,6 +81,7 @@ def build_mechanism(measurement: Measurement, sensitivity: float | int,
     """Make the OpenDP measurement for a vector of group values with this L1 sensitivity, and
     check OpenDP's own privacy map: it must not exceed the epsilon we mean to spend. `integer`
     False asks Laplace noise on real values (a workload's weighted strategy answers)."""
+    enable_features("contrib")  # OpenDP's Laplace on these domains is a contrib measurement
     integer = measurement.integer if integer is None else integer
     scale = sensitivity / epsilon
     d_in: int | float

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from dpsql.engine.database import binding_of
 from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
-from dpsql.engine.policy import load_policy
+from dpsql.engine.policy_yaml import load_policy
 
 STATES = ["CA", "NY", "TX", "WA"]
 

@@ -12,7 +12,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, postprocess
 from dpsql.engine.errors import DpsqlError
 from dpsql.engine.ledger import LedgerBinding
-from dpsql.engine.report import build_report
+from dpsql.engine.report.build import build_report
 
 from tests.support import cli_paths, create_ledger, run_cli, write_policy
 
@@ -176,7 +176,7 @@ def test_a_failed_migration_changes_nothing(setup, monkeypatch):
 def test_a_stored_answer_with_nulls_prints_again_in_a_table(capsys, setup):
     """A value that was NaN or infinite when released is stored as null; printing it again
     from history must not fail."""
-    from dpsql.engine.cli import _print_result
+    from dpsql.engine.commands_output import print_result
     from dpsql.engine.result import QueryResult
 
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
@@ -184,6 +184,6 @@ def test_a_stored_answer_with_nulls_prints_again_in_a_table(capsys, setup):
     stored["rows"][0][1] = None
     stored["ci95_bounds"][0][1] = None  # a NULL value has no interval to show
     again = QueryResult.from_dict(stored, id=1)
-    _print_result(again)
+    print_result(again)
     out = capsys.readouterr().out
     assert "nan ±" in out and again.to_dict() == stored

@@ -19,11 +19,12 @@ import pytest
 from dpsql.calibration import DependenceModel, calibrate
 from dpsql.engine import PrivateDatabase
 from dpsql.engine.binding import build_plan
+from dpsql.engine.commands import exit_code
 from dpsql.engine.errors import BudgetExhausted, DpsqlError, EngineHalted
 from dpsql.engine.gate import SchemaGate
 from dpsql.engine.parse import parse_select
 from dpsql.engine.planning_limits import Deadline
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import bounded_table_path, rewrite
 from dpsql.engine.sensitivity import sensitivity
 
@@ -125,7 +126,7 @@ def _outputs(db: PrivateDatabase, queries: list[str]) -> list[tuple]:
             try:
                 result = getattr(db, kind)(sql, epsilon=1.0)
             except DpsqlError as exc:
-                seen.append((sql, kind, type(exc).__name__, str(exc), exc.exit_code))
+                seen.append((sql, kind, type(exc).__name__, str(exc), exit_code(exc)))
                 continue
             text = json.dumps(result.to_dict(), sort_keys=True, default=str) if kind == "explain" \
                 else _public_part(result.to_dict())

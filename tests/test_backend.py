@@ -11,7 +11,8 @@ from dpsql.engine.backends import Backend, ExactAnswer
 from dpsql.engine.backends.duckdb import DuckDBBackend
 from dpsql.engine.database import binding_of
 from dpsql.engine.ledger import Ledger
-from dpsql.engine.policy import TableSpec, load_policy
+from dpsql.engine.policy import TableSpec
+from dpsql.engine.policy_yaml import load_policy
 from sqlglot import exp
 
 from tests.support import charge_count

@@ -8,7 +8,7 @@ import pytest
 from dpsql.engine import PrivateDatabase
 from dpsql.engine.cli import main
 from dpsql.engine.errors import InputError, PolicyError
-from dpsql.engine.policy import load_policy
+from dpsql.engine.policy_yaml import load_policy
 
 from tests.support import write_policy
 from tests.test_calibration_termination import time_bound

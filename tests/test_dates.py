@@ -16,7 +16,7 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 
@@ -414,7 +414,7 @@ def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(date
     the gate cannot see is within years 1 to 9999 is refused, and such forms do fail on the
     table's extreme rows (the first and third shown to; whether EXTRACT(week) of year 5881580
     fails depends on the DuckDB release, so the refusal cannot rely on it)."""
-    from dpsql.engine.execute import schema_gate
+    from dpsql.engine.backends.duckdb_execute import schema_gate
 
     policy = parse_policy({**BASE_POLICY, **DATES_POLICY})
     sql = f"SELECT COUNT(*) FROM visits WHERE {condition}"
@@ -435,7 +435,7 @@ def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(date
     f"date_trunc('month', COALESCE({GUARD}, TRY_CAST('2024-01-01' AS DATE))) IS NULL",
 ])
 def test_the_gate_accepts_date_functions_of_guarded_columns_and_they_run(dates_db, condition):
-    from dpsql.engine.execute import schema_gate
+    from dpsql.engine.backends.duckdb_execute import schema_gate
 
     policy = parse_policy({**BASE_POLICY, **DATES_POLICY})
     sql = f"SELECT COUNT(*) FROM visits WHERE {condition}"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
+from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import QueryRefused
-from dpsql.engine.execute import bound_units, run
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
 from hypothesis import HealthCheck, example, given, settings

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 import yaml
 from dpsql.engine.errors import PolicyError
-from dpsql.engine.policy import load_policy
+from dpsql.engine.policy_yaml import load_policy
 
 from tests.support import BASE_POLICY, run_cli, write_policy
 

@@ -15,7 +15,8 @@ from dpsql.calibration.household import household_eta
 from dpsql.engine.dependence_data import fit_sets
 from dpsql.engine.dependence_model import parse_model
 from dpsql.engine.errors import InputError
-from dpsql.engine.policy import TableSpec, load_policy
+from dpsql.engine.policy import TableSpec
+from dpsql.engine.policy_yaml import load_policy
 
 from tests.support import run_cli, write_policy
 

@@ -195,8 +195,14 @@ def test_ledger_from_another_policy_is_refused(tmp_path, setup):
     with _connect(setup) as db:
         db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
     policy = write_policy(tmp_path / "p.yaml", {"budget": {"epsilon": 5000.0}})
-    with pytest.raises(LedgerError, match="was created for a policy with budget"):
+    with pytest.raises(LedgerError) as refused:
         PrivateDatabase.connect(setup.db, policy=policy, ledger=setup.ledger)
+    assert str(refused.value) == (
+        f"ledger {setup.ledger} was created for a policy with budget 1000.0, k 1, eta 0.0, mode "
+        "auto (or tightened to it since), and this policy is more lenient (budget 1000.0 -> "
+        "5000.0); past spending is never re-interpreted more leniently: keep the policy (a "
+        "smaller budget, larger k or eta, larger etas per column set, or a more conservative "
+        "mode is accepted), or start a new ledger")
     assert Ledger(setup.ledger, LedgerBinding(1000.0, 1, 0.0)).spent_dp() == pytest.approx(0.5)
 
 

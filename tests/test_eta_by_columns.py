@@ -15,8 +15,8 @@ import yaml
 from dpsql.calibration import DependenceModel, calibrate, transcript_level
 from dpsql.engine import BudgetExhausted, PrivateDatabase
 from dpsql.engine.errors import DpsqlError, LedgerError, PolicyError
-from dpsql.engine.policy import parse_policy
-from dpsql.engine.report import build_report
+from dpsql.engine.policy_yaml import parse_policy
+from dpsql.engine.report.build import build_report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp

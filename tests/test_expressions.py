@@ -13,7 +13,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.binding import build_plan
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.scalars import value_range
 from dpsql.engine.sensitivity import sensitivity
 from hypothesis import example, given, settings

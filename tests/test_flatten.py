@@ -8,7 +8,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.flatten import flatten
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import BASE_POLICY, charge_count, cli_paths, run_cli
 

@@ -9,7 +9,8 @@ import contextlib
 import sqlite3
 
 import pytest
-from dpsql.engine import PrivateDatabase, execute
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.errors import DpsqlError
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st

@@ -11,7 +11,7 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.binding import build_plan
 from dpsql.engine.columns import columns_read
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
 
 from tests.support import BASE_POLICY, create_ledger, write_policy

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from dpsql.engine import cli, execute
+from dpsql.engine import cli
+from dpsql.engine.backends import duckdb_execute as execute
 
 CORPUS = Path(__file__).parent / "hostile" / "queries.jsonl"
 ENTRIES = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]

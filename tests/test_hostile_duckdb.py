@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from dpsql.engine import execute
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import BASE_POLICY
 

@@ -10,7 +10,8 @@ import duckdb
 import opendp.prelude as dp
 import pytest
 import yaml
-from dpsql.engine import PrivateDatabase, execute, postprocess
+from dpsql.engine import PrivateDatabase, postprocess
+from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.cli import main
 from dpsql.engine.noise import release
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import duckdb
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import PolicyError
-from dpsql.engine.execute import bound_units, run
 from dpsql.engine.flatten import flatten
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
 from hypothesis import HealthCheck, example, given, settings
@@ -283,7 +283,7 @@ def test_the_cli_answers_a_join(joined, capsys, tmp_path):
 def test_spark_refuses_a_join_with_a_clear_message(spark, joined):
     _, policy, _, _ = joined
     from dpsql.engine.backends.spark import SparkBackend
-    from dpsql.engine.policy import load_policy
+    from dpsql.engine.policy_yaml import load_policy
 
     people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x")],
                                    "person_id long, state string, age long, income double, "

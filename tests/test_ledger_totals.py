@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dpsql.engine import ledger_totals
 from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
-from dpsql.engine.report_ledger import read_ledger
+from dpsql.engine.report.ledger import read_ledger
 from dpsql.engine.result import AnswerCost
 from hypothesis import given, settings
 from hypothesis import strategies as st

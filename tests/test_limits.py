@@ -10,8 +10,10 @@ import time
 import duckdb
 import pytest
 import yaml
-from dpsql.engine import PolicyError, PrivateDatabase, QueryTooLarge, ResourceLimitExceeded, execute
-from dpsql.engine.policy import Limits, parse_policy
+from dpsql.engine import PolicyError, PrivateDatabase, QueryTooLarge, ResourceLimitExceeded
+from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.policy import Limits
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 

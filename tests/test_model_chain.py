@@ -22,7 +22,7 @@ from dpsql.engine import PrivateDatabase
 from dpsql.engine.declared_models import tight_level
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.ledger import SCHEMA_VERSION, Ledger
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import create_ledger, run_cli
 
@@ -223,7 +223,7 @@ def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_
                      "'tight', 4, 0.9, '[]', NULL, '[\"readings.day\", \"readings.on\"]')")
         conn.commit()
     from dpsql.engine.database import binding_of
-    from dpsql.engine.policy import load_policy
+    from dpsql.engine.policy_yaml import load_policy
 
     ledger = Ledger(path, binding_of(load_policy(tmp_path / "policy.yaml")))
     try:

@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pytest
 from dpsql.calibration.model_markov import chain_eta
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "meters.py"

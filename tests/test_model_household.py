@@ -17,7 +17,7 @@ from dpsql.engine import PrivateDatabase
 from dpsql.engine.accounting import ScopedAccountant
 from dpsql.engine.declared_models import DeclaredModel
 from dpsql.engine.errors import BudgetExhausted, InputError, LedgerError, PolicyError
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from dpsql.engine import PrivateDatabase, ResourceLimitExceeded, execute
+from dpsql.engine import PrivateDatabase, ResourceLimitExceeded
+from dpsql.engine.backends import duckdb_execute as execute
 
 from tests.support import charge_count, create_ledger, make_people, run_cli, write_policy
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 from dpsql.engine import PolicyError
-from dpsql.engine.policy import load_policy, parse_policy
+from dpsql.engine.policy_yaml import load_policy, parse_policy
 
 from tests.support import BASE_POLICY
 

@@ -10,8 +10,8 @@ import sys
 
 import duckdb
 import pytest
-from dpsql.engine import execute
-from dpsql.engine.bounded_store import store_dir
+from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.backends.bounded_store import store_dir
 from dpsql.engine.database import PrivateDatabase
 from dpsql.engine.rewrite import bounded_table
 

@@ -8,14 +8,15 @@ import math
 import duckdb
 import numpy as np
 import pytest
-from dpsql.engine import PrivateDatabase, QueryRefused, execute
+from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.aggregates.quantile import Grid, envelope, estimate, grid
+from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import QueryTooLarge
-from dpsql.engine.execute import bound_units, run
 from dpsql.engine.noise import build_mechanism, release_cells
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.postprocess import ALPHA, finish, noisy_frame, query_sql
 from dpsql.engine.prepare import Preparer
 from dpsql.engine.rewrite import rewrite

@@ -14,7 +14,7 @@ import pytest
 from dpsql.engine.aggregates.quantile import grid
 from dpsql.engine.binding import build_plan
 from dpsql.engine.parse import parse_select
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
 
 BOUNDS = (-3.0, 7.3)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -8,7 +8,7 @@ import sqlite3
 from dataclasses import fields
 
 from dpsql.engine import PrivateDatabase
-from dpsql.engine.report import build_report
+from dpsql.engine.report.build import build_report
 from dpsql.engine.result import AggregateInfo, AggregateRecord, AnswerCost
 
 

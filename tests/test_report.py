@@ -14,7 +14,8 @@ import pytest
 from dpsql.calibration import DependenceModel, calibrate, dp_budget, transcript_level
 from dpsql.engine import LedgerError, PrivateDatabase, load_policy
 from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
-from dpsql.engine.report import ENTRY_COLUMNS, build_report
+from dpsql.engine.report.build import build_report
+from dpsql.engine.report.values import ENTRY_COLUMNS
 from dpsql.engine.result import AggregateRecord, AnswerCost
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

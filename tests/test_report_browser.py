@@ -9,8 +9,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 from dpsql.engine.display import number
-from dpsql.engine.report import build_report
-from dpsql.engine.report_render import render_html
+from dpsql.engine.report.build import build_report
+from dpsql.engine.report.render import render_html
 
 from tests.test_report import write_ledger
 

@@ -14,9 +14,10 @@ import pytest
 from dpsql.engine.cli import main
 from dpsql.engine.display import number
 from dpsql.engine.ledger import Charge, Ledger
-from dpsql.engine.report import ReportTotals, build_report
-from dpsql.engine.report_plot import plot_png, spend_figure
-from dpsql.engine.report_render import render_html, render_markdown, render_table
+from dpsql.engine.report.build import build_report
+from dpsql.engine.report.plot import plot_png, spend_figure
+from dpsql.engine.report.render import render_html, render_markdown, render_table
+from dpsql.engine.report.values import ReportTotals
 from dpsql.engine.result import AnswerCost
 
 from tests.support import record_charge, write_policy

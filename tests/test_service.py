@@ -21,7 +21,7 @@ import httpx
 import pytest
 import uvicorn
 from dpsql.calibration import DependenceModel
-from dpsql.engine import execute
+from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.database import PrivateDatabase
 from dpsql.engine.errors import AccessDenied, BudgetExhausted, QueryRefused
 from dpsql.engine.ledger import Ledger

@@ -13,7 +13,7 @@ from dpsql.engine import postprocess
 from dpsql.engine.backends.duckdb import DuckDBBackend
 from dpsql.engine.errors import DpsqlError
 from dpsql.engine.plan import ExactAnswer
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.prepare import Preparer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 import yaml
 from dpsql.engine.errors import PolicyError
-from dpsql.engine.policy import parse_policy
+from dpsql.engine.policy_yaml import parse_policy
 
 
 def _dpsql(*args: str, cwd: Path) -> subprocess.CompletedProcess:

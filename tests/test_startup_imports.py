@@ -11,7 +11,7 @@ import sys
 from tests.support import create_ledger, make_people, write_policy
 
 NOT_FOR_A_QUERY = ("httpx", "rich", "opendp.extras", "matplotlib", "fastapi", "uvicorn", "pyspark",
-                   "dpsql.engine.dependence_report", "dpsql.engine.report_render")
+                   "dpsql.engine.dependence_report", "dpsql.engine.report.render")
 
 PROBE = """
 import atexit, json, sys

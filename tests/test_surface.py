@@ -16,17 +16,20 @@ import pytest
 from dpsql.engine import (
     BudgetExhausted,
     DpsqlError,
+    EngineHalted,
     InputError,
     LedgerError,
     PolicyError,
     PrivateDatabase,
+    QueryInterrupted,
     QueryRefused,
 )
-from dpsql.engine.cli import _print_explanation, _print_result
+from dpsql.engine.commands import exit_code
+from dpsql.engine.commands_output import print_explanation, print_result
 from dpsql.engine.display import number, visible
 from dpsql.engine.ledger import Charge, Ledger
-from dpsql.engine.report import build_report
-from dpsql.engine.report_render import render_markdown, render_table
+from dpsql.engine.report.build import build_report
+from dpsql.engine.report.render import render_markdown, render_table
 from dpsql.engine.result import AnswerCost
 
 from tests.support import charge_count, cli_paths, create_ledger, record_charge, run_cli, write_policy
@@ -66,7 +69,7 @@ def test_query_output_fits_80_columns_and_wraps_between_words(monkeypatch, capsy
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         result = db.query(sql, epsilon=0.5)
         explanation = db.explain(sql, epsilon=0.5)
-    for printer, value in ((_print_result, result), (_print_explanation, explanation)):
+    for printer, value in ((print_result, result), (print_explanation, explanation)):
         wide = _render(monkeypatch, capsys, 400, printer, value)
         narrow = _render(monkeypatch, capsys, 80, printer, value)
         _assert_fits_80_without_split_words(wide, narrow)
@@ -97,12 +100,12 @@ def test_explain_and_report_format_numbers_as_query_does(monkeypatch, capsys, se
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         explanation = db.explain("SELECT SUM(income) FROM people", epsilon=0.7)
         result = db.query("SELECT SUM(income) FROM people", epsilon=0.7)
-    _print_explanation(explanation)
+    print_explanation(explanation)
     shown = capsys.readouterr().out
     sens, scale = explanation.aggregates[0].sensitivity, explanation.aggregates[0].scale
     assert f"sensitivity {number(sens)}" in shown and f"scale {number(scale)}" in shown
     assert f"epsilon_dp {number(explanation.epsilon_dp)}" in shown
-    _print_result(result)
+    print_result(result)
     assert f"epsilon_dp {number(result.epsilon_dp)}" in capsys.readouterr().out
     text = render_table(build_report(setup.ledger), width=200)
     assert f" {number(scale)} " in text and f" {number(sens)} " in text
@@ -195,7 +198,9 @@ def test_csv_neutralises_formulas_in_text_and_keeps_numbers(capsys, formula_setu
 def test_refusals_are_builtin_exceptions_with_attributes():
     assert all(issubclass(cls, ValueError) for cls in (QueryRefused, InputError, PolicyError))
     assert issubclass(BudgetExhausted, RuntimeError) and issubclass(LedgerError, RuntimeError)
-    assert BudgetExhausted.exit_code == 3 and QueryRefused.exit_code == 2
+    over = BudgetExhausted("over", asked=1.0, cost=1.0, largest_epsilon=0.0)
+    assert [exit_code(e) for e in (over, QueryRefused("no"), EngineHalted(), QueryInterrupted(),
+                                   ValueError("a bug"))] == [3, 2, 4, 130, 1]
     error = PolicyError("bad  yaml\nhere", line=3, column=7)
     assert (str(error), error.line, error.column) == ("bad yaml here", 3, 7)
     copy = pickle.loads(pickle.dumps(error))

@@ -17,7 +17,7 @@ from ..policy import TableSpec
 from ..rewrite import bounded_columns
 
 RULE_VERSION = "md5-canonical-1"
-"""Names this rule in the fingerprint of prepared copies (engine/bounded_store.py): a changed
+"""Names this rule in the fingerprint of prepared copies (engine/backends/bounded_store.py): a changed
 rule must never reuse rows kept by the old one."""
 _SCALE = 2 ** 20
 # |FLOOR(x)| below this fits a BIGINT on both engines; a double this large is already whole.

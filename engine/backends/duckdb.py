@@ -1,7 +1,8 @@
 """The DuckDB backend: the data in a locked-down DuckDB, SQL bound on a schema-only gate first.
 
-Its parts: engine/execute.py opens the data (read-only, no external access, limits, locked
-configuration), checks the schema, makes the bounded copy and runs SQL under the time limit;
+Its parts: engine/backends/duckdb_execute.py opens the data (read-only, no external access, limits, locked
+configuration), checks the schema, makes the bounded copy and runs SQL under the time limit
+(engine/backends/bounded_store.py keeps the owner's prepared copies beside the ledger);
 engine/gate.py binds SQL on empty tables of the data's types and refuses what could fail.
 """
 
@@ -14,9 +15,10 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from .. import execute
 from ..policy import Policy, TableSpec
 from . import ExactAnswer
+from . import duckdb_execute as execute
+from .bounded_store import PreparedCopy, store_dir
 
 
 class DuckDBBackend:
@@ -31,10 +33,11 @@ class DuckDBBackend:
         self._bounded: set[str] = set()
 
     @classmethod
-    def open(cls, path: str | Path, policy: Policy, store: Path | None = None,
+    def open(cls, path: str | Path, policy: Policy, ledger: str | Path | None = None,
              hash_key: str | None = None) -> DuckDBBackend:
         """Open a DuckDB, CSV or Parquet file locked down and check it against the policy; the
-        owner's bounded copies in `store` for this ledger's `hash_key` are used when current."""
+        owner's bounded copies kept beside `ledger` for its `hash_key` are used when current."""
+        store = None if ledger is None else store_dir(ledger)
         conn = execute.open_data(path, policy, store, hash_key)
         try:
             return cls(conn, policy)
@@ -52,6 +55,13 @@ class DuckDBBackend:
         except BaseException:
             conn.close()
             raise
+
+    @staticmethod
+    def prepare_copies(path: str | Path, policy: Policy, ledger: str | Path,
+                       hash_key: str) -> tuple[PreparedCopy, ...]:
+        """The owner's act (`dpsql prepare`): write the bounded copy of every table with a
+        privacy unit beside `ledger`, for later backends opened on this data, policy and ledger."""
+        return execute.prepare_copies(path, policy, hash_key, store_dir(ledger))
 
     def data_columns(self) -> Mapping[str, frozenset[str]]:
         return self._columns

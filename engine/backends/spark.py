@@ -319,7 +319,7 @@ def _frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> 
 
 
 # The Spark type each policy type is read as, whatever the source stores (as on DuckDB,
-# engine/execute.py DECLARED_TYPES), so a verdict follows the policy, not the file.
+# engine/backends/duckdb_execute.py DECLARED_TYPES), so a verdict follows the policy, not the file.
 _DECLARED = {"int": "bigint", "float": "double", "str": "string", "bool": "boolean"}
 
 

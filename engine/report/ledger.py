@@ -14,12 +14,12 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..calibration import MODE_CHOICES
-from .errors import LedgerError
-from .ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
-from .ledger_totals import read_points
-from .policy import declarations_from_json, shared_from_json
-from .result import AggregateRecord, AnswerCost
+from ...calibration import MODE_CHOICES
+from ..errors import LedgerError
+from ..ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
+from ..ledger_totals import read_points
+from ..policy import declarations_from_json, shared_from_json
+from ..result import AggregateRecord, AnswerCost
 
 READABLE_VERSIONS = ("2", "3", "4", SCHEMA_VERSION)
 """Reports read older ledgers as they are (a report never migrates): version 2 accounted with

@@ -25,9 +25,9 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from .backends.bounding import RULE_VERSION, kept_rows
-from .errors import InputError
-from .policy import TableSpec
+from ..errors import InputError
+from ..policy import TableSpec
+from .bounding import RULE_VERSION, kept_rows
 
 FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 COPY_CATALOG = "dpsql_copy_"  # prefix of the catalog a prepared copy is attached as

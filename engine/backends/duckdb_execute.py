@@ -19,14 +19,15 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from . import bounded_store, progress
-from .backends.bounding import kept_rows
-from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
-from .gate import SchemaGate
-from .plan import ExactAnswer
-from .policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
-from .rewrite import BOUNDED_CATALOG, bounded_table, readable_tables
-from .watchdog import WATCHDOG
+from .. import progress
+from ..errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
+from ..gate import SchemaGate
+from ..plan import ExactAnswer
+from ..policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
+from ..rewrite import BOUNDED_CATALOG, bounded_table, readable_tables
+from ..watchdog import WATCHDOG
+from . import bounded_store
+from .bounding import kept_rows
 
 _LOCKED = {
     "enable_external_access": False,
@@ -67,7 +68,7 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
     nothing spills to disk (no temporary directory): a statement that needs more memory fails.
     The time limit is enforced by `time_limit` around each run. Bounded copies the owner
     prepared in `store` for this data, policy and `hash_key` are attached read-only before the
-    connection is locked (engine/bounded_store.py); nothing of the data is read for that."""
+    connection is locked (engine/backends/bounded_store.py); nothing of the data is read for that."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"data file not found: {path} (expected a DuckDB, CSV or Parquet file)")
@@ -503,7 +504,7 @@ def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, 
 def prepare_copies(path: str | Path, policy: Policy, hash_key: str,
                    store: Path) -> tuple[bounded_store.PreparedCopy, ...]:
     """The owner's act: write the bounded copy of every table with a privacy unit, for later
-    connections to this data under this policy and ledger (engine/bounded_store.py)."""
+    connections to this data under this policy and ledger (engine/backends/bounded_store.py)."""
     path = Path(path)
     open_data(path, policy).close()  # the data is readable and matches the policy
     bounded_store.check_store(store)

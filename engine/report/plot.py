@@ -12,8 +12,8 @@ import io
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from .display import number
-from .report import Report
+from ..display import number
+from .values import Report
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
