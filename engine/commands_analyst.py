@@ -21,7 +21,7 @@ from .policy_yaml import load_policy
 from .progress_bar import progress_bar
 from .report.build import build_report
 from .report.values import Report
-from .service.client import remote_query
+from .service.client import Service
 
 QUERY_FORMATS = click.Choice(["table", "json", "csv"])
 EXPLAIN_FORMATS = click.Choice(["table", "json"])
@@ -76,20 +76,15 @@ def _common(func, local: bool = True):
 @click.option("--yes", is_flag=True, help="Spend the epsilon --ci95 finds without asking.")
 def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token,
           workload, ci95, yes, sql) -> None:
+    service = None if server is None else Service(server, token, _written_locally())
     asked = _asked("answer", sql, workload, ci95, db, engine, policy_path, ledger, epsilon, cost,
-                   mode, analyst, fmt, server, confirm=not yes)
+                   mode, analyst, fmt, service, confirm=not yes)
     if asked is None:
         return
     sql, epsilon = asked
-    if server is not None:
-        # Options set in the environment (DPSQL_DB, ...) are for local queries: only those
-        # written on the command line are a mistake beside --server.
-        written = [name for name, key in (("--db", "db"), ("--policy", "policy_path"),
-                                          ("--ledger", "ledger"))
-                   if click.get_current_context().get_parameter_source(key)
-                   == click.core.ParameterSource.COMMANDLINE]
-        result = remote_query(server, token, sql, epsilon=epsilon, mode=mode, cost=cost,
-                              local=written)
+    if service is not None:
+        with service.client() as client:
+            result = client.query(sql, epsilon=epsilon, mode=mode, cost=cost)
         show_result(result, fmt)
         return
     missing = [name for name, value in (("--db", db), ("--policy", policy_path), ("--ledger", ledger))
@@ -106,23 +101,32 @@ def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, se
     show_result(result, fmt)
 
 
+def _written_locally() -> list[str]:
+    """The local data options written on the command line: a mistake beside --server. Those
+    set in the environment (DPSQL_DB, ...) are for local queries and do not count."""
+    context = click.get_current_context()
+    return [name for name, key in (("--db", "db"), ("--policy", "policy_path"),
+                                   ("--ledger", "ledger"))
+            if context.get_parameter_source(key) == click.core.ParameterSource.COMMANDLINE]
+
+
 def _asked(verb: str, sql: str | None, workload: str | None, ci95: float | None, db, engine,
            policy_path, ledger, epsilon: float | None, cost: float | None, mode, analyst, fmt: str,
-           server: str | None, confirm: bool) -> tuple[str, float | None] | None:
+           service: Service | None, confirm: bool) -> tuple[str, float | None] | None:
     """The SQL text and epsilon `query` or `explain` asks (`verb`: answer or explain), the epsilon
-    found by --ci95 when given; None when a workload file (--file) was answered or explained
-    instead."""
+    found by --ci95 when given (by the service, with --server); None when a workload file
+    (--file) was answered or explained instead."""
     sql = None if sql is None else _sql_text(sql)
     if ci95 is not None:
         from .workload_cli import epsilon_by_accuracy
 
         epsilon = epsilon_by_accuracy(workload, sql, db, engine, policy_path, ledger, epsilon,
-                                      cost, mode, analyst, server, ci95, confirm=confirm)
+                                      cost, mode, analyst, service, ci95, confirm=confirm)
     if workload is not None:
         from .workload_cli import run_workload
 
         run_workload(workload, sql, db, engine, policy_path, ledger, epsilon, cost, mode, analyst,
-                     fmt, server, explain=verb == "explain")
+                     fmt, service, explain=verb == "explain")
         return None
     if sql is None:
         raise InputError(f"give the SQL to {verb}, or --file with a workload of statements")

@@ -11,31 +11,34 @@ import click
 from .database import PrivateDatabase
 from .display import number, visible
 from .errors import InputError
+from .service.client import Service
 from .workload import split_statements
 from .workload_result import WorkloadExplanation, WorkloadResult
 
 
 def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy: str | None,
                  ledger: str | None, epsilon: float | None, cost: float | None, mode: str | None,
-                 analyst: str, fmt: str, server: str | None, explain: bool) -> None:
-    """Read the file, answer (or explain) its statements together and print the result."""
+                 analyst: str, fmt: str, service: Service | None, explain: bool) -> None:
+    """Read the file, answer (or explain) its statements together, on local data or by the
+    service asked with --server, and print the result."""
     if sql is not None:
         raise InputError("give either SQL or --file, not both")
-    if server is not None:
-        raise InputError("--file is answered on local data; a service answers one statement "
-                         "at a time")
-    db, policy, ledger = _local(db, policy, ledger, "a workload")
     if fmt == "csv":
         raise InputError("a workload is printed as table or json (one answer per statement), "
                          "not csv")
-    statements = split_statements(_read(path))
-    with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst=analyst,
-                                 engine=engine) as private:
-        if explain:
-            shown: WorkloadExplanation | WorkloadResult = private.explain_many(
-                statements, epsilon=epsilon, mode=mode, cost=cost)
-        else:
-            shown = private.query_many(statements, epsilon=epsilon, mode=mode, cost=cost)
+    shown: WorkloadExplanation | WorkloadResult
+    if service is not None:
+        statements = split_statements(_read(path))
+        with service.client() as client:
+            shown = client.explain_many(statements, epsilon=epsilon, mode=mode, cost=cost) \
+                if explain else client.query_many(statements, epsilon=epsilon, mode=mode, cost=cost)
+    else:
+        db, policy, ledger = _local(db, policy, ledger, "a workload")
+        statements = split_statements(_read(path))
+        with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst=analyst,
+                                     engine=engine) as private:
+            shown = private.explain_many(statements, epsilon=epsilon, mode=mode, cost=cost) \
+                if explain else private.query_many(statements, epsilon=epsilon, mode=mode, cost=cost)
     if fmt == "json":
         click.echo(json.dumps(shown.to_dict(), allow_nan=False))
     elif isinstance(shown, WorkloadResult):
@@ -46,21 +49,25 @@ def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy
 
 def epsilon_by_accuracy(path: str | None, sql: str | None, db: str | None, engine: str,
                         policy: str | None, ledger: str | None, epsilon: float | None,
-                        cost: float | None, mode: str | None, analyst: str, server: str | None,
-                        ci95: float, confirm: bool) -> float:
-    """The epsilon `--ci95` asks for a query or a workload file, said on stderr; with
-    `confirm`, the user must agree before it is spent (click.Abort otherwise)."""
+                        cost: float | None, mode: str | None, analyst: str,
+                        service: Service | None, ci95: float, confirm: bool) -> float:
+    """The epsilon `--ci95` asks for a query or a workload file (found by the service, with
+    --server), said on stderr; with `confirm`, the user must agree before it is spent
+    (click.Abort otherwise)."""
     if epsilon is not None or cost is not None:
         raise InputError("give --ci95, --epsilon or --cost: exactly one of them")
-    if server is not None:
-        raise InputError("--ci95 is computed on the local policy; a service is asked by epsilon")
-    db, policy, ledger = _local(db, policy, ledger, "--ci95")
+    local = None if service is not None else _local(db, policy, ledger, "--ci95")
     if (path is None) == (sql is None):
         raise InputError("give either SQL or --file, exactly one of them")
     asked: str | list[str] = sql if sql is not None else split_statements(_read(path))
-    with PrivateDatabase.connect(db, policy=policy, ledger=ledger, analyst=analyst,
-                                 engine=engine) as private:
-        plan = private.epsilon_for(asked, ci95, mode)
+    if local is None:
+        assert service is not None
+        with service.client() as client:
+            plan = client.epsilon_for(asked, ci95, mode)
+    else:
+        with PrivateDatabase.connect(local[0], policy=local[1], ledger=local[2], analyst=analyst,
+                                     engine=engine) as private:
+            plan = private.epsilon_for(asked, ci95, mode)
     click.echo(f"{plan.explanation}; the widest 95% half-width is then "
                f"±{number(plan.halfwidth)}", err=True)
     if confirm:

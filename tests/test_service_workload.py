@@ -4,13 +4,14 @@ and the Python client's objects equal to the local API's."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 from dpsql.engine import InputError, PrivateDatabase
 
 import dpsql
-from tests.support import create_ledger
+from tests.support import create_ledger, run_cli
 from tests.test_service import start
 
 MARGINALS = [
@@ -101,3 +102,24 @@ def test_an_accountant_cannot_spend_on_a_workload(service):
     response = service.client("acc").post("/v1/workload", json={"statements": MARGINALS,
                                                                 "epsilon": 1.0})
     assert response.status_code == 403 and response.json()["type"] == "WrongRole"
+
+
+def test_the_command_line_asks_a_service_for_a_workload_and_by_accuracy(service, tmp_path, capsys):
+    workload = tmp_path / "marginals.sql"
+    workload.write_text(";\n".join(MARGINALS) + ";\n")
+    token = service.tokens["ana"]
+    code, out, _ = run_cli(capsys, "query", "--server", service.url, "--token", token, "--file",
+                           str(workload), "--epsilon", "1", "--format", "json")
+    assert code == 0, out
+    answered = json.loads(out)
+    assert [a["sql"] for a in answered["answers"]] == MARGINALS and answered["epsilon"] == 1.0
+    assert _spent(service) == pytest.approx(answered["transcript_level_after"])
+    code, out, err = run_cli(capsys, "query", "--server", service.url, "--token", token, "--ci95",
+                             "20", "--yes", "--format", "json", SQL)
+    assert code == 0, err
+    with dpsql.connect(service.url, token=token) as client:
+        assert json.loads(out)["epsilon"] == client.epsilon_for(SQL, 20.0).epsilon
+    assert "the widest 95% half-width is then" in err
+    code, _, err = run_cli(capsys, "query", "--server", service.url, "--file", str(workload),
+                           "--epsilon", "1")
+    assert code == 2 and "needs your token" in err

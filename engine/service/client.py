@@ -139,17 +139,24 @@ def connect(url: str, token: str, **options) -> Client:
     return Client(url, token, **options)
 
 
-def remote_query(url: str, token: str | None, sql: str, epsilon: float | None, mode: str | None,
-                 cost: float | None, local: list[str]) -> QueryResult:
-    """`dpsql query --server URL --token T`: the service's answer, or its refusal as the CLI's."""
-    if local:
-        raise errors.InputError(f"--server asks a service, which holds the data and the ledger: "
-                                f"drop {', '.join(local)} (give only --token)")
-    if not token:
-        raise errors.InputError("--server needs your token: --token TOKEN or the environment "
-                                "variable DPSQL_TOKEN")
-    with connect(url, token) as client:
-        return client.query(sql, epsilon=epsilon, mode=mode, cost=cost)
+@dataclass(frozen=True)
+class Service:
+    """`dpsql query --server URL --token T`: the service asked, the token and the local data
+    options written beside them (a mistake, refused when the client is made)."""
+
+    url: str
+    token: str | None
+    written: list[str]
+
+    def client(self) -> Client:
+        """A client of the service, or a one-line refusal of local options or a missing token."""
+        if self.written:
+            raise errors.InputError(f"--server asks a service, which holds the data and the "
+                                    f"ledger: drop {', '.join(self.written)} (give only --token)")
+        if not self.token:
+            raise errors.InputError("--server needs your token: --token TOKEN or the environment "
+                                    "variable DPSQL_TOKEN")
+        return connect(self.url, self.token)
 
 
 def _ask(**fields: object) -> dict:
