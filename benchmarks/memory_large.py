@@ -58,10 +58,10 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
 
 def child_prepare(path: str, ledger: str, memory_mb: int) -> None:
     """In this process: create the ledger and run the owner's prepare step, as `dpsql prepare`."""
+    from dpsql.engine.accounting.ledger import Ledger
+    from dpsql.engine.accounting.ledger_binding import binding_of
     from dpsql.engine.bounded_store import store_dir
-    from dpsql.engine.database import binding_of
     from dpsql.engine.execute import prepare_copies
-    from dpsql.engine.ledger import Ledger
     from dpsql.engine.policy import parse_policy
 
     policy = parse_policy(_policy(memory_mb))

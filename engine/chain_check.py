@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from .declared_models import DeclaredModel
+from ..calibration.declared import DeclaredModel
 from .execute import duckdb_identifier
 from .policy import TableSpec
 

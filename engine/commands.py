@@ -13,17 +13,19 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import __version__
-from ..calibration import MODE_CHOICES, CalibrationError, DependenceModel, compare_modes
+from ..calibration import MODE_CHOICES, MODEL_MODE, CalibrationError, DependenceModel, compare_modes
 from . import progress
+from .accounting.analysts import ROLES
+from .accounting.ledger import Ledger, read_history
+from .accounting.ledger_binding import binding_of
 from .bounded_store import store_dir
-from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase, binding_of
+from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase
 from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import DpsqlError, InputError, PolicyError
 from .execute import prepare_copies
-from .ledger import ROLES, Ledger, read_history
-from .policy import MODEL_MODE, load_policy
+from .policy import load_policy
 from .progress_bar import progress_bar
 from .report import Report, build_report
 from .result import Explanation, HistoryEntry, QueryResult, from_clause

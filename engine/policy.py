@@ -16,6 +16,7 @@ import yaml
 from ..calibration import (
     MAX_K,
     MODE_CHOICES,
+    MODEL_MODE,
     CalibrationError,
     DependenceModel,
     HouseholdModel,
@@ -23,12 +24,9 @@ from ..calibration import (
     applies,
     require_budget,
 )
-from .declared_models import DEFAULT_CAP, DeclaredModel
+from ..calibration.declared import DEFAULT_CAP, DeclaredModel
 from .errors import PolicyError
 
-MODEL_MODE = "model"
-"""The engine's mode for declared models: not a guarantee map of (k, eta) alone, so not one of
-calibration's MODE_CHOICES; the policy's base map under it is tight."""
 MAX_MODEL_SIZE = 64
 """Largest household a household model may give a probability to."""
 

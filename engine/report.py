@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..calibration import mutual_information_bound, within_budget
-from .accounting import AnswerMap, ScopedAccountant, TimeSpend, no_column_answers, union
-from .declared_models import SeriesPoints, SeriesSpend
+from ..calibration.declared import SeriesPoints, SeriesSpend
+from .accounting.transcript import AnswerMap, ScopedAccountant, TimeSpend, no_column_answers, union
 from .errors import InputError, LedgerError
 from .policy import Policy, declarations_json
 from .report_ledger import LedgerAnswer, LedgerSnapshot, read_ledger

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 from dpsql.engine import database, prepare
+from dpsql.engine.accounting.ledger import Ledger
 from dpsql.engine.aggregates import sum as sum_aggregate
-from dpsql.engine.ledger import Ledger
 from dpsql.engine.policy import Policy, ScopedEta
 from sqlglot import exp
 
@@ -134,7 +134,7 @@ def _charges(keep):
     def charge(self, settle):
         if keep(next(count)):
             return real(self, settle)
-        return 0, settle(*self.state())[1]
+        return 0, settle(self.state())[1]
 
     return lambda mp: mp.setattr(Ledger, "charge", charge)
 

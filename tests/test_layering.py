@@ -11,15 +11,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
-    ("values", frozenset({"policy", "result", "accounting", "declared_models", "workload_result",
+    ("values", frozenset({"policy", "result", "workload_result",
                         "accuracy"})),
     ("rules", frozenset({"scalars", "aggregates", "plan"})),
     ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
                         "intervals", "postprocess", "columns", "domain_literals", "workload_strategy",
                         "planning_limits",
                         "workload_intervals"})),
-    ("storage", frozenset({"ledger", "ledger_totals", "report_ledger"})),
-    ("run", frozenset({"execute", "backends", "prepare", "bounded_store", "workload"})),
+    ("storage", frozenset({"accounting", "report_ledger"})),
+    ("run", frozenset({"execute", "backends", "prepare", "release", "bounded_store", "workload"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report", "chain_check",
                         "starter_policy"})),
     ("reporting", frozenset({"report", "report_plot", "report_render"})),

@@ -22,9 +22,9 @@ from dpsql.engine import (
     PrivateDatabase,
     QueryRefused,
 )
+from dpsql.engine.accounting.ledger import Charge, Ledger
 from dpsql.engine.cli import _print_explanation, _print_result
 from dpsql.engine.display import number, visible
-from dpsql.engine.ledger import Charge, Ledger
 from dpsql.engine.report import build_report
 from dpsql.engine.report_render import render_markdown, render_table
 from dpsql.engine.result import AnswerCost

@@ -18,9 +18,9 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
 
 from ... import __version__
+from ..accounting.analysts import Analyst
 from ..database import PrivateDatabase
 from ..errors import AccessDenied, BudgetExhausted, DpsqlError, EngineHalted, LedgerError
-from ..ledger import Analyst
 from .auth import identify
 from .limits import BodyLimit, Limits, RateLimiter, TooManyRequests
 from .metrics import Metrics, MetricsMiddleware
