@@ -1,4 +1,6 @@
-"""PrivateDatabase: the Python API tying parse, plan, calibrate, rewrite, run, charge, noise."""
+"""PrivateDatabase: the Python API, and the pipeline of one query: prepare (plan, SQL,
+calibration, noise), price and admit (the bookkeeper), run (the backend), release (noise and
+post-processing) and record (the ledger's charge), in that order."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
-from . import postprocess
+from . import postprocess, workload_run
 from .accounting.analysts import check_analyst
 from .accounting.bookkeeper import Bookkeeper
 from .accounting.ledger import Charge, Ledger, LedgerState, peek_hash_key
 from .accounting.ledger_binding import binding_of
 from .accounting.transcript import union
-from .accuracy import AccuracyPlan
+from .accuracy import AccuracyPlan, smallest_epsilon
 from .backends import Backend, DataFailure
 from .backends.duckdb import DuckDBBackend
 from .bounded_store import store_dir
@@ -240,11 +242,10 @@ class PrivateDatabase:
         and answered by least squares; the others are answered alone within the same split
         (docs/theory.md §18). `accuracy=H` asks the smallest epsilon keeping every noisy
         cell's 95% half-width within ±H (`epsilon_for`)."""
-        from .workload_run import accuracy_epsilon, query_many
-
         if accuracy is not None:
-            epsilon = accuracy_epsilon(self, statements, accuracy, mode, epsilon, cost)
-        return query_many(self, statements, epsilon, mode, analyst, cost)
+            epsilon = workload_run.accuracy_epsilon(self, statements, accuracy, mode, epsilon,
+                                                    cost)
+        return workload_run.query_many(self, statements, epsilon, mode, analyst, cost)
 
     @_serialized
     def explain_many(self, statements: list[str], epsilon: float | None = None,
@@ -252,11 +253,10 @@ class PrivateDatabase:
                      accuracy: float | None = None) -> WorkloadExplanation:
         """The workload's strategy, each statement's expected per-cell error against asking
         the statements separately at epsilon / (their number), and the cost; reads no data."""
-        from .workload_run import accuracy_epsilon, explain_many
-
         if accuracy is not None:
-            epsilon = accuracy_epsilon(self, statements, accuracy, mode, epsilon, cost)
-        return explain_many(self, statements, epsilon, mode, cost)
+            epsilon = workload_run.accuracy_epsilon(self, statements, accuracy, mode, epsilon,
+                                                    cost)
+        return workload_run.explain_many(self, statements, epsilon, mode, cost)
 
     @_serialized
     def epsilon_for(self, sql: str | list[str], ci95: float,
@@ -264,16 +264,14 @@ class PrivateDatabase:
         """The smallest epsilon whose 95% half-width on every noisy cell of `sql` (a query, or
         a list of statements asked as one workload) is at most `ci95`; reads no data, spends
         nothing (docs/theory.md §18)."""
-        from .accuracy import smallest_epsilon
-        from .workload_run import workload_halfwidth
-
         if isinstance(sql, str):
             def widest(epsilon: float) -> float:
                 prepared = self._prepare(sql, epsilon, mode)
                 return max(m.ci95 for m in prepared.mechanisms.values())
 
             return smallest_epsilon(widest, ci95, "this query")
-        return smallest_epsilon(workload_halfwidth(self, sql, mode), ci95, "this workload")
+        return smallest_epsilon(workload_run.workload_halfwidth(self, sql, mode), ci95,
+                                "this workload")
 
     def _prepare(self, sql: str, epsilon: float | None, mode: str | None,
                  cost: float | None = None) -> PreparedQuery:

@@ -16,6 +16,7 @@ import yaml
 from ..calibration import (
     MAX_K,
     MODE_CHOICES,
+    MODEL_BASE,
     MODEL_MODE,
     CalibrationError,
     DependenceModel,
@@ -336,7 +337,7 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
         if not dep.get("models"):
             raise PolicyError("dependence.mode: 'model' needs at least one entry in "
                               "dependence.models")
-        mode = "tight"
+        mode = MODEL_BASE
     if mode not in MODE_CHOICES:
         raise PolicyError(f"dependence.mode: expected one of {', '.join(MODE_CHOICES)} or "
                           f"{MODEL_MODE}, got {mode!r}")

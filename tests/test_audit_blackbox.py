@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from dpsql.engine import database, prepare
+from dpsql.engine import prepare, release
 from dpsql.engine.accounting.ledger import Ledger
 from dpsql.engine.aggregates import sum as sum_aggregate
 from dpsql.engine.policy import Policy, ScopedEta
@@ -93,12 +93,12 @@ def _independent(mp):
 
 
 def _release(change):
-    real = database.release_cells
+    real = release.release_cells
 
     def wrong(mech, exact):
         return change(mech, exact, real(mech, exact))
 
-    return lambda mp: mp.setattr(database, "release_cells", wrong)
+    return lambda mp: mp.setattr(release, "release_cells", wrong)
 
 
 def _zero_exact(mech, exact, noisy):

@@ -11,9 +11,9 @@ import math
 import sqlite3
 from pathlib import Path
 
+from dpsql.engine.accounting import totals as ledger_totals
 from dpsql.engine.accounting.ledger import Charge, Ledger
 from dpsql.engine.accounting.ledger_binding import LedgerBinding
-from dpsql.engine.accounting import totals as ledger_totals
 from dpsql.engine.report_ledger import read_ledger
 from dpsql.engine.result import AnswerCost
 from hypothesis import given, settings

@@ -80,7 +80,6 @@ class LedgerBinding:
                                           ("mode", mode_looser)) if looser]
 
 
-
 def binding_of(policy: Policy) -> LedgerBinding:
     """The ledger binding a policy asks for: its budget, dependence model (with its eta per
     column set), mode, the column that identifies an individual in each table and the parent
@@ -107,10 +106,9 @@ def binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
 
 
 def binding_meta(binding: LedgerBinding) -> dict[str, str]:
+    """The meta table's record of a binding (`binding_from_meta` reads it back)."""
     meta = {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
             "mode": binding.mode, "eta_by_columns": binding.eta_by_columns,
             "models": binding.models}
     return meta | ({"units": binding.units} if binding.units else {}) \
         | ({"parents": binding.parents} if binding.parents else {})
-
-
