@@ -24,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 import yaml
-from dpsql.engine.ledger import Charge, Ledger
+from dpsql.engine.accounting.ledger import Charge, Ledger
 
 from benchmarks.workload import policy_dict
 from dpsql import PrivateDatabase
@@ -89,7 +89,7 @@ def _fill(path: Path, templates: list[Charge], target: int, stored: int) -> int:
     try:
         while stored < target:
             charge = templates[stored % 2]
-            ledger.charge(lambda *_, charge=charge: (charge, None))
+            ledger.charge(lambda _, charge=charge: (charge, None))
             stored += 1
     finally:
         ledger.close()

@@ -58,9 +58,9 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
 
 def child_prepare(path: str, ledger: str, memory_mb: int) -> None:
     """In this process: create the ledger and run the owner's prepare step, as `dpsql prepare`."""
+    from dpsql.engine.accounting.ledger import Ledger
+    from dpsql.engine.accounting.ledger_binding import binding_of
     from dpsql.engine.backends.duckdb import DuckDBBackend
-    from dpsql.engine.database import binding_of
-    from dpsql.engine.ledger import Ledger
     from dpsql.engine.policy_yaml import parse_policy
 
     policy = parse_policy(_policy(memory_mb))

@@ -32,9 +32,9 @@ import time
 
 import numpy as np
 from dpsql.calibration import DependenceModel, MarkovModel
+from dpsql.calibration.declared import DeclaredModel, SeriesPoints
 from dpsql.calibration.model_markov import chain_eta
 from dpsql.calibration.model_series import MAX_EXACT_TIMES, series_exact_level
-from dpsql.engine.declared_models import DeclaredModel, SeriesPoints
 
 GRID = tuple(round(0.1 * i, 1) for i in range(1, 10))
 WINDOW = 400  # farthest quilt distance MQM is searched over (influence is ~0 far before)

@@ -18,7 +18,7 @@ from .errors import CalibrationError
 from .household import household_pmf
 from .information import mutual_information_bound
 from .inversion import Calibration, ModeOption, calibrate, compare_modes
-from .maps import MODE_CHOICES, MODES, applies, guarantee
+from .maps import MODE_CHOICES, MODEL_BASE, MODEL_MODE, MODES, applies, guarantee
 from .model import DependenceModel
 from .model_exact import ModelCalibration, calibrate_chain, calibrate_household
 from .model_household import HouseholdModel
@@ -38,6 +38,8 @@ __all__ = [
     "MAX_K",
     "MODES",
     "MODE_CHOICES",
+    "MODEL_BASE",
+    "MODEL_MODE",
     "Audit",
     "Calibration",
     "CalibrationError",

@@ -16,7 +16,17 @@ AUTO = "auto"
 """Mode name meaning: use the applicable mode that allows the largest eps_dp."""
 
 MODE_CHOICES = (AUTO, "tight", "theorem2", "group", "independent")
-"""Every mode a policy or an analyst may name, in the order people are shown them."""
+"""Every mode of (k, eta) alone a policy or an analyst may name, in the order people are shown
+them."""
+
+MODEL_MODE = "model"
+"""Mode name meaning: a declared model's map (calibration/declared.py) for a query a model
+covers; a query no model covers uses the base map `MODEL_BASE`. It is not a map of (k, eta)
+alone, so not one of MODE_CHOICES."""
+
+MODEL_BASE = "tight"
+"""The base map of a policy in mode model: what a query no declared model covers is calibrated
+and accounted by."""
 
 SOURCES = {
     "independent": "Proposition 4 (independent records)",

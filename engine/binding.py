@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlglot import exp
 
+from ..calibration.declared import SeriesPoints
 from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
 from .aggregates.quantile import parse_value_column
-from .declared_models import SeriesPoints
 from .domain_literals import check_domain_literals
 from .errors import QueryRefused, QueryTooLarge
 from .gate import as_double, harden

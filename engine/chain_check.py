@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from ..calibration.declared import DeclaredModel
 from .backends.duckdb_execute import duckdb_identifier
-from .declared_models import DeclaredModel
 from .policy import TableSpec
 
 

@@ -10,13 +10,12 @@ from collections.abc import Callable
 
 import click
 
-from ..calibration import MODE_CHOICES
+from ..calibration import MODE_CHOICES, MODEL_MODE
 from . import progress
+from .accounting.ledger import read_history
 from .commands_output import print_history, show_entry, show_explanation, show_result
 from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase
 from .errors import InputError, PolicyError
-from .ledger import read_history
-from .policy import MODEL_MODE
 from .policy_yaml import load_policy
 from .progress_bar import progress_bar
 from .report.build import build_report

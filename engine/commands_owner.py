@@ -10,13 +10,14 @@ from dataclasses import asdict, replace
 import click
 
 from ..calibration import CalibrationError, DependenceModel, compare_modes
+from .accounting.analysts import ROLES
+from .accounting.ledger import Ledger
+from .accounting.ledger_binding import binding_of
 from .backends.duckdb import DuckDBBackend
 from .commands_output import terminal
-from .database import binding_of
 from .display import number as _number
 from .display import visible
 from .errors import DpsqlError, InputError, PolicyError
-from .ledger import ROLES, Ledger
 from .policy_yaml import load_policy
 from .progress_bar import progress_bar
 from .service.auth import check_cap, check_name, new_analyst

@@ -11,12 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .declared_models import DeclaredModel
+from ..calibration.declared import DeclaredModel
 from .errors import PolicyError
-
-MODEL_MODE = "model"
-"""The engine's mode for declared models: not a guarantee map of (k, eta) alone, so not one of
-calibration's MODE_CHOICES; the policy's base map under it is tight."""
 
 COLUMN_TYPES = ("int", "float", "str", "bool", "date", "timestamp")
 TIME_TYPES = ("date", "timestamp")

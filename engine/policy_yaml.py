@@ -14,6 +14,8 @@ import yaml
 from ..calibration import (
     MAX_K,
     MODE_CHOICES,
+    MODEL_BASE,
+    MODEL_MODE,
     CalibrationError,
     DependenceModel,
     HouseholdModel,
@@ -21,11 +23,10 @@ from ..calibration import (
     applies,
     require_budget,
 )
-from .declared_models import DEFAULT_CAP, DeclaredModel
+from ..calibration.declared import DEFAULT_CAP, DeclaredModel
 from .errors import PolicyError
 from .policy import (
     COLUMN_TYPES,
-    MODEL_MODE,
     TIME_TYPES,
     ColumnSpec,
     EtaDeclaration,
@@ -100,7 +101,7 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
         if not dep.get("models"):
             raise PolicyError("dependence.mode: 'model' needs at least one entry in "
                               "dependence.models")
-        mode = "tight"
+        mode = MODEL_BASE
     if mode not in MODE_CHOICES:
         raise PolicyError(f"dependence.mode: expected one of {', '.join(MODE_CHOICES)} or "
                           f"{MODEL_MODE}, got {mode!r}")

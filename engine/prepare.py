@@ -8,23 +8,23 @@ decides. Repeated texts reuse their plan and checked SQL, like a prepared statem
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import duckdb
 
 from ..calibration import (
     MODE_CHOICES,
+    MODEL_MODE,
     Calibration,
     CalibrationError,
     DependenceModel,
-    calibrate,
     require_epsilon,
 )
+from ..calibration.declared import DeclaredModel
 from . import postprocess
+from .accounting.bookkeeper import calibrate_by_model, calibrate_no_looser
 from .backends import Backend
 from .binding import build_plan, check_size, series_points, time_points
 from .columns import columns_read
-from .declared_models import DeclaredModel
 from .errors import InputError
 from .flatten import flatten
 from .gate import SchemaGate
@@ -32,14 +32,14 @@ from .noise import Mechanism, build_mechanism
 from .parse import parse_select
 from .plan import QueryPlan
 from .planning_limits import Deadline, check_text, check_width
-from .policy import MODEL_MODE, Policy, ScopedEta
+from .policy import Policy, ScopedEta
+from .result import AggregateInfo
 from .rewrite import rewrite
 from .sensitivity import sensitivity
 
 PLAN_CACHE_SIZE = 256
 MECHANISM_CACHE_SIZE = 256
 POST_GATES = 16
-CALIBRATION_CACHE_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,6 @@ class PreparedQuery:
     declared: DeclaredModel | None = None  # the declared model that calibrated it (mode model)
     times: tuple[int, ...] | None = None  # a chain answer's time points (charged per time point)
     tight_dp: float | None = None  # the tight map's eps_dp, when a declared model calibrated it
-
 
 class Preparer:
     """Prepares queries for one policy and backend; its caches hold only text-derived values."""
@@ -100,7 +99,7 @@ class Preparer:
         tight_dp = None
         if wants_model and declared is not None:
             mode = MODEL_MODE
-            cal, tight_dp = model_calibration(declared, target, model, times or ())
+            cal, tight_dp = calibrate_by_model(declared, target, model, times or ())
         elif mode == MODEL_MODE:
             raise InputError(f"mode model cannot calibrate this query: {why}; ask mode "
                              f"{', '.join(m for m in MODE_CHOICES if m != 'auto')} or auto")
@@ -142,22 +141,8 @@ class Preparer:
                             f"{' or '.join(sorted(m.describe() for m in models))}")
 
     def calibrate(self, epsilon: float, mode: str, model: DependenceModel) -> Calibration:
-        """Calibrate under `mode` and `model` (k and the eta of the columns read); the mode may
-        be more conservative than the policy's, never looser: its eps_dp for this epsilon must
-        not exceed the policy mode's."""
-        try:
-            cal = calibrate(epsilon, model, mode)
-            if mode != self.policy.mode:
-                owner = calibrate(epsilon, model, self.policy.mode)
-                if cal.epsilon_dp > owner.epsilon_dp:
-                    raise InputError(
-                        f"mode {mode} is looser than the policy's mode {self.policy.mode} at "
-                        f"epsilon {epsilon:g} (epsilon_dp {cal.epsilon_dp:.4g} > "
-                        f"{owner.epsilon_dp:.4g}): an analyst may ask for a more conservative "
-                        "mode (smaller epsilon_dp, more noise), never a looser one")
-        except CalibrationError as exc:
-            raise InputError(str(exc)) from None
-        return cal
+        """Calibrate under `mode` and `model`, a mode never looser than the policy's."""
+        return calibrate_no_looser(epsilon, mode, model, self.policy.mode)
 
     def mechanisms(self, plan: QueryPlan, epsilon_dp: float) -> dict[str, Mechanism]:
         """The noise of each measurement, splitting epsilon_dp equally between them. Built
@@ -240,23 +225,18 @@ class Preparer:
             gate.close()
 
 
-@lru_cache(maxsize=CALIBRATION_CACHE_SIZE)
-def model_calibration(declared: DeclaredModel, epsilon: float, model: DependenceModel,
-                      times: tuple[int, ...]) -> tuple[Calibration, float]:
-    """A declared model's calibration of one answer and the tight map's eps_dp (cached: a
-    repeated query does not pay the bisection twice)."""
-    try:
-        eps_dp, tight = declared.calibrate(epsilon, model, times)
-    except CalibrationError as exc:
-        raise InputError(str(exc)) from None
-    level = declared.answer_level(eps_dp, model, times)
-    capped = eps_dp >= tight * declared.cap * (1 - 1e-9)
-    note = f"capped at {declared.cap:g} x the tight map's" if capped else "the model's level"
-    return Calibration(
-        epsilon=epsilon, epsilon_dp=eps_dp, mode=MODEL_MODE, requested_mode=MODEL_MODE,
-        level=level, model=model, options=(),
-        justification=(f"{declared.describe()}: epsilon_dp {eps_dp:.4g} against the tight "
-                       f"map's {tight:.4g} ({note})")), tight
+def aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]
+                    ) -> tuple[AggregateInfo, ...]:
+    """What a result says of each measurement's noise: its column, function, mechanism,
+    sensitivity, eps_dp, scale and 95% half-width."""
+    infos = []
+    for m in plan.measurements:
+        mech = mechanisms[m.name]
+        column = next((o.name for o in plan.outputs if m.name in o.measurements), m.label)
+        infos.append(AggregateInfo(column=column, function=m.label, mechanism=mech.mechanism,
+                                   sensitivity=mech.sensitivity, epsilon_dp=mech.epsilon,
+                                   scale=mech.scale, ci95_halfwidth=mech.ci95))
+    return tuple(infos)
 
 
 def _all_keys(plan: QueryPlan) -> list[tuple]:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
+from ..calibration.declared import DeclaredModel
 from .display import cell, cut, html_paragraphs, html_table, number
 
 
@@ -122,6 +123,18 @@ class ModelCheck:
 
     change: str  # e.g. "rho 0.45" or "P(True | False) 0.25"
     level: float
+
+
+def model_fields(declared: DeclaredModel | None, epsilon_dp: float, times: tuple[int, ...] | None,
+                 tight_dp: float | None) -> dict:
+    """What a result or explanation says of the declared model that calibrated an answer of
+    eps_dp reading the time points `times` (if any): the model, the tight map's eps_dp and the
+    levels if the model is off."""
+    if declared is None:
+        return {}
+    checks = declared.checks(epsilon_dp, times or ())
+    return {"model": declared.describe(), "tight_epsilon_dp": tight_dp,
+            "model_checks": tuple(ModelCheck(change, level) for change, level in checks)}
 
 
 @dataclass(frozen=True)

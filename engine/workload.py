@@ -15,7 +15,6 @@ import pandas as pd
 from sqlglot import exp
 
 from .errors import DpsqlError, InputError
-from .noise import Mechanism, release_cells
 from .plan import GroupKey, QueryPlan
 from .prepare import PreparedQuery, Preparer
 from .workload_intervals import laplace_combination_halfwidth
@@ -284,9 +283,3 @@ def answer_frame(member: Member, values: np.ndarray, scale: float
             ci[out.name] = [h * scale for h in member.unit_halfwidths]
             cs[out.name] = [h * scale for h in member.unit_simultaneous]
     return (pd.DataFrame(data), pd.DataFrame(ci, dtype=float), pd.DataFrame(cs, dtype=float))
-
-
-def release_alone(mechanisms: dict[str, Mechanism], exact: dict[str, list]) -> dict[str, list]:
-    """The noisy values of a statement answered alone, all its measurements."""
-    return {cell: values for mech in mechanisms.values()
-            for cell, values in release_cells(mech, exact).items()}

@@ -7,27 +7,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
+import duckdb
 import numpy as np
 
-from ..calibration import DependenceModel
-from . import postprocess
-from .accounting import TimeSpend
-from .backends import DataFailure
-from .database import (
-    PrivateDatabase,
-    _aggregate_infos,
-    _Books,
-    _check_analyst,
-    _PostProcessingFailed,
-)
+from ..calibration import MODEL_MODE, DependenceModel
+from .accounting.analysts import check_analyst
+from .accounting.bookkeeper import Bookkeeper
+from .accounting.ledger import Charge, Ledger, LedgerState
+from .accuracy import AccuracyPlan
+from .backends import Backend, DataFailure
 from .errors import EngineHalted, InputError
-from .ledger import Charge, LedgerBinding
 from .noise import Mechanism, build_mechanism, release
 from .plan import UnitJoin
-from .policy import MODEL_MODE
-from .prepare import PreparedQuery
+from .policy import Policy
+from .prepare import PreparedQuery, Preparer, aggregate_infos
+from .release import PostProcessingFailed, release_answer
 from .result import AggregateInfo, AnswerCost
 from .workload import (
     Member,
@@ -35,24 +31,39 @@ from .workload import (
     answer_frame,
     check_statements,
     plan_workload,
-    release_alone,
 )
 from .workload_result import QueryError, WorkloadAnswer, WorkloadExplanation, WorkloadResult
 
 
-def query_many(db: PrivateDatabase, statements: list[str], epsilon: float | None = None,
+class Database(Protocol):
+    """What a workload runs on (`database.PrivateDatabase` is one): its policy, ledger,
+    bookkeeper, preparer, data and post-processing connections, and its halt."""
+
+    analyst: str
+    policy: Policy
+    ledger: Ledger
+    bookkeeper: Bookkeeper
+    _backend: Backend
+    _preparer: Preparer
+    _post: duckdb.DuckDBPyConnection
+    _halted: bool
+
+    def _halt(self, reason: str) -> NoReturn: ...
+
+    def epsilon_for(self, sql: str | list[str], ci95: float,
+                    mode: str | None = None) -> AccuracyPlan: ...
+
+
+def query_many(db: Database, statements: list[str], epsilon: float | None = None,
                mode: str | None = None, analyst: str | None = None,
                cost: float | None = None) -> WorkloadResult:
     """Answer a workload of statements together at one epsilon (or cost) for the whole set,
     charged once: linear counts over one table's public domain are measured by one strategy
     and answered by least squares; the others are answered alone within the same split
     (docs/theory.md §18)."""
-    analyst = db.analyst if analyst is None else _check_analyst(analyst)
+    analyst = db.analyst if analyst is None else check_analyst(analyst)
     work, combined = _plan_workload(db, statements, epsilon, mode, cost)
-    books = _Books(*db._state())
-    cal = db._price(combined, books)
-    db._admit(combined, cal, books)
-    db._admit_analyst(combined, cal, analyst, books.accountants)
+    db.bookkeeper.admit(combined, db.bookkeeper.books(), analyst)
     text = ";\n".join(statements)
     try:
         exact_cells = None
@@ -72,14 +83,9 @@ def query_many(db: PrivateDatabase, statements: list[str], epsilon: float | None
     except DataFailure as failure:
         db._halt(f"{failure} (analyst {analyst!r}, workload {text!r})")
 
-    def settle(spent: float, stored: LedgerBinding, read: frozenset[str] | None,
-               times: TimeSpend | None) -> tuple[Charge, WorkloadResult]:
-        books = _Books(spent, read, db._accountants(stored), times)
-        cal = db._price(combined, books)
-        db._admit(combined, cal, books)
-        db._admit_analyst(combined, cal, analyst, books.accountants)
-        before, after = books.levels(cal.epsilon_dp, combined.columns)
-        charged = books.after(cal.epsilon_dp, combined.columns, None)
+    def settle(state: LedgerState) -> tuple[Charge, WorkloadResult]:
+        price = db.bookkeeper.admit(combined, db.bookkeeper.books(state), analyst)
+        cal = price.calibration
         try:
             answers, infos = _workload_answers(db, work, cal.epsilon_dp, exact_cells,
                                                     exact_alone)
@@ -87,12 +93,12 @@ def query_many(db: PrivateDatabase, statements: list[str], epsilon: float | None
                 answers=answers, strategy=_strategy_text(work),
                 sensitivity=work.sensitivity if work.solved is not None else 0.0,
                 epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
-                k=db.policy.k, eta=combined.scope.eta, budget=db._status(charged),
-                level_before=before, level_after=after, cost=after - before,
+                k=db.policy.k, eta=combined.scope.eta, budget=db.bookkeeper.status(price.charged),
+                level_before=price.level_before, level_after=price.level_after, cost=price.cost,
                 columns_read=tuple(sorted(combined.columns)))
             stored_answer = result.to_dict()
         except Exception as exc:
-            raise _PostProcessingFailed from exc
+            raise PostProcessingFailed from exc
         cost_record = AnswerCost(cal.epsilon, cal.epsilon_dp, cal.mode, db.policy.k,
                                  combined.scope.eta)
         return Charge(analyst, text, cost_record, infos, stored_answer, combined.columns,
@@ -100,19 +106,18 @@ def query_many(db: PrivateDatabase, statements: list[str], epsilon: float | None
 
     try:
         ident, result = db.ledger.charge(settle)
-    except _PostProcessingFailed:
+    except PostProcessingFailed:
         db._halt(f"post-processing failed on noisy values (analyst {analyst!r}, "
                    f"workload {text!r})")
     return replace(result, id=ident)
 
-def explain_many(db: PrivateDatabase, statements: list[str], epsilon: float | None = None,
+def explain_many(db: Database, statements: list[str], epsilon: float | None = None,
                  mode: str | None = None, cost: float | None = None) -> WorkloadExplanation:
     """The workload's strategy, each statement's expected per-cell error against asking
     the statements separately at epsilon / (their number), and the cost; reads no data."""
     work, combined = _plan_workload(db, statements, epsilon, mode, cost)
-    books = _Books(*db._state())
-    cal = db._price(combined, books)
-    before, after = books.levels(cal.epsilon_dp, combined.columns)
+    price = db.bookkeeper.price(combined, db.bookkeeper.books())
+    cal = price.calibration
     share = cal.epsilon_dp / len(work.members)
     errors = []
     for member in work.members:
@@ -130,10 +135,10 @@ def explain_many(db: PrivateDatabase, statements: list[str], epsilon: float | No
         strategy=_strategy_text(work), candidates=work.compared,
         sensitivity=work.sensitivity if work.solved is not None else 0.0,
         errors=tuple(errors), epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
-        k=db.policy.k, eta=combined.scope.eta, level_before=before, level_after=after,
-        cost=after - before, admissible=books.admits(cal.epsilon_dp, combined.columns))
+        k=db.policy.k, eta=combined.scope.eta, level_before=price.level_before,
+        level_after=price.level_after, cost=price.cost, admissible=price.admissible)
 
-def _plan_workload(db: PrivateDatabase, statements: list[str], epsilon: float | None, mode: str | None,
+def _plan_workload(db: Database, statements: list[str], epsilon: float | None, mode: str | None,
                    cost: float | None) -> tuple[WorkloadPlan, PreparedQuery]:
     """The workload's plan, and one PreparedQuery standing for its single charge: calibrated
     for the union of the columns every statement reads (their eta), under the asked mode."""
@@ -154,7 +159,7 @@ def _plan_workload(db: PrivateDatabase, statements: list[str], epsilon: float | 
     return work, replace(base, calibration=cal, columns=columns, scope=scope, model=model,
                          declared=None, times=None, tight_dp=None, mode=mode)
 
-def _workload_answers(db: PrivateDatabase, work: WorkloadPlan, epsilon_dp: float, exact_cells: Any,
+def _workload_answers(db: Database, work: WorkloadPlan, epsilon_dp: float, exact_cells: Any,
                       exact_alone: dict) -> tuple[tuple[WorkloadAnswer, ...],
                                                   tuple[AggregateInfo, ...]]:
     """Noise, least squares and intervals: every statement's answer from one split of
@@ -189,12 +194,8 @@ def _workload_answers(db: PrivateDatabase, work: WorkloadPlan, epsilon_dp: float
             continue
         mechanisms = db._preparer.mechanisms(plan, share)
         exact = exact_alone[member.sql]
-        noisy = release_alone(mechanisms, exact.values)
-        finished = postprocess.direct(plan, exact.keys, noisy, mechanisms)
-        if finished is None:
-            frame = postprocess.noisy_frame(plan, exact.keys, noisy, mechanisms)
-            finished = postprocess.finish(db._post, plan, member.prepared.post_sql, frame)
-        own = _aggregate_infos(plan, mechanisms)
+        finished = release_answer(db._post, plan, member.prepared.post_sql, exact, mechanisms)
+        own = aggregate_infos(plan, mechanisms)
         infos += own
         answers.append(WorkloadAnswer(member.sql, *finished, _answered(member), share, own))
     return tuple(answers), tuple(infos)
@@ -225,7 +226,7 @@ def _rmse(mechanisms: dict[str, Mechanism]) -> float:
 
 
 
-def workload_halfwidth(db: PrivateDatabase, statements: list[str],
+def workload_halfwidth(db: Database, statements: list[str],
                        mode: str | None) -> Callable[[float], float]:
     """The widest 95% half-width of a noisy cell of the workload at an epsilon (under this
     connection's policy): non-increasing in epsilon, for `epsilon_for`'s bisection."""
@@ -243,7 +244,7 @@ def workload_halfwidth(db: PrivateDatabase, statements: list[str],
     return halfwidth
 
 
-def accuracy_epsilon(db: PrivateDatabase, statements: list[str], accuracy: float,
+def accuracy_epsilon(db: Database, statements: list[str], accuracy: float,
                      mode: str | None, epsilon: float | None, cost: float | None) -> float:
     """The epsilon `accuracy=` asks for a workload (refused beside an epsilon or a cost)."""
     if epsilon is not None or cost is not None:

@@ -11,8 +11,8 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
-from dpsql.engine.database import binding_of
-from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
+from dpsql.engine.accounting.ledger import Charge, Ledger
+from dpsql.engine.accounting.ledger_binding import LedgerBinding, binding_of
 from dpsql.engine.policy_yaml import load_policy
 
 STATES = ["CA", "NY", "TX", "WA"]
@@ -166,7 +166,7 @@ def create_ledger(path: Path, policy: Path | LedgerBinding) -> Path:
 
 def record_charge(ledger: Ledger, charge: Charge) -> None:
     """Write a charge as it is, without admission: for tests that build ledgers by hand."""
-    ledger.charge(lambda spent, binding, read, times: (charge, None))
+    ledger.charge(lambda state: (charge, None))
 
 
 def charge_count(ledger: Path) -> int:

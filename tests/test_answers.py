@@ -10,8 +10,8 @@ import sqlite3
 
 import pytest
 from dpsql.engine import PrivateDatabase, postprocess
+from dpsql.engine.accounting.ledger_binding import LedgerBinding
 from dpsql.engine.errors import DpsqlError
-from dpsql.engine.ledger import LedgerBinding
 from dpsql.engine.report.build import build_report
 
 from tests.support import cli_paths, create_ledger, run_cli, write_policy
@@ -158,7 +158,7 @@ def test_a_version_2_ledger_is_migrated_in_place_and_keeps_its_spending(setup, c
 
 def test_a_failed_migration_changes_nothing(setup, monkeypatch):
     """The migration is one transaction: if it fails midway the ledger stays version 2."""
-    from dpsql.engine import ledger as ledger_module
+    from dpsql.engine.accounting import ledger as ledger_module
 
     setup.ledger.unlink()
     _v2_ledger(setup.ledger, charges=2)

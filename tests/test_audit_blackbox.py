@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 import pytest
-from dpsql.engine import database, prepare
+from dpsql.engine import prepare, release
+from dpsql.engine.accounting.ledger import Ledger
 from dpsql.engine.aggregates import sum as sum_aggregate
-from dpsql.engine.ledger import Ledger
 from dpsql.engine.policy import Policy, ScopedEta
 from sqlglot import exp
 
@@ -93,12 +93,12 @@ def _independent(mp):
 
 
 def _release(change):
-    real = database.release_cells
+    real = release.release_cells
 
     def wrong(mech, exact):
         return change(mech, exact, real(mech, exact))
 
-    return lambda mp: mp.setattr(database, "release_cells", wrong)
+    return lambda mp: mp.setattr(release, "release_cells", wrong)
 
 
 def _zero_exact(mech, exact, noisy):
@@ -134,7 +134,7 @@ def _charges(keep):
     def charge(self, settle):
         if keep(next(count)):
             return real(self, settle)
-        return 0, settle(*self.state())[1]
+        return 0, settle(self.state())[1]
 
     return lambda mp: mp.setattr(Ledger, "charge", charge)
 

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.accounting.ledger import Ledger
+from dpsql.engine.accounting.ledger_binding import binding_of
 from dpsql.engine.backends import Backend, ExactAnswer
 from dpsql.engine.backends.duckdb import DuckDBBackend
-from dpsql.engine.database import binding_of
-from dpsql.engine.ledger import Ledger
 from dpsql.engine.policy import TableSpec
 from dpsql.engine.policy_yaml import load_policy
 from sqlglot import exp

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from dpsql.engine.ledger import Ledger, LedgerBinding
+from dpsql.engine.accounting.ledger import Ledger
+from dpsql.engine.accounting.ledger_binding import LedgerBinding
 
 ROOT = Path(__file__).parent.parent
 EPSILON = 0.001

@@ -8,7 +8,8 @@ import duckdb
 import pytest
 from dpsql.calibration import DependenceModel, calibrate, transcript_level
 from dpsql.engine import BudgetExhausted, InputError, LedgerError, PolicyError, PrivateDatabase, QueryRefused
-from dpsql.engine.ledger import Ledger, LedgerBinding
+from dpsql.engine.accounting.ledger import Ledger
+from dpsql.engine.accounting.ledger_binding import LedgerBinding
 
 from tests.support import create_ledger, write_policy
 

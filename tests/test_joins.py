@@ -510,8 +510,8 @@ def test_an_eta_declared_for_a_set_of_parent_columns_applies(parented, tmp_path)
 def test_a_stored_binding_accounts_parent_columns_at_eta_1(tmp_path):
     """An accountant built from the ledger's binding (a later connection, a report) prices a
     transcript that read a parent column at eta 1, not the policy's default."""
-    from dpsql.engine.database import binding_of
-    from dpsql.engine.ledger import Ledger
+    from dpsql.engine.accounting.ledger import Ledger
+    from dpsql.engine.accounting.ledger_binding import binding_of
 
     policy = parse_policy({**BASE_POLICY, **with_households(),
                            "dependence": {"k": 3, "eta": 0.1}})
@@ -529,9 +529,9 @@ def test_a_stored_binding_accounts_parent_columns_at_eta_1(tmp_path):
 def test_a_ledger_refuses_a_policy_that_drops_a_parent_and_accepts_one_that_adds_it(tmp_path):
     """Dropping a parent table would account the household columns already read at the default
     eta, below 1: more lenient, refused. Adding one only raises an eta: recorded."""
-    from dpsql.engine.database import binding_of
+    from dpsql.engine.accounting.ledger import Ledger
+    from dpsql.engine.accounting.ledger_binding import binding_of
     from dpsql.engine.errors import LedgerError
-    from dpsql.engine.ledger import Ledger
 
     tables = with_households()["tables"]
     plain = parse_policy({**BASE_POLICY, "tables": {"people": tables["people"]}})
@@ -548,8 +548,8 @@ def test_a_ledger_without_a_parents_record_opens(tmp_path):
     """Ledgers written before parent tables hold no `parents` key: they open, with none."""
     import sqlite3
 
-    from dpsql.engine.database import binding_of
-    from dpsql.engine.ledger import Ledger
+    from dpsql.engine.accounting.ledger import Ledger
+    from dpsql.engine.accounting.ledger_binding import binding_of
 
     policy = parse_policy(BASE_POLICY)
     Ledger(tmp_path / "l.sqlite", binding_of(policy), create=True).close()

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from dpsql.calibration import DependenceModel, transcript_level
 from dpsql.engine import cli
+from dpsql.engine.accounting.ledger import Charge, Ledger
+from dpsql.engine.accounting.ledger_binding import LedgerBinding
 from dpsql.engine.errors import LedgerError
-from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
 from dpsql.engine.result import AnswerCost
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -8,7 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from dpsql.engine.ledger import Ledger, LedgerBinding
+from dpsql.engine.accounting.ledger import Ledger
+from dpsql.engine.accounting.ledger_binding import LedgerBinding
 
 from tests.support import create_ledger, write_policy
 

@@ -11,8 +11,9 @@ import math
 import sqlite3
 from pathlib import Path
 
-from dpsql.engine import ledger_totals
-from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
+from dpsql.engine.accounting import totals as ledger_totals
+from dpsql.engine.accounting.ledger import Charge, Ledger
+from dpsql.engine.accounting.ledger_binding import LedgerBinding
 from dpsql.engine.report.ledger import read_ledger
 from dpsql.engine.result import AnswerCost
 from hypothesis import given, settings
@@ -52,12 +53,12 @@ def scanned(path: Path, analyst: str | None = None) -> tuple:
 
 
 def figures(ledger: Ledger, analysts: tuple[str, ...] = ("ann", "bob")) -> tuple:
-    spent, _, read, spend = ledger.state()
+    books = ledger.state().books
     mine = []
     for name in analysts:
         totals = ledger_totals.read(ledger._conn, ledger.path, name)
         mine.append((totals.spent(ledger.path), totals.read, totals.time_spend()))
-    return (spent, read, spend), mine
+    return (books.spent, books.read, books.times), mine
 
 
 def _charge(analyst: str, eps_dp: float, cols, points, answer: dict | None = None) -> Charge:
@@ -89,7 +90,7 @@ def test_a_write_the_engine_did_not_total_is_read_from_the_charges(tmp_path):
         raw.commit()
     with Ledger(path, BINDING) as ledger:
         assert figures(ledger, ("ann",)) == (scanned(path), [scanned(path, "ann")])
-        assert ledger.state()[0] == 0.75 and ledger.state()[2] is None
+        assert ledger.state().books.spent == 0.75 and ledger.state().books.read is None
         record_charge(ledger, _charge("ann", 0.5, frozenset(), None))
         assert figures(ledger, ("ann",)) == (scanned(path), [scanned(path, "ann")])
 

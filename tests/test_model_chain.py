@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import yaml
 from dpsql.calibration import DependenceModel, MarkovModel, exact_audit, exact_audit_vector
+from dpsql.calibration.declared import tight_level
 from dpsql.calibration.inversion import invert
 from dpsql.calibration.model_maps import chain_level
 from dpsql.calibration.model_markov import chain_eta
 from dpsql.engine import PrivateDatabase
-from dpsql.engine.declared_models import tight_level
+from dpsql.engine.accounting.ledger import SCHEMA_VERSION, Ledger
 from dpsql.engine.errors import InputError, PolicyError
-from dpsql.engine.ledger import SCHEMA_VERSION, Ledger
 from dpsql.engine.policy_yaml import parse_policy
 
 from tests.support import create_ledger, run_cli
@@ -222,15 +222,15 @@ def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_
                      "aggregates, answer, columns) VALUES ('t', 'a', 'SELECT 1', 0.5, 0.25, "
                      "'tight', 4, 0.9, '[]', NULL, '[\"readings.day\", \"readings.on\"]')")
         conn.commit()
-    from dpsql.engine.database import binding_of
+    from dpsql.engine.accounting.ledger_binding import binding_of
     from dpsql.engine.policy_yaml import load_policy
 
     ledger = Ledger(path, binding_of(load_policy(tmp_path / "policy.yaml")))
     try:
-        spent, _, read, times = ledger.state()
+        books = ledger.state().books
     finally:
         ledger.close()
-    assert (spent, read, times) == (0.25, frozenset({"readings.day", "readings.on"}), None)
+    assert (books.spent, books.read, books.times) == (0.25, frozenset({"readings.day", "readings.on"}), None)
     with contextlib.closing(sqlite3.connect(path)) as conn:
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         columns = [row[1] for row in conn.execute("PRAGMA table_info(charges)")]

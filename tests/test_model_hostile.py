@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dpsql.engine.declared_models import SeriesPoints
+from dpsql.calibration.declared import SeriesPoints
 from dpsql.engine.errors import InputError, QueryRefused
 
 from tests import test_model_chain as chain

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import yaml
 from dpsql.calibration import DependenceModel, HouseholdModel, exact_audit_vector, guarantee, household_pmf
+from dpsql.calibration.declared import DeclaredModel
 from dpsql.calibration.model_household import household_level
 from dpsql.calibration.model_maps import household_column_level
 from dpsql.engine import PrivateDatabase
-from dpsql.engine.accounting import ScopedAccountant
-from dpsql.engine.declared_models import DeclaredModel
+from dpsql.engine.accounting.transcript import ScopedAccountant
 from dpsql.engine.errors import BudgetExhausted, InputError, LedgerError, PolicyError
 from dpsql.engine.policy_yaml import parse_policy
 from hypothesis import given, settings

@@ -10,9 +10,9 @@ import itertools
 import numpy as np
 import pytest
 from dpsql.calibration import DependenceModel, MarkovModel, exact_audit, exact_audit_vector
+from dpsql.calibration.declared import DeclaredModel, SeriesPoints
 from dpsql.calibration.model_exact import largest_within
 from dpsql.calibration.model_series import pair_bounds, series_exact_level, series_levels
-from dpsql.engine.declared_models import DeclaredModel, SeriesPoints
 
 from tests.test_model_chain import chain_pmf
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from dpsql.calibration import DependenceModel, calibrate, dp_budget, transcript_level
 from dpsql.engine import LedgerError, PrivateDatabase, load_policy
-from dpsql.engine.ledger import Charge, Ledger, LedgerBinding
+from dpsql.engine.accounting.ledger import Charge, Ledger
+from dpsql.engine.accounting.ledger_binding import LedgerBinding
 from dpsql.engine.report.build import build_report
 from dpsql.engine.report.values import ENTRY_COLUMNS
 from dpsql.engine.result import AggregateRecord, AnswerCost

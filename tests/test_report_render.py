@@ -11,9 +11,9 @@ from html.parser import HTMLParser
 
 import matplotlib.image
 import pytest
+from dpsql.engine.accounting.ledger import Charge, Ledger
 from dpsql.engine.cli import main
 from dpsql.engine.display import number
-from dpsql.engine.ledger import Charge, Ledger
 from dpsql.engine.report.build import build_report
 from dpsql.engine.report.plot import plot_png, spend_figure
 from dpsql.engine.report.render import render_html, render_markdown, render_table

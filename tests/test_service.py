@@ -21,10 +21,10 @@ import httpx
 import pytest
 import uvicorn
 from dpsql.calibration import DependenceModel
+from dpsql.engine.accounting.ledger import Ledger
 from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.database import PrivateDatabase
 from dpsql.engine.errors import AccessDenied, BudgetExhausted, QueryRefused
-from dpsql.engine.ledger import Ledger
 from dpsql.engine.service import auth
 from dpsql.engine.service.app import create_app
 from dpsql.engine.service.limits import Limits
@@ -588,7 +588,7 @@ def test_rate_limiter_refills_and_forgets_refilled_keys(monkeypatch):
 def test_a_cap_is_accounted_on_the_columns_the_analyst_s_own_answers_read(tmp_path):
     """Another analyst reading more columns raises the global transcript's eta, not the eta of
     a capped analyst's own answers, which read only `sick`."""
-    from dpsql.engine.accounting import Accountant
+    from dpsql.engine.accounting.transcript import Accountant
 
     from tests.test_eta_by_columns import SICK_ETA, K, _eps_dp, _policy
 

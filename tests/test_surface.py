@@ -24,10 +24,10 @@ from dpsql.engine import (
     QueryInterrupted,
     QueryRefused,
 )
+from dpsql.engine.accounting.ledger import Charge, Ledger
 from dpsql.engine.commands import exit_code
 from dpsql.engine.commands_output import print_explanation, print_result
 from dpsql.engine.display import number, visible
-from dpsql.engine.ledger import Charge, Ledger
 from dpsql.engine.report.build import build_report
 from dpsql.engine.report.render import render_markdown, render_table
 from dpsql.engine.result import AnswerCost

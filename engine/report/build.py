@@ -10,8 +10,8 @@ from itertools import accumulate
 from pathlib import Path
 
 from ...calibration import mutual_information_bound
-from ..accounting import AnswerMap, ScopedAccountant, TimeSpend, no_column_answers, union
-from ..declared_models import SeriesPoints, SeriesSpend
+from ...calibration.declared import SeriesPoints, SeriesSpend
+from ..accounting.transcript import AnswerMap, ScopedAccountant, TimeSpend, no_column_answers, union
 from ..errors import InputError, LedgerError
 from ..policy import Policy, declarations_json
 from .ledger import LedgerAnswer, LedgerSnapshot, read_ledger

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ...calibration import MODE_CHOICES
+from ..accounting.ledger import SCHEMA_VERSION, open_read_only
+from ..accounting.ledger_binding import LEGACY_MODE, LedgerBinding
+from ..accounting.totals import read_points
 from ..errors import LedgerError
-from ..ledger import LEGACY_MODE, SCHEMA_VERSION, LedgerBinding, open_read_only
-from ..ledger_totals import read_points
 from ..policy import declarations_from_json, shared_from_json
 from ..result import AggregateRecord, AnswerCost
 

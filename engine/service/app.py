@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
 
 from ... import __version__
+from ..accounting.analysts import Analyst
 from ..database import PrivateDatabase
 from ..errors import (
     AccessDenied,
@@ -27,7 +28,6 @@ from ..errors import (
     InputError,
     LedgerError,
 )
-from ..ledger import Analyst
 from .auth import identify
 from .limits import BodyLimit, Limits, RateLimiter, TooManyRequests
 from .metrics import Metrics, MetricsMiddleware

@@ -7,8 +7,9 @@ import hashlib
 import hmac
 import secrets
 
+from ..accounting.analysts import ROLES, Analyst
+from ..accounting.ledger import Ledger
 from ..errors import AccessDenied, InputError
-from ..ledger import ROLES, Analyst, Ledger
 
 TOKEN_BYTES = 32  # 256 bits of randomness: brute force is hopeless, rate limits only cap load
 MAX_TOKEN_LENGTH = 200  # longer header values are refused before hashing

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..accounting.analysts import Analyst
 from ..errors import AccessDenied, DpsqlError
-from ..ledger import Analyst
 from .auth import MAX_TOKEN_LENGTH, identify
 from .limits import Limits, RateLimiter, TooManyRequests
 from .metrics import Metrics

@@ -16,6 +16,7 @@ import sqlglot
 from sqlglot import exp
 
 from ... import __version__
+from ..accounting.analysts import Analyst
 from ..database import PrivateDatabase
 from ..errors import (
     AccessDenied,
@@ -28,7 +29,6 @@ from ..errors import (
     QueryTooLarge,
     ResourceLimitExceeded,
 )
-from ..ledger import Analyst
 from ..result import Explanation, QueryResult
 from .limits import TooManyRequests
 from .metrics import Metrics

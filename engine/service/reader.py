@@ -10,8 +10,9 @@ from typing import NoReturn, TypeVar
 
 from sqlglot import exp
 
-from ..database import PrivateDatabase, binding_of
-from ..ledger import Ledger
+from ..accounting.ledger import Ledger
+from ..accounting.ledger_binding import binding_of
+from ..database import PrivateDatabase
 from ..plan import ExactAnswer
 from ..policy import TableSpec
 

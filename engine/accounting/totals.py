@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .declared_models import SeriesPoints, SeriesSpend
-from .errors import LedgerError
+from ...calibration.declared import SeriesPoints, SeriesSpend
+from ..errors import LedgerError
+from .books import Books
 
 WHOLE = "*"
 """The scope of the whole ledger; an analyst's scope is ANALYST + their name."""
@@ -70,6 +71,11 @@ class Totals:
         if self.times is None:
             return None
         return SeriesSpend(self.times) if self.series else dict(self.times)
+
+    def books(self, path: Path) -> Books:
+        """The books these totals keep: the spending, the columns read and the spending per
+        time point (with no accountants yet)."""
+        return Books(self.spent(path), self.read, self.time_spend())
 
     def add(self, eps_dp: float, columns: frozenset[str] | None,
             points: Iterable[int] | None) -> Totals:
@@ -217,6 +223,7 @@ def _store(conn: sqlite3.Connection, scope: str, totals: Totals) -> None:
 
 def _scope(analyst: str | None) -> str:
     return WHOLE if analyst is None else ANALYST + analyst
+
 
 def write_points(points: tuple[int, ...]) -> str:
     """A charge's time points as the ledger keeps them: a JSON list, or {"series": list} when

@@ -4,35 +4,35 @@ A declared model is one more guarantee map for the transcripts it covers (docs/t
 a transcript whose answers read only the model's columns is min(L_tight, L_model)-private.
 A household model covers a binary column of a row-level table; a chain covers a column and a
 time column, for answers each of whose released values depends on one time point (§14) or
-reads several time points together (a `SeriesPoints`, §20).
+reads several time points together (a `SeriesPoints`, §20). Mode model (`maps.MODEL_MODE`)
+calibrates a query by the model covering it (`model_calibration`); a query no model covers
+uses the base map (`maps.MODEL_BASE`).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
-from ..calibration import (
-    CalibrationError,
-    DependenceModel,
-    HouseholdModel,
-    MarkovModel,
-    guarantee,
-    within_budget,
-)
-from ..calibration.household import household_eta
-from ..calibration.inversion import invert
-from ..calibration.model_exact import largest_within, rho_grid
-from ..calibration.model_maps import (
+from .composition import within_budget
+from .errors import CalibrationError
+from .household import household_eta
+from .inversion import Calibration, invert
+from .maps import MODEL_MODE, guarantee
+from .model import DependenceModel
+from .model_exact import largest_within, rho_grid
+from .model_household import HouseholdModel
+from .model_maps import (
     capped_inverse,
     chain_level,
     household_column_level,
     series_level,
     series_ratio_level,
 )
-from ..calibration.model_markov import chain_eta
+from .model_markov import MarkovModel, chain_eta
 
 DEFAULT_CAP = 10.0
 """An answer's model eps_dp is at most this many times the tight map's (the owner may lower it)."""
@@ -42,6 +42,8 @@ RHO_STEP = (0.05, 0.1)
 
 TRANSITION_STEP = 0.05
 """How far explain moves each transition probability of a chain (a model that is off)."""
+
+CALIBRATION_CACHE_SIZE = 256
 
 
 class SeriesPoints(tuple[int, ...]):
@@ -243,3 +245,19 @@ def models_from_json(text: str) -> tuple[DeclaredModel, ...]:
 def tight_level(eps_dp: float, model: DependenceModel) -> float:
     """The tight map at eps_dp (0 for nothing spent)."""
     return 0.0 if eps_dp == 0.0 else guarantee("tight", eps_dp, model)
+
+
+@lru_cache(maxsize=CALIBRATION_CACHE_SIZE)
+def model_calibration(declared: DeclaredModel, epsilon: float, model: DependenceModel,
+                      times: tuple[int, ...]) -> tuple[Calibration, float]:
+    """A declared model's calibration of one answer and the tight map's eps_dp (cached: a
+    repeated query does not pay the bisection twice); CalibrationError if it cannot."""
+    eps_dp, tight = declared.calibrate(epsilon, model, times)
+    level = declared.answer_level(eps_dp, model, times)
+    capped = eps_dp >= tight * declared.cap * (1 - 1e-9)
+    note = f"capped at {declared.cap:g} x the tight map's" if capped else "the model's level"
+    return Calibration(
+        epsilon=epsilon, epsilon_dp=eps_dp, mode=MODEL_MODE, requested_mode=MODEL_MODE,
+        level=level, model=model, options=(),
+        justification=(f"{declared.describe()}: epsilon_dp {eps_dp:.4g} against the tight "
+                       f"map's {tight:.4g} ({note})")), tight

@@ -1,4 +1,5 @@
-"""The persistent budget ledger: sqlite3 in WAL mode, one row per released answer.
+"""The persistent budget ledger: sqlite3 in WAL mode, one row per released answer, and the
+books (`Books`) it returns of what was spent.
 
 The check against the budget and the charge happen in one `BEGIN IMMEDIATE` transaction, so
 processes sharing a ledger are serialised and can never overspend together.
@@ -25,14 +26,10 @@ read at no single time point.
 
 What the accountant reads (the spending, the columns read, the spending per time point, in
 total and per analyst) is kept as running totals in each charge's own transaction
-(`ledger_totals`), so a query costs the same however many answers the ledger holds. A version 5
+(`totals.py`), so a query costs the same however many answers the ledger holds. A version 5
 ledger without them is migrated in place on open, with its answers moved to their own table.
 
-The analysts of `dpsql serve` live in their own table, made on the first `dpsql analyst add`
-(a ledger without it has no analysts): a name, the HMAC of the token under the ledger's own
-`token_key`, a role, an optional cap, and when the token was revoked. `account` reads an
-analyst with their own spending on the ledger's connection, so that a charge checks the cap in
-its own transaction.
+The analysts of `dpsql serve` live in their own table (`analysts.py`).
 """
 
 from __future__ import annotations
@@ -43,25 +40,19 @@ import secrets
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from ..calibration import DependenceModel, mode_dominates
-from . import ledger_totals
-from .accounting import ScopedAccountant, TimeSpend
-from .declared_models import models_from_json
-from .errors import EngineHalted, LedgerError
-from .ledger_totals import write_points
-from .policy import EtaDeclaration, declarations_from_json, shared_from_json
-from .result import AggregateRecord, AnswerCost, HistoryEntry
-
-ROLES = ("analyst", "accountant")
+from ..errors import EngineHalted, LedgerError
+from ..result import AggregateRecord, AnswerCost, HistoryEntry
+from . import totals as ledger_totals
+from .analysts import AnalystsTable, now
+from .books import Books
+from .ledger_binding import LEGACY_MODE, LedgerBinding, binding_from_meta, binding_meta
+from .totals import write_points
 
 SCHEMA_VERSION = "5"
 HALT_ATTEMPTS = 5  # busy timeouts (60 s each) a halt waits for a locked ledger
-LEGACY_MODE = "auto"
-"""Version 2 ledgers always accounted with the tightest map, which is auto's."""
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE charges (
@@ -106,16 +97,6 @@ _MIGRATE_4_TO_5 = (
 _MIGRATIONS = {"2": _MIGRATE_2_TO_3 + _MIGRATE_3_TO_4 + _MIGRATE_4_TO_5,
                "3": _MIGRATE_3_TO_4 + _MIGRATE_4_TO_5, "4": _MIGRATE_4_TO_5}
 _TABLES = {"meta", "charges", "bindings"}
-# The service's analysts, made on the first `dpsql analyst add` (a ledger without it has none).
-_ANALYSTS = """
-CREATE TABLE IF NOT EXISTS analysts (
-    name TEXT PRIMARY KEY,
-    token_hash TEXT NOT NULL UNIQUE,
-    role TEXT NOT NULL CHECK (role IN ('analyst', 'accountant')),
-    cap REAL CHECK (cap IS NULL OR (cap > 0 AND cap < 1e300)),
-    revoked TEXT,
-    created TEXT NOT NULL
-)"""
 T = TypeVar("T")
 
 
@@ -133,82 +114,15 @@ class Charge:
 
 
 @dataclass(frozen=True)
-class LedgerBinding:
-    """The policy facts a ledger is bound to; spending is only meaningful under them."""
+class LedgerState:
+    """What a ledger holds now: the binding it is under and its books (with no accountants:
+    who must admit a charge is the reader's to say, `Bookkeeper.books`)."""
 
-    budget: float
-    k: int
-    eta: float
-    mode: str = LEGACY_MODE  # the policy's mode, whose map accounts for the transcript
-    # Which column identifies an individual in each table (JSON; "" before it was recorded):
-    # every epsilon spent is about those individuals, so it never changes under a ledger.
-    units: str = ""
-    eta_by_columns: str = ""  # declarations_json of the policy's eta per column set
-    models: str = ""  # models_json of the policy's declared models: never changes under a ledger
-    # The parent tables' columns (JSON list; "" for none), whose eta is 1 unless a declared set
-    # holds them: a later policy may add to them, never drop one (that would lower their eta).
-    parents: str = ""
-
-    @property
-    def model(self) -> DependenceModel:
-        return DependenceModel(self.k, self.eta)
-
-    @property
-    def declarations(self) -> tuple[EtaDeclaration, ...]:
-        return declarations_from_json(self.eta_by_columns)
-
-    @property
-    def shared(self) -> frozenset[str]:
-        """The parent tables' columns (`table.column`)."""
-        return shared_from_json(self.parents)
-
-    def accountant(self) -> ScopedAccountant:
-        """The accountant this binding defines."""
-        return ScopedAccountant(self.budget, self.k, self.eta, self.mode, self.declarations,
-                                models_from_json(self.models), self.shared)
-
-    def lenient_fields(self, other: LedgerBinding) -> list[str]:
-        """The fields in which `other` is more lenient than self (more budget, smaller k or eta,
-        a smaller eta for some column set, a parent column dropped, a mode whose accounting map
-        is not everywhere at least as large). The eta of any column set is the smallest declared
-        over its supersets, else 1 for a set with a parent column and eta otherwise, so with
-        eta and the parent columns no looser, comparing at `other`'s declared sets covers every
-        set."""
-        mode_looser = not mode_dominates(other.mode, self.mode, other.model)
-        mine, theirs = self.accountant(), other.accountant()
-        sets_looser = any(theirs.scope(d.columns).eta < mine.scope(d.columns).eta
-                          for d in theirs.eta_by_columns)
-        return [name for name, looser in (("budget", other.budget > self.budget),
-                                          ("k", other.k < self.k),
-                                          ("eta", other.eta < self.eta),
-                                          ("eta_by_columns", sets_looser),
-                                          ("parents", not self.shared <= other.shared),
-                                          ("mode", mode_looser)) if looser]
+    binding: LedgerBinding
+    books: Books
 
 
-@dataclass(frozen=True)
-class Analyst:
-    """An analyst of the service as the ledger records them (never their token, only its hash)."""
-
-    name: str
-    role: str  # "analyst" (queries) or "accountant" (reads every history and the report)
-    cap: float | None  # the most their own answers' information-privacy level may reach
-    revoked: str | None  # when the owner revoked their token (ISO 8601, UTC), or None
-    created: str
-
-
-@dataclass(frozen=True)
-class AnalystAccount:
-    """A registered analyst with the DP epsilon their own answers have spent so far, the
-    columns those answers read (None: every column) and their spending per time point."""
-
-    analyst: Analyst
-    spent_dp: float
-    read: frozenset[str] | None
-    times: TimeSpend | None = None  # their spending per time point (`Ledger.state`)
-
-
-class Ledger:
+class Ledger(AnalystsTable):
     """A budget ledger file bound to one policy's budget and dependence model."""
 
     def __init__(self, path: str | Path, binding: LedgerBinding, create: bool = False) -> None:
@@ -257,7 +171,7 @@ class Ledger:
             raise LedgerError(f"cannot read ledger {path} as a dpsql ledger: {exc}") from None
         finally:
             conn.close()
-        return cls(path, _binding_from_meta(meta, Path(path)))
+        return cls(path, binding_from_meta(meta, Path(path)))
 
     def _create(self) -> None:
         """Build a complete ledger under a temporary name, then link it into place atomically.
@@ -278,11 +192,11 @@ class Ledger:
                         conn.execute(statement)
                 for statement in ledger_totals.STORAGE:
                     conn.execute(statement)
-                now = _now()
+                created = now()
                 meta = {"schema_version": SCHEMA_VERSION, "hash_key": secrets.token_hex(16),
-                        "created": now, **_binding_meta(self.binding)}
+                        "created": created, **binding_meta(self.binding)}
                 conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
-                _insert_binding(conn, now, self.binding)
+                _insert_binding(conn, created, self.binding)
                 ledger_totals.rebuild(conn, self.path)
                 conn.execute("COMMIT")
             finally:
@@ -393,9 +307,9 @@ class Ledger:
                 conn.executemany(
                     "INSERT INTO meta (key, value) VALUES (?, ?) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    list(_binding_meta(wanted).items()))
+                    list(binding_meta(wanted).items()))
                 if replace(stored, units=wanted.units) != wanted:  # more than units recorded
-                    _insert_binding(conn, _now(), wanted)
+                    _insert_binding(conn, now(), wanted)
             else:
                 conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
             conn.execute("COMMIT")
@@ -429,7 +343,7 @@ class Ledger:
 
     def _stored_binding(self) -> LedgerBinding:
         """The binding the ledger holds now (the owner may have tightened it since we opened)."""
-        return _binding_from_meta(dict(self._conn.execute("SELECT key, value FROM meta").fetchall()),
+        return binding_from_meta(dict(self._conn.execute("SELECT key, value FROM meta").fetchall()),
                                   self.path)
 
     def _meta(self, key: str) -> str:
@@ -445,28 +359,25 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
-    def state(self) -> tuple[float, LedgerBinding, frozenset[str] | None, TimeSpend | None]:
-        """The DP spending, the ledger's binding, the columns read so far (None: every
-        column) and the spending per time point (`time_spending`), read in one transaction."""
+    def state(self) -> LedgerState:
+        """The ledger's binding and books (the DP spending, the columns read so far and the
+        spending per time point), read in one transaction."""
         conn = self._conn
         try:
             conn.execute("BEGIN")
             try:
                 totals = ledger_totals.read(conn, self.path)
-                return (totals.spent(self.path), self._stored_binding(), totals.read,
-                        totals.time_spend())
+                return LedgerState(self._stored_binding(), totals.books(self.path))
             finally:
                 conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
-    def charge(self, settle: Callable[[float, LedgerBinding, frozenset[str] | None,
-                                       TimeSpend | None], tuple[Charge, T]]) -> tuple[int, T]:
-        """Charge what `settle(spent_dp, binding, read, times)` decides, in one transaction.
+    def charge(self, settle: Callable[[LedgerState], tuple[Charge, T]]) -> tuple[int, T]:
+        """Charge what `settle(state)` decides, in one transaction.
 
-        `settle` gets the DP spending, the ledger's binding, the columns read so far and the
-        spending per time point as they are now, under the write lock; it admits or refuses
-        (raising), draws the noise and builds the complete answer.
+        `settle` gets the ledger's binding and books as they are now, under the write lock; it
+        admits or refuses (raising), draws the noise and builds the complete answer.
         The charge and its answer are then inserted and committed together; if anything
         raises, the transaction rolls back and nothing is charged. Returns the charge's id and
         what `settle` returned. Concurrent processes are serialised by sqlite's write lock."""
@@ -481,8 +392,7 @@ class Ledger:
                 if ledger_totals.is_stale(conn):  # another program wrote charges meanwhile
                     ledger_totals.rebuild(conn, self.path)
                 totals = ledger_totals.read(conn, self.path)
-                charge, extra = settle(totals.spent(self.path), stored, totals.read,
-                                       totals.time_spend())
+                charge, extra = settle(LedgerState(stored, totals.books(self.path)))
                 mine = ledger_totals.read(conn, self.path, charge.analyst)  # before the insert
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
@@ -493,7 +403,7 @@ class Ledger:
                     "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "
                     "aggregates, columns, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "RETURNING id",
-                    [_now(), charge.analyst, charge.sql, cost.epsilon, cost.epsilon_dp, cost.mode,
+                    [now(), charge.analyst, charge.sql, cost.epsilon, cost.epsilon_dp, cost.mode,
                      cost.k, cost.eta, json.dumps([a.record() for a in charge.aggregates]),
                      columns, times],
                 ).fetchone()
@@ -527,7 +437,7 @@ class Ledger:
         for attempt in range(HALT_ATTEMPTS):
             try:
                 self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('halted', ?)",
-                                   [f"{_now()} {reason}"])
+                                   [f"{now()} {reason}"])
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or attempt == HALT_ATTEMPTS - 1:
@@ -553,95 +463,6 @@ class Ledger:
                 self._conn.execute("ROLLBACK")
             raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
         return reason
-
-    def token_key(self) -> bytes:
-        """The ledger's own secret key for hashing analysts' tokens (made on first use), so a
-        token hash copied from one ledger matches nothing in another."""
-        try:
-            row = self._conn.execute("SELECT value FROM meta WHERE key = 'token_key'").fetchone()
-            if row is None:
-                self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('token_key', ?)",
-                                   [secrets.token_hex(32)])
-            return bytes.fromhex(self._meta("token_key"))
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
-
-    def add_analyst(self, name: str, token_hash: str, role: str, cap: float | None) -> Analyst:
-        """Record a new analyst with the hash of their token; a name is never reused."""
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.execute(_ANALYSTS)
-                if self._analyst_row(name) is not None:
-                    raise LedgerError(f"analyst {name!r} already exists in ledger {self.path} "
-                                      "(names are never reused; choose another name)")
-                self._conn.execute("INSERT INTO analysts (name, token_hash, role, cap, revoked, "
-                                   "created) VALUES (?, ?, ?, ?, NULL, ?)",
-                                   [name, token_hash, role, cap, _now()])
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
-        return self._analyst(name)
-
-    def analysts(self) -> tuple[Analyst, ...]:
-        """Every analyst ever added, revoked ones included, in the order they were added."""
-        if not self._has_analysts():
-            return ()
-        rows = self._conn.execute("SELECT name, role, cap, revoked, created FROM analysts "
-                                  "ORDER BY created, name").fetchall()
-        return tuple(Analyst(*row) for row in rows)
-
-    def credentials(self) -> tuple[tuple[str, str], ...]:
-        """(name, token hash) of every analyst whose token is not revoked."""
-        if not self._has_analysts():
-            return ()
-        return tuple(self._conn.execute(
-            "SELECT name, token_hash FROM analysts WHERE revoked IS NULL ORDER BY name").fetchall())
-
-    def update_analyst(self, name: str, *, cap: float | None = None, revoke: bool = False) -> Analyst:
-        """Revoke an analyst's token, or set their cap (a cap may be lowered or raised; the global
-        budget stays the guarantee)."""
-        self._analyst(name)  # names what exists when the name is unknown
-        try:
-            if revoke:
-                self._conn.execute("UPDATE analysts SET revoked = ? WHERE name = ? AND revoked IS "
-                                   "NULL", [_now(), name])
-            else:
-                self._conn.execute("UPDATE analysts SET cap = ? WHERE name = ?", [cap, name])
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot write ledger {self.path}: {exc}") from None
-        return self._analyst(name)
-
-    def account(self, name: str) -> AnalystAccount | None:
-        """The registered analyst `name` with their own DP spending, or None if the name is no
-        registered analyst. Read on this connection, so inside `charge` it is read in the
-        charge's own transaction."""
-        row = self._analyst_row(name) if self._has_analysts() else None
-        if row is None:
-            return None
-        totals = ledger_totals.read(self._conn, self.path, name)
-        return AnalystAccount(Analyst(*row), totals.spent(self.path), totals.read,
-                              totals.time_spend())
-
-    def _analyst(self, name: str) -> Analyst:
-        row = self._analyst_row(name) if self._has_analysts() else None
-        if row is None:
-            known = ", ".join(a.name for a in self.analysts()) or "none yet"
-            raise LedgerError(f"no analyst {name!r} in ledger {self.path} (analysts: {known}); add "
-                              f"one with dpsql analyst add NAME --ledger {self.path}")
-        return Analyst(*row)
-
-    def _analyst_row(self, name: str) -> tuple | None:
-        return self._conn.execute("SELECT name, role, cap, revoked, created FROM analysts WHERE "
-                                  "name = ?", [name]).fetchone()
-
-    def _has_analysts(self) -> bool:
-        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
-                                  "'analysts'").fetchone() is not None
 
     def __enter__(self) -> Ledger:
         return self
@@ -725,28 +546,6 @@ def _history(conn: sqlite3.Connection, path: Path, analyst: str,
     return tuple(entries)
 
 
-def _binding_from_meta(meta: dict[str, str], path: Path) -> LedgerBinding:
-    """The binding recorded in a ledger's meta table."""
-    try:
-        declared = meta.get("eta_by_columns", "")
-        declarations_from_json(declared)  # refuse a record that does not parse
-        shared_from_json(meta.get("parents", ""))  # refuse a record that does not parse
-        return LedgerBinding(float(meta["budget"]), int(meta["k"]), float(meta["eta"]),
-                             meta.get("mode", LEGACY_MODE), meta.get("units", ""), declared,
-                             meta.get("models", ""), meta.get("parents", ""))
-    except (KeyError, ValueError, TypeError):
-        raise LedgerError(f"ledger {path} has no valid budget, k and eta; restore it "
-                          "from a backup") from None
-
-
-def _binding_meta(binding: LedgerBinding) -> dict[str, str]:
-    meta = {"budget": repr(binding.budget), "k": str(binding.k), "eta": repr(binding.eta),
-            "mode": binding.mode, "eta_by_columns": binding.eta_by_columns,
-            "models": binding.models}
-    return meta | ({"units": binding.units} if binding.units else {}) \
-        | ({"parents": binding.parents} if binding.parents else {})
-
-
 def _insert_binding(conn: sqlite3.Connection, now: str, binding: LedgerBinding) -> None:
     conn.execute("INSERT INTO bindings (time, budget, k, eta, mode, eta_by_columns) "
                  "VALUES (?, ?, ?, ?, ?, ?)",
@@ -778,8 +577,3 @@ def _fsync(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -1,4 +1,4 @@
-"""The accountant: a transcript's level, what a query costs, and the largest epsilon left.
+"""The accountant of a transcript: its level, what a query costs, and the largest epsilon left.
 
 The ledger keeps S, the sum of every released answer's eps_dp; the transcript is then
 L(S)-information private, where L is the guarantee map of the policy's mode under its
@@ -7,10 +7,7 @@ epsilon; what a user can spend is expressed here:
 
 * cost(S, eps_dp) = L(S + eps_dp) - L(S): how much one answer raises the level;
 * largest_epsilon(S) = L_m(L^-1(B) - S): the largest epsilon a query calibrated under mode m
-  (eps_dp = L_m^-1(epsilon)) can still ask and be admitted;
-* epsilon_dp_for_cost(S, C) = L^-1(L(S) + C) - S: the eps_dp that raises the level by at
-  most C. Since L is convex with L(0) = 0 it is superadditive, so that answer alone is at
-  most C-private too.
+  (eps_dp = L_m^-1(epsilon)) can still ask and be admitted.
 
 With column-scoped eta the map depends on the columns read: a transcript whose answers read
 the columns U is L(S; k, eta_U)-private (docs/theory.md §11). `ScopedAccountant` holds a
@@ -28,7 +25,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..calibration import (
+from ...calibration import (
     CalibrationError,
     DependenceModel,
     dp_budget,
@@ -37,9 +34,9 @@ from ..calibration import (
     transcript_level,
     within_budget,
 )
-from ..calibration.model_maps import capped_inverse
-from .declared_models import DeclaredModel, SeriesSpend
-from .policy import EtaDeclaration, ScopedEta, scoped_eta
+from ...calibration.declared import DeclaredModel, SeriesSpend
+from ...calibration.model_maps import capped_inverse
+from ..policy import EtaDeclaration, ScopedEta, scoped_eta
 
 TimeSpend = Mapping[int, float]
 """eps_dp spent per time point by the answers charged per time point (chains, §14)."""
@@ -102,10 +99,6 @@ class Accountant:
             return answer(room)
         return guarantee(self.mode if mode is None else mode, room,
                          self.model if query is None else query)
-
-    def epsilon_dp_for_cost(self, spent_dp: float, cost: float) -> float:
-        """The eps_dp whose answer raises the level by at most `cost`: L^-1(L(S) + C) - S."""
-        return inverse(self.level(spent_dp) + cost, self.model, self.mode) - spent_dp
 
 
 def inverse(level: float, model: DependenceModel, mode: str) -> float:
