@@ -21,8 +21,8 @@ from sqlglot import exp
 
 from . import bounded_store, progress
 from .backends.bounding import kept_rows
+from .backends.duckdb_gate import SchemaGate
 from .errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
-from .gate import SchemaGate
 from .plan import ExactAnswer
 from .policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
 from .rewrite import BOUNDED_CATALOG, bounded_table, readable_tables

@@ -7,13 +7,13 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
-from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import QueryRefused
 from dpsql.engine.execute import bound_units, run
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -11,14 +11,14 @@ import os
 from pathlib import Path
 
 import pytest
-from dpsql.engine.binding import build_plan
 from dpsql.engine.execute import bounded_copy_sql
 from dpsql.engine.noise import build_mechanism
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.postprocess import noisy_columns, query_sql
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY
 

@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 import sqlglot
 from dpsql.engine import PrivateDatabase, QueryRefused, cli, execute, postprocess
-from dpsql.engine.binding import build_plan
+from dpsql.engine.backends.duckdb_gate import SchemaGate, total_cast
 from dpsql.engine.errors import EngineHalted
-from dpsql.engine.gate import SchemaGate, total_cast
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 

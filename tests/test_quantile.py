@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused, execute
 from dpsql.engine.aggregates.quantile import Grid, envelope, estimate, grid
-from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import QueryTooLarge
 from dpsql.engine.execute import bound_units, run
 from dpsql.engine.noise import build_mechanism, release_cells
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.postprocess import ALPHA, finish, noisy_frame, query_sql
 from dpsql.engine.prepare import Preparer
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.parse import parse_select
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

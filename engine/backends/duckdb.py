@@ -2,7 +2,7 @@
 
 Its parts: engine/execute.py opens the data (read-only, no external access, limits, locked
 configuration), checks the schema, makes the bounded copy and runs SQL under the time limit;
-engine/gate.py binds SQL on empty tables of the data's types and refuses what could fail.
+engine/backends/duckdb_gate.py binds SQL on empty tables of the data's types and refuses what could fail.
 """
 
 from __future__ import annotations

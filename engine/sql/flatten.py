@@ -18,9 +18,9 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from .errors import QueryRefused
+from ..errors import QueryRefused
+from ..policy import LookupTable, Policy
 from .join import ACCEPTED as JOIN_ACCEPTED
-from .policy import LookupTable, Policy
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR"}
 _ONE_ROW_PER_ROW = ("a CTE or subquery may only filter, rename and compute columns of one table "

@@ -2,7 +2,7 @@
 
 Each allowed scalar function or operator is one `Scalar`: the sqlglot nodes it is written as,
 the options each node may carry, and its type rule. Plan binding types expressions with it,
-the gate derives its allow-list of DuckDB functions from it (engine/gate.py), and refusals list
+the gate derives its allow-list of DuckDB functions from it (engine/backends/duckdb_gate.py), and refusals list
 its functions, so the three cannot disagree. Types are 'int', 'float', 'str', 'bool', 'date',
 'timestamp' and 'null'.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from .errors import PolicyError, QueryRefused
-from .policy import TIME_TYPES, parse_time
+from ..errors import PolicyError, QueryRefused
+from ..policy import TIME_TYPES, parse_time
 
 MAX_LITERAL = 1e15
 

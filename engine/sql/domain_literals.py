@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from .errors import QueryRefused
-from .policy import ColumnSpec
+from ..errors import QueryRefused
+from ..policy import ColumnSpec
 
 Resolve = Callable[[exp.Column], "ColumnSpec | None"]  # a column's policy spec, if it has one
 

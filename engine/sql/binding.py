@@ -11,15 +11,15 @@ from typing import Any
 
 from sqlglot import exp
 
-from .aggregates import Aggregate, Measured, Operand, aggregate_of, supported
-from .aggregates.quantile import parse_value_column
-from .declared_models import SeriesPoints
+from ..aggregates import Aggregate, Measured, Operand, aggregate_of, supported
+from ..aggregates.quantile import parse_value_column
+from ..declared_models import SeriesPoints
+from ..errors import QueryRefused, QueryTooLarge
+from ..plan import GroupKey, Join, Measurement, OutputColumn, QueryPlan
+from ..policy import TIME_TYPES, ColumnSpec, Limits, Policy, TableSpec
 from .domain_literals import check_domain_literals
-from .errors import QueryRefused, QueryTooLarge
-from .gate import as_double, harden
+from .harden import as_double, harden
 from .join import bind_join, joined_column
-from .plan import GroupKey, Join, Measurement, OutputColumn, QueryPlan
-from .policy import TIME_TYPES, ColumnSpec, Limits, Policy, TableSpec
 from .scalars import (
     MAX_LITERAL,
     Range,
