@@ -14,7 +14,7 @@ from dpsql.calibration import CalibrationError, DependenceModel, calibrate
 from dpsql.engine.noise import Mechanism, build_mechanism, release
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.sensitivity import sensitivity
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 
 from benchmarks.workload import policy_dict

@@ -1,7 +1,7 @@
 """The plan of a query: typed values that every later step reads.
 
 A plan's expressions are sqlglot trees over the policy's columns (before aggregation) or over
-group keys and measurement names (after noise). Binding (engine/binding.py) builds plans and
+group keys and measurement names (after noise). Binding (engine/sql/bind.py) builds plans and
 hardens their expressions into forms DuckDB evaluates without error (engine/sql/harden.py).
 """
 

@@ -30,7 +30,7 @@ from .plan import QueryPlan
 from .policy import MODEL_MODE, Policy, ScopedEta
 from .rewrite import rewrite
 from .sensitivity import sensitivity
-from .sql.binding import build_plan, check_size, series_points, time_points
+from .sql.bind import build_plan, check_size, series_points, time_points
 from .sql.columns import columns_read
 from .sql.flatten import flatten
 from .sql.parse import parse_select

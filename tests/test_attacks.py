@@ -23,7 +23,7 @@ from dpsql.engine.errors import BudgetExhausted, DpsqlError, EngineHalted
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import bounded_table_path, rewrite
 from dpsql.engine.sensitivity import sensitivity
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 from dpsql.engine.sql.planning_limits import Deadline
 

@@ -15,7 +15,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.policy import parse_policy
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy

@@ -13,7 +13,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.sensitivity import sensitivity
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 from dpsql.engine.sql.scalars import value_range
 from hypothesis import example, given, settings

@@ -17,7 +17,7 @@ from dpsql.engine.policy import parse_policy
 from dpsql.engine.postprocess import noisy_columns, query_sql
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY

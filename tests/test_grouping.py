@@ -10,7 +10,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.sensitivity import sensitivity
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.columns import columns_read
 from dpsql.engine.sql.parse import parse_select
 

@@ -20,7 +20,7 @@ from dpsql.engine.backends.duckdb_gate import SchemaGate, total_cast
 from dpsql.engine.errors import EngineHalted
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import rewrite
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy

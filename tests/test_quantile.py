@@ -18,7 +18,7 @@ from dpsql.engine.postprocess import ALPHA, finish, noisy_frame, query_sql
 from dpsql.engine.prepare import Preparer
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 from hypothesis import given, settings
 from hypothesis import strategies as st

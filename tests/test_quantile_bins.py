@@ -14,7 +14,7 @@ import pytest
 from dpsql.engine.aggregates.quantile import grid
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import rewrite
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 
 BOUNDS = (-3.0, 7.3)

@@ -10,7 +10,7 @@ import duckdb
 from dpsql.engine import execute
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import rewrite
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

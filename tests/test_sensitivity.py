@@ -7,7 +7,7 @@ from dpsql.engine.execute import bound_units, run
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
-from dpsql.engine.sql.binding import build_plan
+from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.flatten import flatten
 from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, example, given, settings

@@ -259,7 +259,7 @@ def _function_problem(node: dict) -> str | None:
 def _in_range(node: dict) -> bool:
     """Whether a DATE or TIMESTAMP expression is NULL or in years 1 to 9999 on every row, from
     its form alone: an ISO literal of that range, a column read through a CASE that keeps it
-    only between two such literals (binding's form, engine/binding.py `_guarded`), or casts,
+    only between two such literals (binding's form, engine/sql/scope.py `_guarded`), or casts,
     date_trunc, CASE and COALESCE of such values. Anything else (a bare column, which may hold
     'infinity' or year 5881580) is not known to be."""
     cls, kind = node.get("expression_class"), node.get("type")
