@@ -14,8 +14,8 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy import parse_policy
 from dpsql.engine.sensitivity import sensitivity
 from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.bounds import value_range
 from dpsql.engine.sql.parse import parse_select
-from dpsql.engine.sql.scalars import value_range
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp

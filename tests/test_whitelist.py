@@ -1,4 +1,4 @@
-"""The scalar whitelist is one table (engine/scalars.py): every function a refusal lists is
+"""The scalar whitelist is one table (engine/sql/scalars.py): every function a refusal lists is
 accepted by binding and by the gate, the gate knows how DuckDB binds every entry, and what
 the table leaves out is refused with the table's own list."""
 

@@ -14,16 +14,15 @@ from ..declared_models import SeriesPoints
 from ..errors import QueryRefused, QueryTooLarge
 from ..plan import OutputColumn, QueryPlan
 from ..policy import Limits, Policy, TableSpec
+from .calendar import normalize_times
 from .domain_literals import check_domain_literals
 from .join import bind_join
 from .keys import MAX_GROUPS, bind_group
-from .scalars import check_args, int_literal, normalize_times, short
+from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
 from .where import pruned
 
 MAX_LIMIT = 1_000_000_000
-
-
 _SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "offset"}
 
 

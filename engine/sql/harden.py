@@ -9,7 +9,7 @@ from sqlglot import exp
 
 from .scalars import scalar_of
 
-# How DuckDB's binder shows each whitelisted scalar (engine/scalars.py), by when it is total:
+# How DuckDB's binder shows each whitelisted scalar (engine/sql/scalars.py), by when it is total:
 # "class" and "operator" (expression classes, BOUND_OPERATOR types) and "comparison"
 # (BOUND_FUNCTION types; the binder casts both sides to one type, and those casts are checked)
 # always; "double" and "text" functions only on DOUBLE or VARCHAR arguments; "same" functions

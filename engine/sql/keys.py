@@ -11,20 +11,9 @@ from sqlglot import exp
 from ..errors import QueryRefused
 from ..plan import GroupKey
 from ..policy import TIME_TYPES, ColumnSpec
-from .scalars import (
-    Range,
-    int_literal,
-    moment,
-    numeric_literal,
-    part_values,
-    periods,
-    seconds,
-    short,
-    time_part,
-    time_range,
-    trunc_unit,
-    value_range,
-)
+from .bounds import Range, time_range, value_range
+from .calendar import moment, part_values, periods, seconds, time_part, trunc_unit
+from .scalars import int_literal, numeric_literal, short
 from .scope import Scope, declared
 from .where import narrowed, pruned
 

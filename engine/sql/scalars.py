@@ -2,14 +2,14 @@
 
 Each allowed scalar function or operator is one `Scalar`: the sqlglot nodes it is written as,
 the options each node may carry, and its type rule. Plan binding types expressions with it,
-the gate derives its allow-list of DuckDB functions from it (engine/backends/duckdb_gate.py), and refusals list
-its functions, so the three cannot disagree. Types are 'int', 'float', 'str', 'bool', 'date',
-'timestamp' and 'null'.
+the gate derives its allow-list of DuckDB functions from it (engine/backends/duckdb_gate.py),
+and refusals list its functions, so the three cannot disagree. Types are 'int', 'float', 'str',
+'bool', 'date', 'timestamp' and 'null'. The bounds an expression keeps are bounds.py's, the
+calendar it computes with calendar.py's.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..errors import PolicyError, QueryRefused
-from ..policy import TIME_TYPES, parse_time
+from ..errors import QueryRefused
+from ..policy import TIME_TYPES
+from .calendar import PART_FUNCTIONS, TRUNCS, time_literal, time_part, trunc_unit
 
 MAX_LITERAL = 1e15
 
@@ -38,7 +39,7 @@ class Scalar:
 
 _BINARY = frozenset({"this", "expression"})
 _ONE_ARG = frozenset({"this"})
-_CAST_TYPES = {
+CAST_TYPES = {
     exp.DataType.Type.TINYINT: "int", exp.DataType.Type.SMALLINT: "int",
     exp.DataType.Type.INT: "int", exp.DataType.Type.BIGINT: "int",
     exp.DataType.Type.FLOAT: "float", exp.DataType.Type.DOUBLE: "float",
@@ -47,20 +48,6 @@ _CAST_TYPES = {
     exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp",
     exp.DataType.Type.TIMESTAMPNTZ: "timestamp",
 }
-# EXTRACT's parts (and the functions YEAR(x), MONTH(x), ... that mean the same), each with
-# the range of its values; YEAR's follows from the bounds of its argument.
-_PARTS: dict[str, tuple[int, int] | None] = {
-    "YEAR": None, "QUARTER": (1, 4), "MONTH": (1, 12), "DAY": (1, 31), "DAYOFWEEK": (0, 6),
-    "ISODOW": (1, 7), "DAYOFYEAR": (1, 366), "WEEK": (1, 53), "HOUR": (0, 23),
-    "MINUTE": (0, 59), "SECOND": (0, 59)}
-_PART_ALIASES = {"DOW": "DAYOFWEEK", "DOY": "DAYOFYEAR", "WEEKOFYEAR": "WEEK"}
-_PART_FUNCTIONS: dict[type[exp.Expression], str] = {
-    exp.Year: "YEAR", exp.Quarter: "QUARTER", exp.Month: "MONTH", exp.Day: "DAY",
-    exp.DayOfMonth: "DAY", exp.DayOfWeek: "DAYOFWEEK", exp.DayOfWeekIso: "ISODOW",
-    exp.DayOfYear: "DAYOFYEAR", exp.Week: "WEEK", exp.WeekOfYear: "WEEK", exp.Hour: "HOUR",
-    exp.Minute: "MINUTE", exp.Second: "SECOND"}
-TRUNC_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR")
-_TRUNCS = (exp.TimestampTrunc, exp.DateTrunc)
 
 
 def _paren(node: exp.Expression, child: Typer) -> str:
@@ -189,7 +176,7 @@ def _case(node: exp.Expression, child: Typer) -> str:
 
 def _cast(node: exp.Expression, child: Typer) -> str:
     to = node.args["to"]
-    target = _CAST_TYPES.get(to.this)
+    target = CAST_TYPES.get(to.this)
     if target is None or to.expressions:
         raise QueryRefused(
             f"CAST to {to.sql(dialect='duckdb')} refused: cast to INTEGER, BIGINT, DOUBLE, "
@@ -220,40 +207,6 @@ def _check_to_time(operand: exp.Expression, kind: str, target: str) -> None:
     raise QueryRefused(f"CAST of {short(operand)} ({kind}) to {target} refused: write a literal "
                        "such as DATE '2024-01-01' or TIMESTAMP '2024-01-01 08:00:00', or declare "
                        "the column as date or timestamp in the policy")
-
-
-def time_literal(text_value: str, kind: str) -> dt.datetime:
-    """The value of a DATE or TIMESTAMP literal (ISO, years 1 to 9999, no time zone)."""
-    try:
-        return parse_time(text_value, kind, f"{kind.upper()} literal")
-    except PolicyError as exc:
-        raise QueryRefused(str(exc)) from None
-
-
-def time_part(node: exp.Expression) -> str:
-    """The part an EXTRACT (or YEAR(x), MONTH(x), ...) takes, by its canonical name."""
-    if not isinstance(node, exp.Extract):
-        return _PART_FUNCTIONS[type(node)]
-    part = node.this
-    name = part.this if isinstance(part, exp.Literal) and part.is_string else \
-        part.name if isinstance(part, exp.Var) else ""
-    name = _PART_ALIASES.get(name.upper(), name.upper())
-    if name not in _PARTS:
-        raise QueryRefused(f"EXTRACT({part.sql(dialect='duckdb')} FROM ...) refused: the parts "
-                           f"accepted are {', '.join(p.lower() for p in _PARTS)} (dow: 0 = "
-                           "Sunday; isodow: 1 = Monday)")
-    return name
-
-
-def trunc_unit(node: exp.Expression) -> str:
-    """The unit of a date_trunc: one of TRUNC_UNITS."""
-    unit = node.args.get("unit")
-    name = unit.name.upper() if isinstance(unit, (exp.Var, exp.Literal)) else ""
-    if name not in TRUNC_UNITS:
-        shown = unit.sql(dialect="duckdb") if unit is not None else "?"
-        raise QueryRefused(f"date_trunc({shown}, ...) refused: the units accepted are "
-                           f"{', '.join(repr(u.lower()) for u in TRUNC_UNITS)}")
-    return name
 
 
 def _extract(node: exp.Expression, child: Typer) -> str:
@@ -298,9 +251,9 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("CAST", {exp.Cast: frozenset({"this", "to"}),
                     exp.TryCast: frozenset({"this", "to", "safe"})}, _cast, True),
     Scalar("CASE", {exp.Case: frozenset({"this", "ifs", "default"})}, _case, True),
-    Scalar("EXTRACT", {exp.Extract: _BINARY, **_all(tuple(_PART_FUNCTIONS), _ONE_ARG)}, _extract,
+    Scalar("EXTRACT", {exp.Extract: _BINARY, **_all(tuple(PART_FUNCTIONS), _ONE_ARG)}, _extract,
            True),
-    Scalar("DATE_TRUNC", _all(_TRUNCS, frozenset({"this", "unit"})), _trunc, True),
+    Scalar("DATE_TRUNC", _all(TRUNCS, frozenset({"this", "unit"})), _trunc, True),
     Scalar("( )", {exp.Paren: _ONE_ARG}, _paren, False),
     Scalar("unary -", {exp.Neg: _ONE_ARG}, _negation, False),
     Scalar("arithmetic", _all((exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv), _BINARY),
@@ -511,311 +464,3 @@ def short(node: exp.Expression) -> str:
     """A construct's SQL, cut to 80 characters for messages."""
     sql = node.sql(dialect="duckdb")
     return sql if len(sql) <= 80 else sql[:77] + "..."
-
-
-Range = tuple[float, float]
-RangeLeaf = Callable[[exp.Column], Range]  # a column's public range (or a refusal naming it)
-_PREDICATES = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.In, exp.Between, exp.Is,
-               exp.Like, exp.ILike)
-
-
-def value_range(node: exp.Expression, leaf: RangeLeaf) -> Range | None:
-    """Public bounds of a type-checked numeric row expression by interval arithmetic: each
-    column's range comes from `leaf` (the policy's bounds; a condition is 0 or 1), literals are
-    their value. None when the expression is always NULL. Refused, naming what is unbounded,
-    when no bound follows from the policy (text made a number, division by a range holding 0)."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Column):
-        return leaf(node)
-    if isinstance(node, exp.Null):
-        return None
-    if isinstance(node, exp.Literal):
-        value = numeric_literal(node)
-        return value, value
-    if isinstance(node, _PREDICATES):
-        return 0.0, 1.0
-    rule = _RANGES.get(type(node))
-    if rule is None:
-        raise QueryRefused(
-            f"{short(node)} refused in an aggregate: no bound follows from the policy for "
-            f"{node.key.upper()}; bounds follow through bounded columns, conditions (0/1), "
-            "literals, arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, COALESCE, CASE, "
-            "numeric CAST and EXTRACT")
-    return rule(node, lambda child: value_range(child, leaf))
-
-
-def _needed(found: Range | None, node: exp.Expression) -> Range:
-    if found is None:
-        raise QueryRefused(f"{short(node)} refused in an aggregate: an operand is always NULL")
-    return found
-
-
-def _hull(ranges: list[Range | None]) -> Range | None:
-    present = [r for r in ranges if r is not None]
-    if not present:
-        return None
-    return min(r[0] for r in present), max(r[1] for r in present)
-
-
-def _corners(low: Range, high: Range, op: Callable[[float, float], float]) -> Range:
-    values = [op(a, b) for a in low for b in high]
-    return min(values), max(values)
-
-
-def _nonzero(node: exp.Expression, divisor: Range) -> Range:
-    if divisor[0] <= 0 <= divisor[1]:
-        raise QueryRefused(
-            f"{short(node)} refused in an aggregate: the divisor {short(node.expression)} can be 0 "
-            f"(its public range is [{divisor[0]:g}, {divisor[1]:g}]), so the quotient has no "
-            "bound; divide the aggregate instead, e.g. SUM(x) / 10")
-    return divisor
-
-
-def _arith(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
-    a, b = _needed(child(node.this), node), _needed(child(node.expression), node)
-    if isinstance(node, exp.Add):
-        return a[0] + b[0], a[1] + b[1]
-    if isinstance(node, exp.Sub):
-        return a[0] - b[1], a[1] - b[0]
-    if isinstance(node, exp.Mul):
-        return _corners(a, b, lambda x, y: x * y)
-    if isinstance(node, exp.Mod):  # the sign of the dividend, below both |a| and |b|
-        largest = min(max(abs(a[0]), abs(a[1])), max(abs(b[0]), abs(b[1])))
-        return (0.0 if a[0] >= 0 else -largest), (0.0 if a[1] <= 0 else largest)
-    quotient = _corners(a, _nonzero(node, b), lambda x, y: x / y)
-    if isinstance(node, exp.IntDiv):  # DOUBLE operands (hardened) make DuckDB's // a plain /
-        return math.floor(quotient[0]), math.ceil(quotient[1])
-    return quotient
-
-
-def _negate(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
-    lo, hi = _needed(child(node.this), node)
-    return -hi, -lo
-
-
-def _abs(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
-    lo, hi = _needed(child(node.this), node)
-    return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
-
-
-def _sqrt_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
-    """A negative argument gives NaN, which the clamp sends to the upper bound."""
-    lo, hi = _needed(child(node.this), node)
-    return math.sqrt(max(lo, 0.0)), math.sqrt(max(hi, 0.0))
-
-
-def _rounded(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range:
-    lo, hi = _needed(child(node.this), node)
-    if isinstance(node, exp.Floor):
-        return math.floor(lo), math.floor(hi)
-    if isinstance(node, exp.Ceil):
-        return math.ceil(lo), math.ceil(hi)
-    digits = node.args.get("decimals")
-    scale = 10.0 ** (int_literal(digits, "ROUND digits") if digits is not None else 0)
-    return math.floor(lo * scale) / scale, math.ceil(hi * scale) / scale
-
-
-def _extreme(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
-    """LEAST/GREATEST and COALESCE: within the hull of the arguments. LEAST and GREATEST skip
-    NULL arguments (LEAST(NULL, 100) is 100), so LEAST is at most the smallest upper bound of the
-    arguments that are never NULL, and GREATEST at least the largest such lower bound."""
-    arguments = [node.this, *node.expressions]
-    ranges = [child(a) for a in arguments]
-    hull = _hull(ranges)
-    if hull is None or isinstance(node, exp.Coalesce):
-        return hull
-    present = [r for r, a in zip(ranges, arguments, strict=True) if r is not None and never_null(a)]
-    if not present:
-        return hull
-    if isinstance(node, exp.Least):
-        return hull[0], min(hull[1], min(r[1] for r in present))
-    return max(hull[0], max(r[0] for r in present)), hull[1]
-
-
-_KEEPS_NULLNESS = (exp.Paren, exp.Neg, exp.Abs, exp.Floor, exp.Ceil, exp.Round, exp.Add, exp.Sub,
-                   exp.Mul)
-
-
-def never_null(node: exp.Expression) -> bool:
-    """Whether a row expression is never NULL on any data: a number literal, arithmetic (but
-    division, which hardening makes NULL on a zero divisor) and rounding of such, COALESCE,
-    LEAST or GREATEST with such an argument, a CASE whose results all are and which has an ELSE.
-    Anything else (a column, a condition, a cast) may be NULL."""
-    if isinstance(node, exp.Literal):
-        return True
-    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
-        return any(never_null(a) for a in [node.this, *node.expressions])
-    if isinstance(node, exp.Case):
-        default = node.args.get("default")
-        return default is not None and never_null(default) and all(
-            never_null(branch.args["true"]) for branch in node.args.get("ifs") or [])
-    if isinstance(node, _KEEPS_NULLNESS):
-        operands = [node.this] + ([node.expression] if isinstance(node, exp.Binary) else [])
-        return all(never_null(o) for o in operands)
-    return False
-
-
-def _case_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
-    results = [branch.args["true"] for branch in node.args.get("ifs") or []]
-    if node.args.get("default") is not None:
-        results.append(node.args["default"])
-    return _hull([child(r) for r in results])
-
-
-def _cast_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
-    if _CAST_TYPES.get(node.args["to"].this) == "bool":
-        return 0.0, 1.0
-    found = child(node.this)
-    if found is None or _CAST_TYPES.get(node.args["to"].this) == "float":
-        return found
-    return math.floor(found[0]), math.ceil(found[1])  # a cast to an integer rounds
-
-
-_RANGES: dict[type[exp.Expression], Callable[[exp.Expression, Callable[[exp.Expression], Range | None]],
-                                             Range | None]] = {
-    **{kind: _arith for kind in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)},
-    exp.Neg: _negate, exp.Abs: _abs, exp.Sqrt: _sqrt_range, exp.Floor: _rounded, exp.Ceil: _rounded,
-    exp.Round: _rounded,
-    exp.Least: _extreme, exp.Greatest: _extreme, exp.Coalesce: _extreme, exp.Case: _case_range,
-    exp.Cast: _cast_range, exp.TryCast: _cast_range,
-}
-
-
-_EPOCH = dt.datetime(1970, 1, 1)
-
-
-def seconds(moment: dt.datetime) -> float:
-    """A date or timestamp as seconds since 1970-01-01 (how ranges carry dates)."""
-    return (moment - _EPOCH).total_seconds()
-
-
-def moment(value: float) -> dt.datetime:
-    """The inverse of `seconds`."""
-    return _EPOCH + dt.timedelta(seconds=value)
-
-
-def time_range(node: exp.Expression, leaf: RangeLeaf) -> Range | None:
-    """Public bounds (as `seconds`) of a type-checked date or timestamp expression: a column's
-    from `leaf` (the values it is read in), a literal's its value; a cast or date_trunc stays
-    within its operand's bounds once truncated. None when it is always NULL."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Column):
-        return leaf(node)
-    if isinstance(node, exp.Null):
-        return None
-    if isinstance(node, (exp.Cast, exp.TryCast)):
-        operand = node.this
-        while isinstance(operand, exp.Paren):
-            operand = operand.this
-        if isinstance(operand, exp.Literal) and operand.is_string:
-            value = seconds(time_literal(operand.this, _CAST_TYPES[node.args["to"].this]))
-            return value, value
-        return time_range(operand, leaf)
-    if isinstance(node, _TRUNCS):
-        found = time_range(node.this, leaf)
-        unit = trunc_unit(node)
-        return None if found is None else \
-            (seconds(truncate(moment(found[0]), unit)), seconds(truncate(moment(found[1]), unit)))
-    if isinstance(node, exp.Case):
-        results = [branch.args["true"] for branch in node.args.get("ifs") or []]
-        if node.args.get("default") is not None:
-            results.append(node.args["default"])
-        return _hull([time_range(r, leaf) for r in results])
-    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
-        return _hull([time_range(c, leaf) for c in [node.this, *node.expressions]])
-    raise QueryRefused(f"{short(node)} refused: no bound on its dates follows from the policy; "
-                       "bounds follow through date and timestamp columns, literals, CAST, "
-                       "date_trunc, CASE and COALESCE")
-
-
-def truncate(value: dt.datetime, unit: str) -> dt.datetime:
-    """The start of the period of `unit` (TRUNC_UNITS) holding `value`, as DuckDB's date_trunc
-    computes it (weeks start on Monday)."""
-    day = dt.datetime(value.year, value.month, value.day)
-    if unit == "HOUR":
-        return day.replace(hour=value.hour)
-    if unit == "DAY":
-        return day
-    if unit == "WEEK":
-        return day - dt.timedelta(days=day.weekday())
-    if unit == "MONTH":
-        return day.replace(day=1)
-    if unit == "QUARTER":
-        return day.replace(month=(day.month - 1) // 3 * 3 + 1, day=1)
-    return day.replace(month=1, day=1)
-
-
-def periods(first: dt.datetime, last: dt.datetime, unit: str, most: int) -> list[dt.datetime]:
-    """The starts of every period of `unit` that meets [first, last], in order; a refusal when
-    there are more than `most`."""
-    found: list[dt.datetime] = []
-    start: dt.datetime | None = truncate(first, unit)
-    while start is not None and start <= last:
-        if len(found) == most:
-            raise QueryRefused(f"date_trunc('{unit.lower()}', ...) would have more than {most} "
-                               f"periods from {first} to {last}; use a coarser unit or restrict "
-                               "the dates in WHERE")
-        found.append(start)
-        start = _next_period(start, unit)
-    return found
-
-
-def _next_period(start: dt.datetime, unit: str) -> dt.datetime | None:
-    try:
-        if unit in ("HOUR", "DAY", "WEEK"):
-            return start + {"HOUR": dt.timedelta(hours=1), "DAY": dt.timedelta(days=1),
-                            "WEEK": dt.timedelta(days=7)}[unit]
-        months = {"MONTH": 1, "QUARTER": 3, "YEAR": 12}[unit]
-        index = start.year * 12 + start.month - 1 + months
-        return start.replace(year=index // 12, month=index % 12 + 1)
-    except (OverflowError, ValueError):  # past 9999-12-31
-        return None
-
-
-_DAY_PARTS: dict[str, Callable[[dt.datetime], int]] = {  # as DuckDB computes them
-    "YEAR": lambda d: d.year, "QUARTER": lambda d: (d.month - 1) // 3 + 1,
-    "MONTH": lambda d: d.month, "DAY": lambda d: d.day, "DAYOFWEEK": lambda d: d.isoweekday() % 7,
-    "ISODOW": lambda d: d.isoweekday(), "DAYOFYEAR": lambda d: d.timetuple().tm_yday,
-    "WEEK": lambda d: d.isocalendar()[1]}
-_ENUMERATED_DAYS = 400
-
-
-def part_values(part: str, first: dt.datetime, last: dt.datetime) -> tuple[int, ...] | None:
-    """The values a part of the day (not of the time) takes from `first` to `last`, in order,
-    when they span at most 400 days; else None (the part's whole range applies)."""
-    if part not in _DAY_PARTS or (last - first).days > _ENUMERATED_DAYS:
-        return None
-    days = periods(first, last, "DAY", _ENUMERATED_DAYS + 2)
-    return tuple(sorted({_DAY_PARTS[part](day) for day in days}))
-
-
-def _extract_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
-    """EXTRACT's value range: fixed for every part but YEAR, whose range is the years of its
-    argument's bounds (a refusal naming the column when it has none)."""
-    fixed = _PARTS[time_part(node)]
-    if fixed is not None:
-        return float(fixed[0]), float(fixed[1])
-    argument = node.expression if isinstance(node, exp.Extract) else node.this
-    found = time_range(argument, lambda column: _needed(child(column), column))
-    if found is None:
-        return None
-    return float(moment(found[0]).year), float(moment(found[1]).year)
-
-
-_RANGES[exp.Extract] = _extract_range
-_RANGES.update({kind: _extract_range for kind in _PART_FUNCTIONS})
-
-
-def normalize_times(tree: exp.Expression) -> exp.Expression:
-    """A copy of `tree` with date_part('part', x) written as EXTRACT(part FROM x), the one form
-    the whitelist types (sqlglot reads DuckDB's date_part as an unknown function)."""
-    def rewrite_one(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Anonymous) and node.name.lower() in ("date_part", "datepart") \
-                and len(node.expressions) == 2:
-            part, value = node.expressions
-            if isinstance(part, exp.Literal) and part.is_string:
-                return exp.Extract(this=exp.var(part.this.upper()), expression=value)
-        return node
-    return tree.transform(rewrite_one)

@@ -14,9 +14,11 @@ from ..aggregates import Measured, Operand, aggregate_of, supported
 from ..errors import QueryRefused
 from ..plan import GroupKey, Join, Measurement, OutputColumn
 from ..policy import TIME_TYPES, ColumnSpec, TableSpec
+from .bounds import Range, value_range
+from .calendar import seconds
 from .harden import as_double, harden
 from .join import joined_column
-from .scalars import MAX_LITERAL, Range, seconds, short, type_of, value_range
+from .scalars import MAX_LITERAL, short, type_of
 
 
 def declared(column: ColumnSpec, scope: Scope, what: str) -> tuple[dt.datetime, dt.datetime]:

@@ -13,7 +13,8 @@ from sqlglot import exp
 
 from ..errors import QueryRefused
 from ..policy import TIME_TYPES, ColumnSpec
-from .scalars import numeric_literal, time_literal
+from .calendar import time_literal
+from .scalars import numeric_literal
 from .scope import Scope
 
 
@@ -134,8 +135,6 @@ def _terms(where: exp.Expression | None) -> list[exp.Expression]:
 _COMPARE: dict[type[exp.Expression], Callable[[Any, Any], bool]] = {
     exp.EQ: operator.eq, exp.NEQ: operator.ne, exp.LT: operator.lt, exp.LTE: operator.le,
     exp.GT: operator.gt, exp.GTE: operator.ge}
-
-
 _MIRROR: dict[type[exp.Expression], type[exp.Expression]] = {
     exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
