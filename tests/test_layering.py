@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
+    ("foundation", frozenset({"display", "errors", "watchdog", "progress", "sql_types"})),
     ("values", frozenset({"policy", "result", "accounting", "declared_models", "workload_result",
                         "accuracy"})),
     ("rules", frozenset({"aggregates", "plan"})),

@@ -14,6 +14,7 @@ from ..declared_models import SeriesPoints
 from ..errors import QueryRefused, QueryTooLarge
 from ..plan import OutputColumn, QueryPlan
 from ..policy import Limits, Policy, TableSpec
+from ..sql_types import SqlType
 from .calendar import normalize_times
 from .domain_literals import check_domain_literals
 from .join import bind_join
@@ -45,7 +46,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     where = None
     if select.args.get("where") is not None:
         condition = select.args["where"].this
-        if scope.scalar_type(condition, "WHERE") not in ("bool", "null"):
+        if scope.scalar_type(condition, "WHERE") not in (SqlType.BOOL, SqlType.NULL):
             raise QueryRefused("WHERE must be a condition (true/false), not a value")
         where = scope.rewrite_scalar(condition)
     group_by = bind_group(select, scope)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from ..errors import QueryRefused
+from ..sql_types import SqlType
 from .calendar import (
     PART_FUNCTIONS,
     PARTS,
@@ -175,10 +176,10 @@ def _case_range(node: exp.Expression, child: Callable[[exp.Expression], Range | 
 
 
 def _cast_range(node: exp.Expression, child: Callable[[exp.Expression], Range | None]) -> Range | None:
-    if CAST_TYPES.get(node.args["to"].this) == "bool":
+    if CAST_TYPES.get(node.args["to"].this) == SqlType.BOOL:
         return 0.0, 1.0
     found = child(node.this)
-    if found is None or CAST_TYPES.get(node.args["to"].this) == "float":
+    if found is None or CAST_TYPES.get(node.args["to"].this) == SqlType.FLOAT:
         return found
     return math.floor(found[0]), math.ceil(found[1])  # a cast to an integer rounds
 

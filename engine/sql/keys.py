@@ -10,7 +10,8 @@ from sqlglot import exp
 
 from ..errors import QueryRefused
 from ..plan import GroupKey
-from ..policy import TIME_TYPES, ColumnSpec
+from ..policy import ColumnSpec
+from ..sql_types import TIME_TYPES, SqlType
 from .bounds import Range, time_range, value_range
 from .calendar import moment, part_values, periods, seconds, time_part, trunc_unit
 from .scalars import int_literal, numeric_literal, short
@@ -73,7 +74,7 @@ def _group_key(node: exp.Expression, scope: Scope, index: int,
     if isinstance(node, exp.Column):
         column = scope.column(node)
         values = column.group_values
-        if values is None and column.type == "int" and column.bounded:
+        if values is None and column.type == SqlType.INT and column.bounded:
             lo, hi = math.ceil(column.bounds[0]), math.floor(column.bounds[1])
             if hi - lo + 1 > MAX_GROUPS:
                 raise QueryRefused(f"GROUP BY {column.name} would produce {hi - lo + 1} groups; "
@@ -93,15 +94,15 @@ def _group_key(node: exp.Expression, scope: Scope, index: int,
     elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or (
             isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DATE):
         return _trunc_key(node, scope, index, where)
-    elif node.find(exp.Extract, *_PART_NODES) and scope.scalar_type(node, "GROUP BY") == "int":
-        kind, values = "int", _extract_values(node, scope, where)
+    elif node.find(exp.Extract, *_PART_NODES) and scope.scalar_type(node, "GROUP BY") == SqlType.INT:
+        kind, values = SqlType.INT, _extract_values(node, scope, where)
     elif isinstance(node, exp.Div):
         raise QueryRefused(f"GROUP BY {short(node)} refused: `/` divides exactly; write "
                            f"FLOOR({short(node)}) for width buckets")
     else:
         raise QueryRefused(f"GROUP BY {short(node)} refused: {_GROUPABLE}")
     checked = scope.scalar_type(node, "GROUP BY")
-    if isinstance(node, exp.Case) and checked not in (kind, "null"):
+    if isinstance(node, exp.Case) and checked not in (kind, SqlType.NULL):
         raise QueryRefused(f"GROUP BY {short(node)} refused: its results must be literals of one type")
     columns = tuple(dict.fromkeys(scope.column(c) for c in node.find_all(exp.Column)))
     return GroupKey(f"__k{index}", label, kind, values, scope.rewrite_scalar(node), columns)
@@ -114,7 +115,7 @@ _PART_NODES = (exp.Year, exp.Quarter, exp.Month, exp.Day, exp.DayOfMonth, exp.Da
 
 def _time_column_key(column: ColumnSpec, scope: Scope, where: exp.Expression | None) -> GroupKey:
     """GROUP BY a date column: every day in its bounds (narrowed by WHERE), as dates."""
-    if column.type != "date":
+    if column.type != SqlType.DATE:
         raise QueryRefused(f"GROUP BY {column.name} refused: a timestamp has too many values to "
                            f"group on; group on date_trunc('day', {column.name}), "
                            f"CAST({column.name} AS DATE) or EXTRACT(hour FROM {column.name})")
@@ -122,7 +123,7 @@ def _time_column_key(column: ColumnSpec, scope: Scope, where: exp.Expression | N
     first, last = narrowed(column, where)
     days = periods(first, last, "DAY", MAX_GROUPS)
     values = pruned(tuple(day.date() for day in days), column, where, scope)
-    return GroupKey(column.name, column.name, "date", values, scope.rewrite_scalar(
+    return GroupKey(column.name, column.name, SqlType.DATE, values, scope.rewrite_scalar(
         exp.column(column.name)), (column,))
 
 
@@ -141,12 +142,12 @@ def _trunc_key(node: exp.Expression, scope: Scope, index: int,
     value = scope.rewrite_scalar(node)
     columns = tuple(dict.fromkeys(scope.column(c) for c in node.find_all(exp.Column)))
     label = node.sql(dialect="duckdb")
-    if isinstance(node, exp.Cast) or (operand == "date" and unit != "HOUR"):
+    if isinstance(node, exp.Cast) or (operand == SqlType.DATE and unit != "HOUR"):
         # DuckDB's date_trunc of a date is a timestamp: keys that are days are shown as dates.
         if not isinstance(node, exp.Cast):
             value = exp.TryCast(this=value, to=exp.DataType.build("DATE"))
-        return GroupKey(f"__k{index}", label, "date", tuple(s.date() for s in starts), value, columns)
-    return GroupKey(f"__k{index}", label, "timestamp", tuple(starts), value, columns)
+        return GroupKey(f"__k{index}", label, SqlType.DATE, tuple(s.date() for s in starts), value, columns)
+    return GroupKey(f"__k{index}", label, SqlType.TIMESTAMP, tuple(starts), value, columns)
 
 
 def _extract_values(node: exp.Expression, scope: Scope, where: exp.Expression | None) -> tuple:
@@ -175,7 +176,7 @@ def _key_range(node: exp.Column, scope: Scope, where: exp.Expression | None, wha
     narrowed by WHERE; a number's bounds."""
     column = scope.column(node)
     if column.type not in TIME_TYPES:
-        if column.type == "bool":
+        if column.type == SqlType.BOOL:
             return 0.0, 1.0
         if not column.numeric or not column.bounded:
             raise QueryRefused(f"GROUP BY {what} refused: declare lower and upper for "
@@ -202,7 +203,7 @@ def _case_values(node: exp.Case, scope: Scope) -> tuple[str, tuple]:
             value: object = bool(result.this)
         elif isinstance(result, exp.Literal) and result.is_string:
             value = result.this
-        elif isinstance(result, exp.Literal) and scope.scalar_type(result, "GROUP BY") == "int":
+        elif isinstance(result, exp.Literal) and scope.scalar_type(result, "GROUP BY") == SqlType.INT:
             value = int_literal(result, "CASE result")
         else:
             raise QueryRefused(f"GROUP BY {short(node)} refused: each CASE result must be a text, "
@@ -210,7 +211,8 @@ def _case_values(node: exp.Case, scope: Scope) -> tuple[str, tuple]:
                                "the groups follow from the query")
         if value not in values:
             values.append(value)
-    kinds = {"bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "str" for v in values}
+    kinds = {SqlType.BOOL if isinstance(v, bool) else SqlType.INT if isinstance(v, int) else SqlType.STR
+             for v in values}
     if len(kinds) != 1:
         raise QueryRefused(f"GROUP BY {short(node)} refused: its results must be literals of one type")
     return kinds.pop(), tuple(values)
@@ -230,10 +232,10 @@ def _width_buckets(node: exp.Floor, scope: Scope) -> tuple[str, tuple]:
                            "with a positive number as the width")
     spec = scope.column(column)
     size = numeric_literal(width)
-    if size <= 0 or spec.type != "int" or not spec.bounded:
+    if size <= 0 or spec.type != SqlType.INT or not spec.bounded:
         raise QueryRefused(f"GROUP BY {short(node)} refused: a width bucket needs a bounded int "
                            "column and a positive width")
     lo, hi = math.floor(spec.bounds[0] / size), math.floor(spec.bounds[1] / size)
     if hi - lo + 1 > MAX_GROUPS:
         raise QueryRefused(f"GROUP BY {short(node)} would produce {hi - lo + 1} groups; at most {MAX_GROUPS}")
-    return "int", tuple(range(lo, hi + 1))
+    return SqlType.INT, tuple(range(lo, hi + 1))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..policy import TIME_TYPES
+from ..sql_types import TIME_TYPES, SqlType
 from .calendar import PART_FUNCTIONS, TRUNCS, time_literal, time_part, trunc_unit
 
 MAX_LITERAL = 1e15
@@ -40,13 +40,13 @@ class Scalar:
 _BINARY = frozenset({"this", "expression"})
 _ONE_ARG = frozenset({"this"})
 CAST_TYPES = {
-    exp.DataType.Type.TINYINT: "int", exp.DataType.Type.SMALLINT: "int",
-    exp.DataType.Type.INT: "int", exp.DataType.Type.BIGINT: "int",
-    exp.DataType.Type.FLOAT: "float", exp.DataType.Type.DOUBLE: "float",
-    exp.DataType.Type.VARCHAR: "str", exp.DataType.Type.TEXT: "str",
-    exp.DataType.Type.BOOLEAN: "bool",
-    exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp",
-    exp.DataType.Type.TIMESTAMPNTZ: "timestamp",
+    exp.DataType.Type.TINYINT: SqlType.INT, exp.DataType.Type.SMALLINT: SqlType.INT,
+    exp.DataType.Type.INT: SqlType.INT, exp.DataType.Type.BIGINT: SqlType.INT,
+    exp.DataType.Type.FLOAT: SqlType.FLOAT, exp.DataType.Type.DOUBLE: SqlType.FLOAT,
+    exp.DataType.Type.VARCHAR: SqlType.STR, exp.DataType.Type.TEXT: SqlType.STR,
+    exp.DataType.Type.BOOLEAN: SqlType.BOOL,
+    exp.DataType.Type.DATE: SqlType.DATE, exp.DataType.Type.TIMESTAMP: SqlType.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPNTZ: SqlType.TIMESTAMP,
 }
 
 
@@ -61,23 +61,23 @@ def _negation(node: exp.Expression, child: Typer) -> str:
 def _arithmetic(node: exp.Expression, child: Typer) -> str:
     numeric(child(node.this), node, "arithmetic")
     numeric(child(node.expression), node, "arithmetic")
-    return "float"
+    return SqlType.FLOAT
 
 
 def _comparison(node: exp.Expression, child: Typer) -> str:
     common([child(node.this), child(node.expression)], node)
-    return "bool"
+    return SqlType.BOOL
 
 
 def _logic(node: exp.Expression, child: Typer) -> str:
     boolean(child(node.this), node)
     boolean(child(node.expression), node)
-    return "bool"
+    return SqlType.BOOL
 
 
 def _not(node: exp.Expression, child: Typer) -> str:
     boolean(child(node.this), node)
-    return "bool"
+    return SqlType.BOOL
 
 
 def _in(node: exp.Expression, child: Typer) -> str:
@@ -87,23 +87,23 @@ def _in(node: exp.Expression, child: Typer) -> str:
         raise QueryRefused(f"{short(node.this)} IN () refused: the list is empty; list one value "
                            f"or more, e.g. {short(node.this)} IN (1, 2)")
     common([child(node.this)] + [child(e) for e in node.expressions], node)
-    return "bool"
+    return SqlType.BOOL
 
 
 def _between(node: exp.Expression, child: Typer) -> str:
     common([child(node.this), child(node.args["low"]), child(node.args["high"])], node)
-    return "bool"
+    return SqlType.BOOL
 
 
 def _is(node: exp.Expression, child: Typer) -> str:
     operand = child(node.this)
     if not isinstance(node.expression, (exp.Null, exp.Boolean)):
         raise QueryRefused("IS is supported only as IS [NOT] NULL, TRUE or FALSE")
-    if isinstance(node.expression, exp.Boolean) and operand not in ("bool", "null"):
+    if isinstance(node.expression, exp.Boolean) and operand not in (SqlType.BOOL, SqlType.NULL):
         # DuckDB would cast the operand to BOOLEAN, which fails on some values.
         raise QueryRefused(f"IS {node.expression.sql()} on a {operand} value refused in "
                            f"{short(node)}: it applies to conditions (bool) only")
-    return "bool"
+    return SqlType.BOOL
 
 
 def _like(node: exp.Expression, child: Typer) -> str:
@@ -111,7 +111,7 @@ def _like(node: exp.Expression, child: Typer) -> str:
         raise QueryRefused("LIKE ... ESCAPE refused: not supported")
     text(child(node.this), node)
     text(child(node.expression), node)
-    return "bool"
+    return SqlType.BOOL
 
 
 def _one_number(node: exp.Expression, child: Typer) -> str:
@@ -123,7 +123,7 @@ def _one_number(node: exp.Expression, child: Typer) -> str:
 
 def _root(node: exp.Expression, child: Typer) -> str:
     numeric(child(node.this), node, "SQRT")
-    return "float"
+    return SqlType.FLOAT
 
 
 def _round(node: exp.Expression, child: Typer) -> str:
@@ -147,7 +147,7 @@ def _trim(node: exp.Expression, child: Typer) -> str:
 
 def _length(node: exp.Expression, child: Typer) -> str:
     text(child(node.this), node)
-    return "int"
+    return SqlType.INT
 
 
 def _substring(node: exp.Expression, child: Typer) -> str:
@@ -155,7 +155,7 @@ def _substring(node: exp.Expression, child: Typer) -> str:
     for key in ("start", "length"):
         if node.args.get(key) is not None:
             numeric(child(node.args[key]), node, "SUBSTRING")
-    return "str"
+    return SqlType.STR
 
 
 def _common_of_all(node: exp.Expression, child: Typer) -> str:
@@ -183,11 +183,11 @@ def _cast(node: exp.Expression, child: Typer) -> str:
             "VARCHAR, BOOLEAN, DATE or TIMESTAMP"
         )
     operand = child(node.this)
-    if target in ("int", "float") and operand == "str":
+    if target in (SqlType.INT, SqlType.FLOAT) and operand == SqlType.STR:
         _check_text_to_number(node.this)
     if target in TIME_TYPES:
         _check_to_time(node.this, operand, target)
-    elif operand in TIME_TYPES and target != "str":
+    elif operand in TIME_TYPES and target != SqlType.STR:
         raise QueryRefused(f"CAST of the {operand} {short(node.this)} to {target} refused: take a "
                            "number from it with EXTRACT(year|month|day|dow|hour FROM ...)")
     return target
@@ -199,7 +199,7 @@ def _check_to_time(operand: exp.Expression, kind: str, target: str) -> None:
     cast of text read from the data would be NULL or not depending on the values."""
     while isinstance(operand, exp.Paren):
         operand = operand.this
-    if kind in TIME_TYPES or kind == "null":
+    if kind in TIME_TYPES or kind == SqlType.NULL:
         return
     if isinstance(operand, exp.Literal) and operand.is_string:
         time_literal(operand.this, target)
@@ -212,17 +212,17 @@ def _check_to_time(operand: exp.Expression, kind: str, target: str) -> None:
 def _extract(node: exp.Expression, child: Typer) -> str:
     time_part(node)
     operand = child(node.expression if isinstance(node, exp.Extract) else node.this)
-    if operand not in TIME_TYPES and operand != "null":
+    if operand not in TIME_TYPES and operand != SqlType.NULL:
         raise QueryRefused(f"{short(node)} refused: it takes a date or timestamp, not a {operand}")
-    return "int"
+    return SqlType.INT
 
 
 def _trunc(node: exp.Expression, child: Typer) -> str:
     trunc_unit(node)
     operand = child(node.this)
-    if operand not in TIME_TYPES and operand != "null":
+    if operand not in TIME_TYPES and operand != SqlType.NULL:
         raise QueryRefused(f"{short(node)} refused: it takes a date or timestamp, not a {operand}")
-    return "timestamp"
+    return SqlType.TIMESTAMP
 
 
 def _all(kinds: tuple[type[exp.Expression], ...], options: frozenset[str]) -> dict:
@@ -316,17 +316,17 @@ def type_of(node: exp.Expression, where: str, leaf: Callable[[exp.Expression, st
         return leaf_type
     if isinstance(node, exp.Literal):
         if node.is_string:
-            return "str"
+            return SqlType.STR
         value = numeric_literal(node)
-        return "int" if float(value).is_integer() and "." not in node.this and "e" not in \
-            node.this.lower() else "float"
+        return SqlType.INT if float(value).is_integer() and "." not in node.this and "e" not in \
+            node.this.lower() else SqlType.FLOAT
     if isinstance(node, exp.Boolean):
-        return "bool"
+        return SqlType.BOOL
     if isinstance(node, exp.Null):
-        return "null"
+        return SqlType.NULL
     if shallow:
         check_known(node, where)
-        return "float"
+        return SqlType.FLOAT
     scalar = scalar_of(node)
     if scalar is None:
         raise QueryRefused(f"{construct_name(node)} refused in {where}")
@@ -416,47 +416,48 @@ def _check_text_to_number(operand: exp.Expression) -> None:
 
 def numeric(kind: str, node: exp.Expression, what: str) -> str:
     """`kind` if it is a number type ('float' for NULL), else a refusal."""
-    if kind not in ("int", "float", "null"):
+    if kind not in (SqlType.INT, SqlType.FLOAT, SqlType.NULL):
         raise QueryRefused(f"{what} needs numbers but got a {kind} in {short(node)}")
-    return "float" if kind == "null" else kind
+    return SqlType.FLOAT if kind == SqlType.NULL else kind
 
 
 def boolean(kind: str, node: exp.Expression) -> None:
     """Refuse unless `kind` is a condition's type."""
-    if kind not in ("bool", "null"):
+    if kind not in (SqlType.BOOL, SqlType.NULL):
         raise QueryRefused(f"expected a condition but got a {kind} in {short(node)}")
 
 
 def text(kind: str, node: exp.Expression) -> str:
     """'str', or a refusal unless `kind` is text."""
-    if kind not in ("str", "null"):
+    if kind not in (SqlType.STR, SqlType.NULL):
         raise QueryRefused(f"expected text but got {_KIND_NAMES.get(kind, kind)} in {short(node)}")
-    return "str"
+    return SqlType.STR
 
 
 # How messages name a value's type: an int column is a whole number, never a "float".
-_KIND_NAMES = {"int": "a whole number (int)", "float": "a number (float)", "str": "text",
-               "bool": "a condition (bool)", "date": "a date", "timestamp": "a timestamp"}
+_KIND_NAMES: dict[str, str] = {
+    SqlType.INT: "a whole number (int)", SqlType.FLOAT: "a number (float)", SqlType.STR: "text",
+    SqlType.BOOL: "a condition (bool)", SqlType.DATE: "a date", SqlType.TIMESTAMP: "a timestamp"}
 
 
 def common(kinds: list[str], node: exp.Expression) -> str:
     """The common type of comparable operands; numbers compare with numbers only, and so on."""
-    families = {"float" if k in ("int", "float") else "time" if k in TIME_TYPES else k
-                for k in kinds if k != "null"}
+    families = {SqlType.FLOAT if k in (SqlType.INT, SqlType.FLOAT) else "time" if k in TIME_TYPES else k
+                for k in kinds if k != SqlType.NULL}
     if len(families) > 1:
         hint = "; write a date as DATE '2024-01-01' or a timestamp as TIMESTAMP " \
-            "'2024-01-01 08:00:00'" if families == {"str", "time"} else ""
-        names = sorted({"time": "date/timestamp", "float": "number", "str": "text",
-                        "bool": "condition (bool)"}.get(f, f) for f in families)
+            "'2024-01-01 08:00:00'" if families == {SqlType.STR, "time"} else ""
+        names = sorted({"time": "date/timestamp", SqlType.FLOAT: "number", SqlType.STR: "text",
+                        SqlType.BOOL: "condition (bool)"}.get(f, f) for f in families)
         raise QueryRefused(
             f"cannot compare or combine {' and '.join(names)} values in {short(node)}{hint}")
     if not families:
-        return "null"
+        return SqlType.NULL
     family = families.pop()
-    if family == "float":
-        return "int" if all(k in ("int", "null") for k in kinds) else "float"
+    if family == SqlType.FLOAT:
+        return SqlType.INT if all(k in (SqlType.INT, SqlType.NULL) for k in kinds) else SqlType.FLOAT
     if family == "time":  # DuckDB compares a date with a timestamp as midnight of that day
-        return "date" if all(k in ("date", "null") for k in kinds) else "timestamp"
+        return SqlType.DATE if all(k in (SqlType.DATE, SqlType.NULL) for k in kinds) else SqlType.TIMESTAMP
     return family
 
 

@@ -13,7 +13,8 @@ from sqlglot import exp
 from ..aggregates import Measured, Operand, aggregate_of, supported
 from ..errors import QueryRefused
 from ..plan import GroupKey, Join, Measurement, OutputColumn
-from ..policy import TIME_TYPES, ColumnSpec, TableSpec
+from ..policy import ColumnSpec, TableSpec
+from ..sql_types import TIME_TYPES, SqlType
 from .bounds import Range, value_range
 from .calendar import seconds
 from .harden import as_double, harden
@@ -211,7 +212,7 @@ class PostScope:
         if not isinstance(node, exp.Column):
             return None
         key = next((col for col in self.group_by if col.name == node.name), None)
-        return key.type if key is not None else "float"
+        return key.type if key is not None else SqlType.FLOAT
 
     def _rewrite(self, node: exp.Expression, where: str,
                  aliases: dict[str, OutputColumn]) -> exp.Expression:
@@ -246,8 +247,8 @@ class PostScope:
             raise QueryRefused(f"INTERVAL refused in {where}: date arithmetic is not supported; use "
                                "EXTRACT(part FROM key), date_trunc('unit', key) or compare a date "
                                "key with DATE '...' literals")
-        type_of(node, where, lambda n, w: "float" if isinstance(n, (exp.AggFunc, exp.Column))
-                 else None, lambda n, w: "float", shallow=True)
+        type_of(node, where, lambda n, w: SqlType.FLOAT if isinstance(n, (exp.AggFunc, exp.Column))
+                 else None, lambda n, w: SqlType.FLOAT, shallow=True)
         if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
             node = exp.TryCast(this=node.this, to=node.args["to"])
         rewritten = node.copy()
@@ -316,16 +317,16 @@ class PostScope:
         value = self.scope.rewrite_scalar(arg)
         if not numeric:
             found = Operand(name, kind, value, columns)
-        elif kind == "bool":
-            found = Operand(name, "bool", value, columns, 0, 1)
-        elif kind == "null":
+        elif kind == SqlType.BOOL:
+            found = Operand(name, SqlType.BOOL, value, columns, 0, 1)
+        elif kind == SqlType.NULL:
             raise QueryRefused(f"{call}({name}) refused: the argument is always NULL")
         elif kind in TIME_TYPES:
             raise QueryRefused(
                 f"{call}({name}) refused: a {kind} is not a number; aggregate a number taken "
                 f"from it, e.g. {call}(EXTRACT(year FROM {name})) or {call}(EXTRACT(month FROM "
                 f"{name})), or count the rows with COUNT({name})")
-        elif kind not in ("int", "float"):
+        elif kind not in (SqlType.INT, SqlType.FLOAT):
             what = "column" if bare is not None else "argument"
             raise QueryRefused(f"{call}({name}) refused: the {what} is {kind}, not numeric "
                                f"(a condition counts as 0/1; or COUNT({name}))")
@@ -351,7 +352,7 @@ class PostScope:
             raise QueryRefused(
                 f"{call}({name}) refused: its values may reach [{lo:g}, {hi:g}] under the policy's "
                 f"bounds, beyond the {MAX_LITERAL:.0e} an aggregate's argument may reach")
-        if kind == "int":  # an integer value clamped to integers keeps the discrete Laplace exact
+        if kind == SqlType.INT:  # an integer value clamped to integers keeps the discrete Laplace exact
             lo, hi = math.floor(lo), math.ceil(hi)
         return Operand(name, kind, value, columns, lo, hi)
 
@@ -359,7 +360,7 @@ class PostScope:
         """A column's public range in an aggregate's argument (a bool is 0 or 1), or a refusal
         naming the column and what would be accepted instead."""
         column = self.scope.column(node)
-        if column.type == "bool":
+        if column.type == SqlType.BOOL:
             return 0.0, 1.0
         if column.type in TIME_TYPES:  # inside EXTRACT(year FROM ...): its declared bounds
             first, last = declared(column, self.scope, f"{call}({name})")
@@ -389,10 +390,10 @@ def _guarded(column: ColumnSpec) -> exp.Expression:
 def _guard(name: str, kind: str, first: dt.date, last: dt.date) -> exp.Expression:
     """`CASE WHEN name BETWEEN first AND last THEN name END` for a date or timestamp column."""
     def text(value: dt.date) -> str:
-        if kind == "date":
+        if kind == SqlType.DATE:
             return (value.date() if isinstance(value, dt.datetime) else value).isoformat()
         return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
-    kind_sql = "DATE" if kind == "date" else "TIMESTAMP"
+    kind_sql = "DATE" if kind == SqlType.DATE else "TIMESTAMP"
     raw = exp.column(name, quoted=True)
     inside = exp.Between(this=raw, low=exp.TryCast(this=exp.Literal.string(text(first)),
                                                    to=exp.DataType.build(kind_sql)),

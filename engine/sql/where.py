@@ -12,7 +12,8 @@ from typing import Any
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..policy import TIME_TYPES, ColumnSpec
+from ..policy import ColumnSpec
+from ..sql_types import TIME_TYPES, SqlType
 from .calendar import time_literal
 from .scalars import numeric_literal
 from .scope import Scope
@@ -66,7 +67,7 @@ def _term_interval(term: exp.Expression, column: ColumnSpec
         if kind in (exp.LT, exp.LTE, exp.EQ):
             high = value
         strict_low, strict_high = kind is exp.GT, kind is exp.LT
-    if column.type == "date":  # a date compares as its midnight: the days within the interval
+    if column.type == SqlType.DATE:  # a date compares as its midnight: the days within the interval
         day = dt.timedelta(days=1)
         if low is not None:
             low = _shift(_midnight(low), day) if strict_low or low != _midnight(low) else low
@@ -100,8 +101,8 @@ def _time_constant(node: exp.Expression) -> dt.datetime | None:
     return None
 
 
-_TIME_CASTS = {exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp",
-               exp.DataType.Type.TIMESTAMPNTZ: "timestamp"}
+_TIME_CASTS = {exp.DataType.Type.DATE: SqlType.DATE, exp.DataType.Type.TIMESTAMP: SqlType.TIMESTAMP,
+               exp.DataType.Type.TIMESTAMPNTZ: SqlType.TIMESTAMP}
 
 
 def pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None, scope: Scope) -> tuple:
@@ -151,13 +152,13 @@ def _holds(term: exp.Expression, column: ColumnSpec, value, scope: Scope) -> boo
             return -numeric_literal(node.this)
         if isinstance(node, exp.Literal):
             if node.is_string:
-                return node.this if column.type == "str" else None
-            return numeric_literal(node) if column.type == "int" else None
-        if isinstance(node, exp.Boolean) and column.type == "bool":
+                return node.this if column.type == SqlType.STR else None
+            return numeric_literal(node) if column.type == SqlType.INT else None
+        if isinstance(node, exp.Boolean) and column.type == SqlType.BOOL:
             return bool(node.this)
         return None
 
-    if column.type == "bool":
+    if column.type == SqlType.BOOL:
         if is_column(term):
             return value is True
         if isinstance(term, exp.Not) and is_column(term.this):
@@ -168,13 +169,13 @@ def _holds(term: exp.Expression, column: ColumnSpec, value, scope: Scope) -> boo
         if is_column(right) and not is_column(left):
             left, right, kind = right, left, _MIRROR[kind]
         literal = constant(right) if is_column(left) else None
-        if literal is None or (kind not in (exp.EQ, exp.NEQ) and column.type != "int"):
+        if literal is None or (kind not in (exp.EQ, exp.NEQ) and column.type != SqlType.INT):
             return True
         return _COMPARE[kind](value, literal)
     if isinstance(term, exp.In) and is_column(term.this) and not term.args.get("query"):
         literals = [constant(e) for e in term.expressions]
         return any(v is None for v in literals) or value in literals
-    if isinstance(term, exp.Between) and is_column(term.this) and column.type == "int":
+    if isinstance(term, exp.Between) and is_column(term.this) and column.type == SqlType.INT:
         low, high = constant(term.args["low"]), constant(term.args["high"])
         return low is None or high is None or low <= value <= high
     return True
