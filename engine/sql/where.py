@@ -15,7 +15,7 @@ from ..errors import QueryRefused
 from ..policy import ColumnSpec
 from ..sql_types import TIME_TYPES, SqlType
 from .calendar import time_literal
-from .scalars import numeric_literal
+from .scalars import CAST_TYPES, numeric_literal
 from .scope import Scope
 
 
@@ -96,13 +96,9 @@ def _time_constant(node: exp.Expression) -> dt.datetime | None:
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, (exp.Cast, exp.TryCast)) and isinstance(node.this, exp.Literal) \
-            and node.this.is_string and node.args["to"].this in _TIME_CASTS:
-        return time_literal(node.this.this, _TIME_CASTS[node.args["to"].this])
+            and node.this.is_string and CAST_TYPES.get(node.args["to"].this) in TIME_TYPES:
+        return time_literal(node.this.this, CAST_TYPES[node.args["to"].this])
     return None
-
-
-_TIME_CASTS = {exp.DataType.Type.DATE: SqlType.DATE, exp.DataType.Type.TIMESTAMP: SqlType.TIMESTAMP,
-               exp.DataType.Type.TIMESTAMPNTZ: SqlType.TIMESTAMP}
 
 
 def pruned(values: tuple, column: ColumnSpec, where: exp.Expression | None, scope: Scope) -> tuple:
