@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from dpsql.calibration import CalibrationError, DependenceModel, calibrate
-from dpsql.engine.binding import build_plan
 from dpsql.engine.noise import Mechanism, build_mechanism, release
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 from benchmarks.workload import policy_dict
 

@@ -22,6 +22,7 @@ from .aggregates.avg import Avg
 from .aggregates.base import Accuracy, Measured, Operand
 from .plan import OutputColumn, QueryPlan
 from .result import ExpectedError
+from .sql_types import SqlType
 
 Bounds = tuple[np.ndarray, np.ndarray]  # per group: the lowest and highest value
 Leaf = Callable[[exp.Column], "Bounds | None"]
@@ -127,7 +128,7 @@ def _possible_leaf(plan: QueryPlan, known: Mapping[str, Reading]) -> Leaf:
         if column.name in known:
             lo, hi = known[column.name].possible
             return np.array([lo]), np.array([hi])
-        if keys.get(column.name) in ("int", "bool"):
+        if keys.get(column.name) in (SqlType.INT, SqlType.BOOL):
             return np.array([-math.inf]), np.array([math.inf])
         if column.name in keys:
             raise NoInterval("a text or date key in arithmetic")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from collections.abc import Mapping
@@ -22,12 +23,20 @@ from .plan import Measurement
 INT_LIMIT = 2**62  # exact integers are saturated here (a 1-Lipschitz map) before i64 noise
 
 
+class NoiseKind(enum.StrEnum):
+    """The noise a measurement gets, by the name answers and the ledger show: OpenDP's Laplace
+    on integers (discrete, when the aggregate is an integer) or on real values."""
+
+    DISCRETE_LAPLACE = "discrete_laplace"
+    LAPLACE = "laplace"
+
+
 @dataclass(frozen=True)
 class Mechanism:
     """The noise for one measurement: its OpenDP measurement and what it costs and promises."""
 
     measurement: Measurement
-    mechanism: str  # "discrete_laplace" | "laplace"
+    mechanism: NoiseKind
     sensitivity: float | int
     epsilon: float  # the share of the query's epsilon_dp this measurement spends
     scale: float
@@ -48,17 +57,17 @@ class Mechanism:
 
 
 @functools.lru_cache(maxsize=1024)
-def _accuracy(mechanism: str, scale: float, alpha: float) -> float:
+def _accuracy(mechanism: NoiseKind, scale: float, alpha: float) -> float:
     """OpenDP's accuracy of a mechanism at a scale (remembered: every answer asks it again)."""
     if scale == 0:
         return 0.0
-    if mechanism == "discrete_laplace":
+    if mechanism == NoiseKind.DISCRETE_LAPLACE:
         return discrete_laplacian_scale_to_accuracy(scale, alpha)
     return laplacian_scale_to_accuracy(scale, alpha)
 
 
 @functools.lru_cache(maxsize=65536)
-def _sum_accuracy(mechanism: str, scale: float, terms: int, alpha: float) -> float:
+def _sum_accuracy(mechanism: NoiseKind, scale: float, terms: int, alpha: float) -> float:
     """min over t in (0, 1/scale) of (terms·ln M(t) + ln(2/alpha)) / t, M the moment generating
     function of one draw: for each such t, Pr[S >= a] <= e^(-ta) M(t)^terms (Markov's inequality
     on e^(tS)), and the same for -S, so every t on the grid gives a valid half-width."""
@@ -68,7 +77,7 @@ def _sum_accuracy(mechanism: str, scale: float, terms: int, alpha: float) -> flo
     best = math.inf
     for i in range(1, 513):
         t = i / (513 * scale)
-        if mechanism == "discrete_laplace":  # P(k) ∝ r^|k|, r = e^(-1/scale)
+        if mechanism == NoiseKind.DISCRETE_LAPLACE:  # P(k) ∝ r^|k|, r = e^(-1/scale)
             log_m = 2 * math.log1p(-r) - math.log1p(-r * math.exp(t)) - math.log1p(-r * math.exp(-t))
         else:  # Laplace: M(t) = 1 / (1 - scale² t²)
             log_m = -math.log1p(-((scale * t) ** 2))
@@ -95,7 +104,7 @@ def build_mechanism(measurement: Measurement, sensitivity: float | int,
         meas = make_laplace(*space, scale=scale)
         spent = meas.map(d_in)
         if spent <= epsilon:
-            name = "discrete_laplace" if integer else "laplace"
+            name = NoiseKind.DISCRETE_LAPLACE if integer else NoiseKind.LAPLACE
             return Mechanism(measurement, name, sensitivity, epsilon, scale, meas)
         scale = math.nextafter(scale, math.inf)
     raise DpsqlError(
@@ -116,7 +125,7 @@ def release_cells(mechanism: Mechanism, exact: Mapping[str, list]) -> dict[str, 
 def release(mechanism: Mechanism, exact: list) -> list:
     """Add noise to one measurement's exact values (one per group)."""
     values: list[int] | list[float]
-    if mechanism.mechanism == "discrete_laplace":
+    if mechanism.mechanism == NoiseKind.DISCRETE_LAPLACE:
         values = [max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in exact]
     else:
         values = [float(v) for v in exact]

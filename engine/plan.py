@@ -1,8 +1,8 @@
 """The plan of a query: typed values that every later step reads.
 
 A plan's expressions are sqlglot trees over the policy's columns (before aggregation) or over
-group keys and measurement names (after noise). Binding (engine/binding.py) builds plans and
-hardens their expressions into forms DuckDB evaluates without error (engine/gate.py).
+group keys and measurement names (after noise). Binding (engine/sql/bind.py) builds plans and
+hardens their expressions into forms DuckDB evaluates without error (engine/sql/harden.py).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class QueryPlan:
     order: tuple[exp.Ordered, ...]
     limit: int | None
     offset: int | None
-    flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/flatten.py)
+    flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/sql/flatten.py)
     join: Join | None = None  # the table joined to the private one, if any
 
     @property

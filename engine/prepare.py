@@ -23,19 +23,19 @@ from ..calibration.declared import DeclaredModel
 from . import postprocess
 from .accounting.bookkeeper import calibrate_by_model, calibrate_no_looser
 from .backends import Backend
-from .binding import build_plan, check_size, series_points, time_points
-from .columns import columns_read
+from .backends.duckdb_gate import SchemaGate
 from .errors import InputError
-from .flatten import flatten
-from .gate import SchemaGate
 from .noise import Mechanism, build_mechanism
-from .parse import parse_select
 from .plan import QueryPlan
-from .planning_limits import Deadline, check_text, check_width
 from .policy import Policy, ScopedEta
 from .result import AggregateInfo
 from .rewrite import rewrite
 from .sensitivity import sensitivity
+from .sql.bind import build_plan, check_size, series_points, time_points
+from .sql.columns import columns_read
+from .sql.flatten import flatten
+from .sql.parse import parse_select
+from .sql.planning_limits import Deadline, check_text, check_width
 
 PLAN_CACHE_SIZE = 256
 MECHANISM_CACHE_SIZE = 256

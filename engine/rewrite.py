@@ -15,9 +15,9 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from .join import joined_column
 from .plan import GroupKey, Join, Measurement, QueryPlan, UnitJoin
 from .policy import Policy, TableSpec
+from .sql.join import joined_column
 
 
 def rewrite(plan: QueryPlan) -> exp.Select:

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 from dpsql.calibration import DependenceModel, calibrate
 from dpsql.engine import PrivateDatabase
-from dpsql.engine.binding import build_plan
+from dpsql.engine.backends.duckdb_gate import SchemaGate
 from dpsql.engine.commands import exit_code
 from dpsql.engine.errors import BudgetExhausted, DpsqlError, EngineHalted
-from dpsql.engine.gate import SchemaGate
-from dpsql.engine.parse import parse_select
-from dpsql.engine.planning_limits import Deadline
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import bounded_table_path, rewrite
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
+from dpsql.engine.sql.planning_limits import Deadline
 
 from tests.support import BASE_POLICY, create_ledger, write_policy
 

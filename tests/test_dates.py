@@ -13,10 +13,10 @@ import json
 import duckdb
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import InputError, PolicyError
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 

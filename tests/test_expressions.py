@@ -11,11 +11,11 @@ import duckdb
 import numpy as np
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.binding import build_plan
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
-from dpsql.engine.scalars import value_range
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.bounds import value_range
+from dpsql.engine.sql.parse import parse_select
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.flatten import flatten
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
+from dpsql.engine.sql.flatten import flatten
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, charge_count, cli_paths, run_cli
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from dpsql.engine.backends.duckdb_execute import bounded_copy_sql
-from dpsql.engine.binding import build_plan
 from dpsql.engine.noise import build_mechanism
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.postprocess import noisy_columns, query_sql
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY
 

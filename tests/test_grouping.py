@@ -8,11 +8,11 @@ import duckdb
 import numpy as np
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.binding import build_plan
-from dpsql.engine.columns import columns_read
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.columns import columns_read
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, create_ledger, write_policy
 from tests.test_expressions import ROW_LEVEL

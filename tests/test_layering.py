@@ -10,13 +10,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"display", "errors", "watchdog", "progress"})),
+    ("foundation", frozenset({"display", "errors", "watchdog", "progress", "sql_types"})),
     ("values", frozenset({"policy", "policy_yaml", "result", "workload_result", "accuracy"})),
-    ("rules", frozenset({"scalars", "aggregates", "plan"})),
-    ("query", frozenset({"parse", "flatten", "join", "gate", "binding", "rewrite", "sensitivity", "noise",
-                        "intervals", "postprocess", "columns", "domain_literals", "workload_strategy",
-                        "planning_limits",
-                        "workload_intervals"})),
+    ("rules", frozenset({"aggregates", "plan"})),
+    ("query", frozenset({"sql", "rewrite", "sensitivity", "noise", "intervals", "postprocess",
+                        "workload_strategy", "workload_intervals"})),
     ("storage", frozenset({"accounting"})),
     ("run", frozenset({"backends", "prepare", "release", "workload"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report", "chain_check",
@@ -27,6 +25,10 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("interface", frozenset({"cli", "commands", "commands_analyst", "commands_owner", "commands_output",
                             "__main__", "__init__", "progress_bar", "workload_cli"})),
 )
+
+# engine/sql/, lowest first: a module there imports only the ones before it (no circle).
+SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "join", "flatten", "domain_literals",
+             "planning_limits", "columns", "scope", "where", "keys", "bind")
 
 
 def _imports(path: Path, package: Path) -> list[tuple[str, int]]:
@@ -99,6 +101,21 @@ def test_every_engine_module_has_a_layer() -> None:
                               .replace("/", "."))
         assert name is not None
         _layer(name)
+
+
+def test_the_sql_package_imports_in_its_order() -> None:
+    package = ROOT / "engine"
+    modules = {path.stem for path in (package / "sql").glob("*.py")} - {"__init__"}
+    assert modules == set(SQL_ORDER), "list every engine/sql module in SQL_ORDER"
+    bad = []
+    for name in SQL_ORDER:
+        path = package / "sql" / f"{name}.py"
+        for target, line in _imports(path, package):
+            inner = target.removeprefix("dpsql.engine.sql.")
+            if target.startswith("dpsql.engine.sql.") and SQL_ORDER.index(inner.split(".")[0]) \
+                    >= SQL_ORDER.index(name):
+                bad.append(f"{path.relative_to(ROOT)}:{line} ({name}) imports {inner}")
+    assert not bad, "engine/sql imports out of order:\n" + "\n".join(bad)
 
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:

@@ -17,12 +17,12 @@ import pytest
 import sqlglot
 from dpsql.engine import PrivateDatabase, QueryRefused, cli, postprocess
 from dpsql.engine.backends import duckdb_execute as execute
-from dpsql.engine.binding import build_plan
+from dpsql.engine.backends.duckdb_gate import SchemaGate, total_cast
 from dpsql.engine.errors import EngineHalted
-from dpsql.engine.gate import SchemaGate, total_cast
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, charge_count, create_ledger, run_cli, write_policy
 

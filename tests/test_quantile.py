@@ -12,15 +12,15 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.aggregates.quantile import Grid, envelope, estimate, grid
 from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.backends.duckdb_execute import bound_units, run
-from dpsql.engine.binding import build_plan
 from dpsql.engine.errors import QueryTooLarge
 from dpsql.engine.noise import build_mechanism, release_cells
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.postprocess import ALPHA, finish, noisy_frame, query_sql
 from dpsql.engine.prepare import Preparer
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -12,10 +12,10 @@ import duckdb
 import numpy as np
 import pytest
 from dpsql.engine.aggregates.quantile import grid
-from dpsql.engine.binding import build_plan
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 BOUNDS = (-3.0, 7.3)
 

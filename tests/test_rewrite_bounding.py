@@ -8,10 +8,10 @@ import math
 
 import duckdb
 from dpsql.engine.backends import duckdb_execute as execute
-from dpsql.engine.binding import build_plan
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import duckdb
 from dpsql.engine.backends.duckdb_execute import bound_units, run
-from dpsql.engine.binding import build_plan
-from dpsql.engine.flatten import flatten
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.flatten import flatten
+from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -7,10 +7,10 @@ import duckdb
 import numpy as np
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.binding import build_plan
-from dpsql.engine.parse import parse_select
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, cli_paths, create_ledger, run_cli, write_policy
 from tests.test_expressions import ROW_LEVEL

@@ -1,4 +1,4 @@
-"""The scalar whitelist is one table (engine/scalars.py): every function a refusal lists is
+"""The scalar whitelist is one table (engine/sql/scalars.py): every function a refusal lists is
 accepted by binding and by the gate, the gate knows how DuckDB binds every entry, and what
 the table leaves out is refused with the table's own list."""
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.gate import _BOUND_AS, harden
-from dpsql.engine.scalars import SCALAR_FUNCTIONS, SCALARS, scalar_of
+from dpsql.engine.sql.harden import BOUND_AS, harden
+from dpsql.engine.sql.scalars import SCALAR_FUNCTIONS, SCALARS, scalar_of
 from sqlglot import exp
 
 # One use of each listed function, on the people table (tests/support.py).
@@ -45,7 +45,7 @@ def test_every_function_has_an_example():
 
 
 def test_gate_knows_how_duckdb_binds_every_entry():
-    assert set(_BOUND_AS) == {s.name for s in SCALARS}
+    assert set(BOUND_AS) == {s.name for s in SCALARS}
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -71,7 +71,7 @@ def test_if_outside_case_is_refused_in_post_processing_too(setup):
 def test_hardening_follows_the_table():
     """Operands of the scalars DuckDB makes total only on DOUBLE are TRY_CAST to DOUBLE."""
     for scalar in SCALARS:
-        if "double" not in _BOUND_AS[scalar.name]:
+        if "double" not in BOUND_AS[scalar.name]:
             continue
         for kind in scalar.nodes:
             node = kind(this=exp.column("x"), expression=exp.Literal.number(2)) \

@@ -26,7 +26,7 @@ from ..policy import ColumnSpec, Ranged, TableSpec
 class Operand(Ranged):
     """The argument of an aggregate: a policy column, or a row expression over policy columns.
 
-    `value` is the hardened expression DuckDB evaluates on each row (engine/gate.py), over
+    `value` is the hardened expression DuckDB evaluates on each row (engine/sql/harden.py), over
     quoted policy column names; `lower`/`upper` are the public bounds of its value, derived
     from the policy (a column's bounds, or interval arithmetic over an expression), to which
     the value is clamped; `columns` are the policy columns it reads."""

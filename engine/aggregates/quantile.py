@@ -20,6 +20,7 @@ import pandas as pd
 from sqlglot import exp
 
 from ..errors import QueryRefused
+from ..sql_types import SqlType
 from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .sum import clamped
 
@@ -49,7 +50,7 @@ class Grid:
 def grid(operand: Operand, bins: int) -> Grid:
     """The bins of `operand` under a policy of `bins` quantile bins: a function of the policy."""
     lo, hi = operand.bounds
-    if operand.type in ("int", "bool"):
+    if operand.type in (SqlType.INT, SqlType.BOOL):
         start, values = math.floor(lo), math.floor(hi) - math.floor(lo) + 1
         count = min(bins, values)
         return Grid(start - 0.5, values / count, count)
@@ -245,7 +246,7 @@ def values(frame: pd.DataFrame, counts_name: str, operand: Operand, q: float,
     """Quantile q per group, from the noisy counts in `frame` (see `estimate`)."""
     counts, cut = _counts(frame, counts_name, operand)
     return estimate(counts, cut, q, noise.accuracy(THRESHOLD_ALPHA / cut.bins),
-                    operand.type in ("int", "bool"))
+                    operand.type in (SqlType.INT, SqlType.BOOL))
 
 
 def estimate(counts: np.ndarray, cut: Grid, q: float, threshold: float,

@@ -7,6 +7,7 @@ import math
 from sqlglot import exp
 
 from ..policy import TableSpec
+from ..sql_types import SqlType
 from .base import Binder, Measured, Operand
 
 
@@ -32,7 +33,7 @@ class Sum(Measured):
         return binder.measurement(self, bounded_numeric(node, binder))
 
     def integer(self, operand: Operand | None) -> bool:
-        return _operand(operand).type in ("int", "bool")
+        return _operand(operand).type in (SqlType.INT, SqlType.BOOL)
 
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> float:
         lo, hi = _operand(operand).bounds
@@ -72,9 +73,9 @@ def number(operand: Operand) -> exp.Expr:
     """The operand's value as the number it is summed as: a float as DOUBLE, a condition as
     0/1, an integer expression (which hardening may have evaluated in DOUBLE) as BIGINT."""
     value = operand.value.copy()
-    if operand.type == "float":
+    if operand.type == SqlType.FLOAT:
         return exp.cast(value, "DOUBLE")
-    if operand.type == "bool" or not isinstance(value, exp.Column):
+    if operand.type == SqlType.BOOL or not isinstance(value, exp.Column):
         return exp.TryCast(this=value, to=exp.DataType.build("BIGINT"))
     return value
 

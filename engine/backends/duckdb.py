@@ -3,7 +3,7 @@
 Its parts: engine/backends/duckdb_execute.py opens the data (read-only, no external access, limits, locked
 configuration), checks the schema, makes the bounded copy and runs SQL under the time limit
 (engine/backends/bounded_store.py keeps the owner's prepared copies beside the ledger);
-engine/gate.py binds SQL on empty tables of the data's types and refuses what could fail.
+engine/backends/duckdb_gate.py binds SQL on empty tables of the data's types and refuses what could fail.
 """
 
 from __future__ import annotations

@@ -21,13 +21,13 @@ from sqlglot import exp
 
 from .. import progress
 from ..errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
-from ..gate import SchemaGate
 from ..plan import ExactAnswer
 from ..policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_table, readable_tables
 from ..watchdog import WATCHDOG
 from . import bounded_store
 from .bounding import kept_rows
+from .duckdb_gate import SchemaGate
 
 _LOCKED = {
     "enable_external_access": False,

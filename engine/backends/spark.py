@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from ..errors import DataFailure, InputError, PolicyError, QueryRefused, ResourceLimitExceeded
-from ..gate import SchemaGate
 from ..plan import ExactAnswer
 from ..policy import TIME_TYPES, Policy, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_columns, readable_tables
 from .bounding import kept_rows
+from .duckdb_gate import SchemaGate
 from .spark_sql import to_spark
 
 if TYPE_CHECKING:

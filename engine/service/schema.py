@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from ..aggregates import supported
 from ..policy import ColumnSpec, Policy
-from ..scalars import SCALARS
+from ..sql.scalars import SCALARS
 
 SQL_SHAPE = ("one SELECT over one private table of the policy, possibly through CTEs and FROM-"
              "subqueries that filter, rename or compute its columns and joined to one public table "

@@ -12,7 +12,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from .errors import QueryRefused
+from ..errors import QueryRefused
 
 _DUCKDB = Dialect.get_or_raise("duckdb")
 _QUERY_STARTS = {"SELECT", "WITH", "FROM", "(", "VALUES", "TABLE"}
@@ -97,7 +97,7 @@ def parse_select(sql: str) -> exp.Select:
 
 
 def _flattenable(select: exp.Select) -> bool:
-    """Whether a nested SELECT is a CTE body or a FROM-subquery, the forms engine/flatten.py
+    """Whether a nested SELECT is a CTE body or a FROM-subquery, the forms engine/sql/flatten.py
     merges into the outer query (or refuses with the construct's name)."""
     return isinstance(_outside_subquery(select), (exp.CTE, exp.From))
 

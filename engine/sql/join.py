@@ -19,9 +19,9 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from .errors import QueryRefused
-from .plan import Join, KeyJoin, UnitJoin
-from .policy import ColumnSpec, LookupTable, ParentTableSpec, Policy, TableSpec
+from ..errors import QueryRefused
+from ..plan import Join, KeyJoin, UnitJoin
+from ..policy import ColumnSpec, LookupTable, ParentTableSpec, Policy, TableSpec
 from .scalars import check_args
 
 ACCEPTED = ("FROM <private table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>, "

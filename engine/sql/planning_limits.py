@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from .errors import ResourceLimitExceeded
-from .plan import QueryPlan
-from .policy import Limits
+from ..errors import ResourceLimitExceeded
+from ..plan import QueryPlan
+from ..policy import Limits
 
 
 def check_text(sql: str, limits: Limits) -> None:

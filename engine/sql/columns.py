@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from .plan import QueryPlan, UnitJoin
-from .rewrite import rewrite
+from ..plan import QueryPlan, UnitJoin
+from ..rewrite import rewrite
 
 
 def columns_read(plan: QueryPlan) -> frozenset[str]:

@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from .errors import QueryRefused
-from .policy import ColumnSpec
+from ..errors import QueryRefused
+from ..policy import ColumnSpec
+from ..sql_types import SqlType
 
 Resolve = Callable[[exp.Column], "ColumnSpec | None"]  # a column's policy spec, if it has one
 
@@ -46,7 +47,7 @@ def _literal(node: exp.Expression, kind: str) -> object | None:
     node = node.this if negative else node
     if not isinstance(node, exp.Literal):
         return None
-    if kind == "str":
+    if kind == SqlType.STR:
         return node.this if node.is_string else None
     if node.is_string:
         return None

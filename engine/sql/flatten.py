@@ -18,11 +18,13 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from .errors import QueryRefused
+from ..errors import QueryRefused
+from ..policy import LookupTable, Policy
+from ..sql_types import SqlType
 from .join import ACCEPTED as JOIN_ACCEPTED
-from .policy import LookupTable, Policy
 
-_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR"}
+_SQL_TYPES: dict[str, str] = {SqlType.INT: "BIGINT", SqlType.FLOAT: "DOUBLE", SqlType.BOOL: "BOOLEAN",
+                              SqlType.STR: "VARCHAR"}
 _ONE_ROW_PER_ROW = ("a CTE or subquery may only filter, rename and compute columns of one table "
                     "(one row per row); write the aggregate in the outer SELECT")
 # Clauses of a CTE or FROM-subquery body that change which rows it yields, and what to do instead.
