@@ -18,6 +18,7 @@ import sqlglot
 from dpsql.engine import PrivateDatabase, QueryRefused, cli, postprocess
 from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.backends.duckdb_gate import SchemaGate, total_cast
+from dpsql.engine.commands import exit_code
 from dpsql.engine.errors import EngineHalted
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
@@ -307,7 +308,7 @@ def test_a_failure_on_the_data_halts_the_database_durably(setup, monkeypatch):
         monkeypatch.undo()
         with pytest.raises(EngineHalted) as again:
             db.query("SELECT COUNT(*) FROM people", epsilon=1.0)
-    assert str(again.value) == str(halted.value) and halted.value.exit_code == 4
+    assert str(again.value) == str(halted.value) and exit_code(halted.value) == 4
     assert charge_count(setup.ledger) == 0
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         assert "SELECT COUNT(*) FROM people" in db.ledger.halted()
