@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 
 import matplotlib
@@ -15,23 +12,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.accuracy import EPSILONS, ETAS, KS  # noqa: E402
+from benchmarks.machine import machine  # noqa: E402
 from benchmarks.spark import section as spark_section
 from benchmarks.workload import EPSILON, MAX_ROWS_PER_UNIT, TEMPLATES  # noqa: E402
 
 PLOT = "accuracy_ratio.png"
 COMMAND = "python -m benchmarks.run"
-
-
-def machine() -> str:
-    """Cores, memory, CPU model, OS and library versions of this run."""
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal")))
-    libs = ", ".join(f"{name} {metadata.version(name)}"
-                     for name in ("duckdb", "opendp", "sqlglot", "pandas", "numpy"))
-    return (f"{os.cpu_count()} cores ({cpu}), {mem_kb / 2**20:.1f} GiB memory, "
-            f"{platform.system()} {platform.release()}, Python {platform.python_version()}; {libs}")
 
 
 def _load(out: Path, name: str):

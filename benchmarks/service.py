@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--admitted", type=int, default=10, help="answers each cap admits")
     parser.add_argument("--note", default="", help="said beside the command, e.g. what else ran")
     args = parser.parse_args(argv)
-    from benchmarks.report import machine
+    from benchmarks.machine import machine
     from tests.support import create_ledger, make_people, write_policy
 
     dpsql = [sys.executable, "-m", "dpsql"]

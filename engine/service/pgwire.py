@@ -23,8 +23,8 @@ from ..errors import AccessDenied, DpsqlError
 from .auth import MAX_TOKEN_LENGTH, identify
 from .limits import Limits, RateLimiter, TooManyRequests
 from .metrics import Metrics
-from .pgwire_catalog import BINARY_OIDS, Catalog, Rows, binary_cell
-from .pgwire_sql import PARAMETERS, Session, WireError, sqlstate
+from .pgwire_catalog import BINARY_OIDS, Catalog, Rows, WireError, binary_cell
+from .pgwire_sql import PARAMETERS, Session, sqlstate
 from .worker import Worker
 
 log = logging.getLogger("dpsql.service")

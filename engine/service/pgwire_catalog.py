@@ -18,8 +18,17 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from ..errors import DpsqlError
 from ..policy import Policy
 from .schema import public_schema
+
+
+class WireError(DpsqlError):
+    """A statement the Postgres endpoint does not serve; carries its SQLSTATE."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message, sqlstate=sqlstate)
+
 
 TIME_LIMIT = 5.0  # seconds a catalog question may run before it is interrupted
 _DUCK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN",
@@ -133,8 +142,6 @@ class Catalog:
             return self._run(sql)
 
     def _run(self, sql: str) -> Rows:
-        from .pgwire_sql import WireError
-
         try:
             statements = duckdb.extract_statements(sql)
         except duckdb.Error as exc:

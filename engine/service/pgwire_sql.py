@@ -32,7 +32,7 @@ from ..errors import (
 from ..result import Explanation, QueryResult
 from .limits import TooManyRequests
 from .metrics import Metrics
-from .pgwire_catalog import Catalog, Rows, text_cell
+from .pgwire_catalog import Catalog, Rows, WireError, text_cell
 from .worker import ServiceBusy, ServiceStarting
 
 T = TypeVar("T")
@@ -70,13 +70,6 @@ _SET = re.compile(r"SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\s+TO
 _VALUE = re.compile(r"'(?:[^']|'')*'|[\w.+\-]+|\"[^\"]*\"")
 _SHOW = re.compile(r"SHOW\s+(.+?)\s*;?\s*", re.I | re.S)
 _VERSION = re.compile(r"SELECT\s+(?:pg_catalog\s*\.\s*)?version\s*\(\s*\)\s*;?\s*", re.I)
-
-
-class WireError(DpsqlError):
-    """A statement the endpoint does not serve; carries its SQLSTATE."""
-
-    def __init__(self, message: str, sqlstate: str) -> None:
-        super().__init__(message, sqlstate=sqlstate)
 
 
 def sqlstate(exc: DpsqlError) -> str:
