@@ -14,6 +14,7 @@ from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand
 from .policy import ColumnSpec, LookupTable, ParentTableSpec, TableSpec
+from .sql_types import SqlType
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class GroupKey:
 
     name: str  # the key's column in the executed queries: the policy column's, or "__k<i>"
     label: str  # how explanations show it: the column's name or the expression's SQL
-    type: str  # 'bool', 'int' or 'str'
+    type: SqlType  # bool, int, str, date or timestamp
     keys: tuple  # the public values, in the order answers list them
     value: exp.Expression  # its hardened row-level value, over quoted policy column names
     columns: tuple[ColumnSpec, ...]  # the policy columns it reads

@@ -13,9 +13,10 @@ from typing import Any
 
 from ..calibration.declared import DeclaredModel
 from .errors import PolicyError
+from .sql_types import NUMBER_TYPES, SqlType
 
-COLUMN_TYPES = ("int", "float", "str", "bool", "date", "timestamp")
-TIME_TYPES = ("date", "timestamp")
+# The types a policy may declare a column as (every SqlType but NULL, an expression's only).
+COLUMN_TYPES = tuple(t for t in SqlType if t is not SqlType.NULL)
 # Dates and timestamps a policy, a literal or a value read may hold: Python's and every DuckDB
 # date function's common range (values outside are read as NULL, see `ColumnSpec.period`).
 FIRST_DAY = dt.datetime(1, 1, 1)
@@ -26,13 +27,13 @@ class Ranged:
     """A value with a type and optional public bounds (a policy column, an aggregate's operand)."""
 
     name: str
-    type: str
+    type: SqlType
     lower: float | None
     upper: float | None
 
     @property
     def numeric(self) -> bool:
-        return self.type in ("int", "float")
+        return self.type in NUMBER_TYPES
 
     @property
     def bounded(self) -> bool:
@@ -51,7 +52,7 @@ class ColumnSpec(Ranged):
     """One column the analyst may reference, with its public bounds or domain."""
 
     name: str
-    type: str
+    type: SqlType
     lower: float | None = None
     upper: float | None = None
     domain: tuple | None = None
@@ -63,7 +64,7 @@ class ColumnSpec(Ranged):
         every supported date; values outside are read as NULL (engine/scalars.py)."""
         if self.span is not None:
             return self.span
-        return FIRST_DAY, (LAST_MOMENT if self.type == "timestamp" else dt.datetime(9999, 12, 31))
+        return FIRST_DAY, (LAST_MOMENT if self.type == SqlType.TIMESTAMP else dt.datetime(9999, 12, 31))
 
     @property
     def keys(self) -> tuple:
@@ -75,7 +76,7 @@ class ColumnSpec(Ranged):
     @property
     def group_values(self) -> tuple | None:
         """The public values this column may be grouped on, or None if it is not a key."""
-        if self.type == "bool":
+        if self.type == SqlType.BOOL:
             return (False, True)
         return self.domain
 
@@ -263,18 +264,18 @@ _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?")
 
 
-def parse_time(value: Any, ctype: str, path: str) -> dt.datetime:
+def parse_time(value: Any, ctype: SqlType, path: str) -> dt.datetime:
     """A date ('YYYY-MM-DD') or timestamp ('YYYY-MM-DD[ HH:MM[:SS[.ffffff]]]', no time zone)
     as a naive datetime (a date at midnight), or a PolicyError naming `path` and the format."""
-    want = "an ISO date 'YYYY-MM-DD'" if ctype == "date" else \
+    want = "an ISO date 'YYYY-MM-DD'" if ctype == SqlType.DATE else \
         "an ISO timestamp 'YYYY-MM-DD HH:MM:SS' without a time zone"
     if isinstance(value, dt.datetime):  # YAML reads an unquoted timestamp as a datetime
-        if value.tzinfo is not None or ctype == "date":
+        if value.tzinfo is not None or ctype == SqlType.DATE:
             raise PolicyError(f"{path}: expected {want}, got {value!r}")
         return value
     if isinstance(value, dt.date):  # YAML reads an unquoted date as a date
         return dt.datetime(value.year, value.month, value.day)
-    pattern = _ISO_DATE if ctype == "date" else _ISO_TIMESTAMP
+    pattern = _ISO_DATE if ctype == SqlType.DATE else _ISO_TIMESTAMP
     if not isinstance(value, str) or pattern.fullmatch(value.strip()) is None:
         raise PolicyError(f"{path}: expected {want}, got {value!r}")
     try:

@@ -27,7 +27,6 @@ from ..calibration.declared import DEFAULT_CAP, DeclaredModel
 from .errors import PolicyError
 from .policy import (
     COLUMN_TYPES,
-    TIME_TYPES,
     ColumnSpec,
     EtaDeclaration,
     Limits,
@@ -37,6 +36,7 @@ from .policy import (
     TableSpec,
     parse_time,
 )
+from .sql_types import TIME_TYPES, SqlType
 
 MAX_MODEL_SIZE = 64
 """Largest household a household model may give a probability to."""
@@ -184,7 +184,7 @@ def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
                     raise PolicyError(f"{where}.column: a chain's column needs a public domain "
                                       f"(bool, or an int or str domain)")
                 time = _model_column(spec["time"], f"{where}.time", table)
-                if time.type != "int" or not time.bounded or time.name == column.name:
+                if time.type != SqlType.INT or not time.bounded or time.name == column.name:
                     raise PolicyError(f"{where}.time: expected another int column with lower "
                                       f"and upper bounds (the time points), got {time.name!r}")
                 first, last = time.bounds
@@ -482,14 +482,15 @@ def _dependence_group(raw: Any, path: str) -> str | None:
 
 def _column(name: str, raw: Any, path: str) -> ColumnSpec:
     spec = _mapping(raw, path, required={"type"}, optional={"lower", "upper", "domain"})
-    ctype = spec["type"]
-    if ctype not in COLUMN_TYPES:
-        raise PolicyError(f"{path}.type: expected one of {', '.join(COLUMN_TYPES)}, got {ctype!r}")
+    if spec["type"] not in COLUMN_TYPES:
+        raise PolicyError(f"{path}.type: expected one of {', '.join(COLUMN_TYPES)}, "
+                          f"got {spec['type']!r}")
+    ctype = SqlType(spec["type"])
     lower, upper, domain = spec.get("lower"), spec.get("upper"), spec.get("domain")
-    if ctype in ("str", "bool") and (lower is not None or upper is not None):
+    if ctype in (SqlType.STR, SqlType.BOOL) and (lower is not None or upper is not None):
         raise PolicyError(f"{path}: lower/upper bounds are only allowed on int, float, date or "
                           "timestamp columns")
-    if ctype not in ("int", "str") and domain is not None:
+    if ctype not in (SqlType.INT, SqlType.STR) and domain is not None:
         raise PolicyError(f"{path}.domain: a public domain is only allowed on int or str columns")
     if (lower is None) != (upper is None):
         raise PolicyError(f"{path}: give both lower and upper, or neither")
@@ -505,7 +506,7 @@ def _column(name: str, raw: Any, path: str) -> ColumnSpec:
     return ColumnSpec(name.lower(), ctype, lower, upper, domain)
 
 
-def _span(lower: Any, upper: Any, path: str, ctype: str) -> tuple[dt.datetime, dt.datetime]:
+def _span(lower: Any, upper: Any, path: str, ctype: SqlType) -> tuple[dt.datetime, dt.datetime]:
     first = parse_time(lower, ctype, f"{path}.lower")
     last = parse_time(upper, ctype, f"{path}.upper")
     if first > last:
@@ -513,19 +514,19 @@ def _span(lower: Any, upper: Any, path: str, ctype: str) -> tuple[dt.datetime, d
     return first, last
 
 
-def _bound(value: Any, path: str, ctype: str) -> float:
+def _bound(value: Any, path: str, ctype: SqlType) -> float:
     number = _number(value, path)
-    if ctype == "int" and number != int(number):
+    if ctype == SqlType.INT and number != int(number):
         raise PolicyError(f"{path}: expected an integer bound for an int column, got {value!r}")
     if abs(number) > 1e15:
         raise PolicyError(f"{path}: expected a bound of magnitude at most 1e15, got {value!r}")
-    return int(number) if ctype == "int" else float(number)
+    return int(number) if ctype == SqlType.INT else float(number)
 
 
-def _domain(values: Any, path: str, ctype: str) -> tuple:
+def _domain(values: Any, path: str, ctype: SqlType) -> tuple:
     if not isinstance(values, list) or not values:
         raise PolicyError(f"{path}: expected a non-empty list of values")
-    want = str if ctype == "str" else int
+    want = str if ctype == SqlType.STR else int
     for v in values:
         if isinstance(v, bool) or not isinstance(v, want):
             raise PolicyError(f"{path}: expected {ctype} values, got {v!r}")

@@ -20,6 +20,7 @@ import pandas as pd
 from sqlglot import exp
 
 from ..policy import ColumnSpec, Ranged, TableSpec
+from ..sql_types import SqlType
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Operand(Ranged):
     the value is clamped; `columns` are the policy columns it reads."""
 
     name: str  # how labels show it: the column's name, or the expression's SQL
-    type: str  # 'int', 'float', 'str' or 'bool' (booleans are summed as 0/1)
+    type: SqlType  # int, float, str or bool (booleans are summed as 0/1)
     value: exp.Expression
     columns: tuple[ColumnSpec, ...]
     lower: float | None = None

@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from ..errors import PolicyError, QueryRefused
 from ..policy import parse_time
+from ..sql_types import SqlType
 
 # EXTRACT's parts (and the functions YEAR(x), MONTH(x), ... that mean the same), each with
 # the range of its values; YEAR's follows from the bounds of its argument.
@@ -29,7 +30,7 @@ TRUNC_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR")
 TRUNCS = (exp.TimestampTrunc, exp.DateTrunc)
 
 
-def time_literal(text_value: str, kind: str) -> dt.datetime:
+def time_literal(text_value: str, kind: SqlType) -> dt.datetime:
     """The value of a DATE or TIMESTAMP literal (ISO, years 1 to 9999, no time zone)."""
     try:
         return parse_time(text_value, kind, f"{kind.upper()} literal")

@@ -2,7 +2,7 @@
 on the key.
 
 `FROM private [LEFT] JOIN public ON private.col = public.key` joins a public table whose key
-is unique in the data (checked when the data is opened, engine/execute.py);
+is unique in the data (checked when the data is opened, engine/backends/duckdb_execute.py);
 `FROM child [LEFT] JOIN parent ON child.foreign_key = parent.key` joins the parent table the
 policy declares for the child, of which the query reads one row per key (engine/rewrite.py).
 Either way each private row matches at most one row and every sensitivity is that of the

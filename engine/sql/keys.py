@@ -188,7 +188,7 @@ def _key_range(node: exp.Column, scope: Scope, where: exp.Expression | None, wha
     return seconds(first), seconds(last)
 
 
-def _case_values(node: exp.Case, scope: Scope) -> tuple[str, tuple]:
+def _case_values(node: exp.Case, scope: Scope) -> tuple[SqlType, tuple]:
     """A CASE bucket's keys: its literal results (text, whole numbers or booleans), in order."""
     results = [branch.args["true"] for branch in node.args.get("ifs") or []]
     if node.args.get("default") is not None:
@@ -218,7 +218,7 @@ def _case_values(node: exp.Case, scope: Scope) -> tuple[str, tuple]:
     return kinds.pop(), tuple(values)
 
 
-def _width_buckets(node: exp.Floor, scope: Scope) -> tuple[str, tuple]:
+def _width_buckets(node: exp.Floor, scope: Scope) -> tuple[SqlType, tuple]:
     """FLOOR(col / w) of a bounded int column and a positive literal w: the whole numbers
     from FLOOR(lower / w) to FLOOR(upper / w)."""
     quotient = node.this

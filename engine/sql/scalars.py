@@ -3,8 +3,8 @@
 Each allowed scalar function or operator is one `Scalar`: the sqlglot nodes it is written as,
 the options each node may carry, and its type rule. Plan binding types expressions with it,
 the gate derives its allow-list of DuckDB functions from it (engine/backends/duckdb_gate.py),
-and refusals list its functions, so the three cannot disagree. Types are 'int', 'float', 'str',
-'bool', 'date', 'timestamp' and 'null'. The bounds an expression keeps are bounds.py's, the
+and refusals list its functions, so the three cannot disagree. Types are SqlType values (int,
+float, str, bool, date, timestamp and null). The bounds an expression keeps are bounds.py's, the
 calendar it computes with calendar.py's.
 """
 
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..sql_types import TIME_TYPES, SqlType
+from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 from .calendar import PART_FUNCTIONS, TRUNCS, time_literal, time_part, trunc_unit
 
 MAX_LITERAL = 1e15
 
-Typer = Callable[[exp.Expression], str]  # the type of a child expression
-TypeRule = Callable[[exp.Expression, Typer], str]  # the type of a node, given its children's
+Typer = Callable[[exp.Expression], SqlType]  # the type of a child expression
+TypeRule = Callable[[exp.Expression, Typer], SqlType]  # the type of a node, given its children's
 
 
 @dataclass(frozen=True)
@@ -50,37 +50,37 @@ CAST_TYPES = {
 }
 
 
-def _paren(node: exp.Expression, child: Typer) -> str:
+def _paren(node: exp.Expression, child: Typer) -> SqlType:
     return child(node.this)
 
 
-def _negation(node: exp.Expression, child: Typer) -> str:
+def _negation(node: exp.Expression, child: Typer) -> SqlType:
     return numeric(child(node.this), node, "-")
 
 
-def _arithmetic(node: exp.Expression, child: Typer) -> str:
+def _arithmetic(node: exp.Expression, child: Typer) -> SqlType:
     numeric(child(node.this), node, "arithmetic")
     numeric(child(node.expression), node, "arithmetic")
     return SqlType.FLOAT
 
 
-def _comparison(node: exp.Expression, child: Typer) -> str:
+def _comparison(node: exp.Expression, child: Typer) -> SqlType:
     common([child(node.this), child(node.expression)], node)
     return SqlType.BOOL
 
 
-def _logic(node: exp.Expression, child: Typer) -> str:
+def _logic(node: exp.Expression, child: Typer) -> SqlType:
     boolean(child(node.this), node)
     boolean(child(node.expression), node)
     return SqlType.BOOL
 
 
-def _not(node: exp.Expression, child: Typer) -> str:
+def _not(node: exp.Expression, child: Typer) -> SqlType:
     boolean(child(node.this), node)
     return SqlType.BOOL
 
 
-def _in(node: exp.Expression, child: Typer) -> str:
+def _in(node: exp.Expression, child: Typer) -> SqlType:
     if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
         raise QueryRefused("IN (subquery) refused: list literal values")
     if not node.expressions:
@@ -90,12 +90,12 @@ def _in(node: exp.Expression, child: Typer) -> str:
     return SqlType.BOOL
 
 
-def _between(node: exp.Expression, child: Typer) -> str:
+def _between(node: exp.Expression, child: Typer) -> SqlType:
     common([child(node.this), child(node.args["low"]), child(node.args["high"])], node)
     return SqlType.BOOL
 
 
-def _is(node: exp.Expression, child: Typer) -> str:
+def _is(node: exp.Expression, child: Typer) -> SqlType:
     operand = child(node.this)
     if not isinstance(node.expression, (exp.Null, exp.Boolean)):
         raise QueryRefused("IS is supported only as IS [NOT] NULL, TRUE or FALSE")
@@ -106,7 +106,7 @@ def _is(node: exp.Expression, child: Typer) -> str:
     return SqlType.BOOL
 
 
-def _like(node: exp.Expression, child: Typer) -> str:
+def _like(node: exp.Expression, child: Typer) -> SqlType:
     if node.args.get("escape"):
         raise QueryRefused("LIKE ... ESCAPE refused: not supported")
     text(child(node.this), node)
@@ -114,19 +114,19 @@ def _like(node: exp.Expression, child: Typer) -> str:
     return SqlType.BOOL
 
 
-def _one_number(node: exp.Expression, child: Typer) -> str:
+def _one_number(node: exp.Expression, child: Typer) -> SqlType:
     name = node.key.upper()  # ABS, FLOOR or CEIL
     if node.args.get("decimals") or node.args.get("to"):
         raise QueryRefused(f"{name} takes one argument here")
     return numeric(child(node.this), node, name)
 
 
-def _root(node: exp.Expression, child: Typer) -> str:
+def _root(node: exp.Expression, child: Typer) -> SqlType:
     numeric(child(node.this), node, "SQRT")
     return SqlType.FLOAT
 
 
-def _round(node: exp.Expression, child: Typer) -> str:
+def _round(node: exp.Expression, child: Typer) -> SqlType:
     decimals = node.args.get("decimals")
     if decimals is not None and (not isinstance(decimals, exp.Literal) or decimals.is_string):
         raise QueryRefused("ROUND's second argument must be a whole number literal")
@@ -135,22 +135,22 @@ def _round(node: exp.Expression, child: Typer) -> str:
     return numeric(child(node.this), node, "ROUND")
 
 
-def _text(node: exp.Expression, child: Typer) -> str:
+def _text(node: exp.Expression, child: Typer) -> SqlType:
     return text(child(node.this), node)
 
 
-def _trim(node: exp.Expression, child: Typer) -> str:
+def _trim(node: exp.Expression, child: Typer) -> SqlType:
     if node.args.get("expression") or node.args.get("position"):
         raise QueryRefused("TRIM takes one argument here")
     return text(child(node.this), node)
 
 
-def _length(node: exp.Expression, child: Typer) -> str:
+def _length(node: exp.Expression, child: Typer) -> SqlType:
     text(child(node.this), node)
     return SqlType.INT
 
 
-def _substring(node: exp.Expression, child: Typer) -> str:
+def _substring(node: exp.Expression, child: Typer) -> SqlType:
     text(child(node.this), node)
     for key in ("start", "length"):
         if node.args.get(key) is not None:
@@ -158,11 +158,11 @@ def _substring(node: exp.Expression, child: Typer) -> str:
     return SqlType.STR
 
 
-def _common_of_all(node: exp.Expression, child: Typer) -> str:
+def _common_of_all(node: exp.Expression, child: Typer) -> SqlType:
     return common([child(node.this)] + [child(e) for e in node.expressions], node)
 
 
-def _case(node: exp.Expression, child: Typer) -> str:
+def _case(node: exp.Expression, child: Typer) -> SqlType:
     if node.this is not None:
         raise QueryRefused("CASE <value> WHEN refused: write CASE WHEN <condition> THEN ...")
     results = []
@@ -174,7 +174,7 @@ def _case(node: exp.Expression, child: Typer) -> str:
     return common(results, node)
 
 
-def _cast(node: exp.Expression, child: Typer) -> str:
+def _cast(node: exp.Expression, child: Typer) -> SqlType:
     to = node.args["to"]
     target = CAST_TYPES.get(to.this)
     if target is None or to.expressions:
@@ -183,7 +183,7 @@ def _cast(node: exp.Expression, child: Typer) -> str:
             "VARCHAR, BOOLEAN, DATE or TIMESTAMP"
         )
     operand = child(node.this)
-    if target in (SqlType.INT, SqlType.FLOAT) and operand == SqlType.STR:
+    if target in NUMBER_TYPES and operand == SqlType.STR:
         _check_text_to_number(node.this)
     if target in TIME_TYPES:
         _check_to_time(node.this, operand, target)
@@ -193,7 +193,7 @@ def _cast(node: exp.Expression, child: Typer) -> str:
     return target
 
 
-def _check_to_time(operand: exp.Expression, kind: str, target: str) -> None:
+def _check_to_time(operand: exp.Expression, kind: SqlType, target: SqlType) -> None:
     """A date or timestamp comes from a column, another date or timestamp, or an ISO literal
     (DATE '2024-01-01'): DuckDB also reads 'infinity', 'epoch' and years beyond 9999, and a
     cast of text read from the data would be NULL or not depending on the values."""
@@ -209,7 +209,7 @@ def _check_to_time(operand: exp.Expression, kind: str, target: str) -> None:
                        "the column as date or timestamp in the policy")
 
 
-def _extract(node: exp.Expression, child: Typer) -> str:
+def _extract(node: exp.Expression, child: Typer) -> SqlType:
     time_part(node)
     operand = child(node.expression if isinstance(node, exp.Extract) else node.this)
     if operand not in TIME_TYPES and operand != SqlType.NULL:
@@ -217,7 +217,7 @@ def _extract(node: exp.Expression, child: Typer) -> str:
     return SqlType.INT
 
 
-def _trunc(node: exp.Expression, child: Typer) -> str:
+def _trunc(node: exp.Expression, child: Typer) -> SqlType:
     trunc_unit(node)
     operand = child(node.this)
     if operand not in TIME_TYPES and operand != SqlType.NULL:
@@ -303,8 +303,8 @@ def scalar_of(node: exp.Expression) -> Scalar | None:
     return None
 
 
-def type_of(node: exp.Expression, where: str, leaf: Callable[[exp.Expression, str], str | None],
-            recurse: Callable[[exp.Expression, str], str], shallow: bool = False) -> str:
+def type_of(node: exp.Expression, where: str, leaf: Callable[[exp.Expression, str], SqlType | None],
+            recurse: Callable[[exp.Expression, str], SqlType], shallow: bool = False) -> SqlType:
     """Type-check one whitelisted scalar construct; children are typed by `recurse`, names by
     `leaf`. With `shallow`, only the construct itself is checked (children are checked elsewhere)."""
     if node is None:  # e.g. FLOOR(--1): `--` starts a comment, which ends the arguments
@@ -414,41 +414,44 @@ def _check_text_to_number(operand: exp.Expression) -> None:
                        "cast a text column or a plain numeric literal instead")
 
 
-def numeric(kind: str, node: exp.Expression, what: str) -> str:
-    """`kind` if it is a number type ('float' for NULL), else a refusal."""
+def numeric(kind: SqlType, node: exp.Expression, what: str) -> SqlType:
+    """`kind` if it is a number type (float for NULL), else a refusal."""
     if kind not in (SqlType.INT, SqlType.FLOAT, SqlType.NULL):
         raise QueryRefused(f"{what} needs numbers but got a {kind} in {short(node)}")
     return SqlType.FLOAT if kind == SqlType.NULL else kind
 
 
-def boolean(kind: str, node: exp.Expression) -> None:
+def boolean(kind: SqlType, node: exp.Expression) -> None:
     """Refuse unless `kind` is a condition's type."""
     if kind not in (SqlType.BOOL, SqlType.NULL):
         raise QueryRefused(f"expected a condition but got a {kind} in {short(node)}")
 
 
-def text(kind: str, node: exp.Expression) -> str:
-    """'str', or a refusal unless `kind` is text."""
+def text(kind: SqlType, node: exp.Expression) -> SqlType:
+    """SqlType.STR, or a refusal unless `kind` is text."""
     if kind not in (SqlType.STR, SqlType.NULL):
         raise QueryRefused(f"expected text but got {_KIND_NAMES.get(kind, kind)} in {short(node)}")
     return SqlType.STR
 
 
 # How messages name a value's type: an int column is a whole number, never a "float".
-_KIND_NAMES: dict[str, str] = {
+_KIND_NAMES: dict[SqlType, str] = {
     SqlType.INT: "a whole number (int)", SqlType.FLOAT: "a number (float)", SqlType.STR: "text",
     SqlType.BOOL: "a condition (bool)", SqlType.DATE: "a date", SqlType.TIMESTAMP: "a timestamp"}
 
+_FAMILY_NAMES = {SqlType.FLOAT: "number", SqlType.TIMESTAMP: "date/timestamp", SqlType.STR: "text",
+                 SqlType.BOOL: "condition (bool)"}
 
-def common(kinds: list[str], node: exp.Expression) -> str:
+
+def common(kinds: list[SqlType], node: exp.Expression) -> SqlType:
     """The common type of comparable operands; numbers compare with numbers only, and so on."""
-    families = {SqlType.FLOAT if k in (SqlType.INT, SqlType.FLOAT) else "time" if k in TIME_TYPES else k
+    # Each kind's family, named by its widest type: numbers are FLOAT's, dates TIMESTAMP's.
+    families = {SqlType.FLOAT if k in NUMBER_TYPES else SqlType.TIMESTAMP if k in TIME_TYPES else k
                 for k in kinds if k != SqlType.NULL}
     if len(families) > 1:
         hint = "; write a date as DATE '2024-01-01' or a timestamp as TIMESTAMP " \
-            "'2024-01-01 08:00:00'" if families == {SqlType.STR, "time"} else ""
-        names = sorted({"time": "date/timestamp", SqlType.FLOAT: "number", SqlType.STR: "text",
-                        SqlType.BOOL: "condition (bool)"}.get(f, f) for f in families)
+            "'2024-01-01 08:00:00'" if families == {SqlType.STR, SqlType.TIMESTAMP} else ""
+        names = sorted(_FAMILY_NAMES[f] for f in families)
         raise QueryRefused(
             f"cannot compare or combine {' and '.join(names)} values in {short(node)}{hint}")
     if not families:
@@ -456,7 +459,7 @@ def common(kinds: list[str], node: exp.Expression) -> str:
     family = families.pop()
     if family == SqlType.FLOAT:
         return SqlType.INT if all(k in (SqlType.INT, SqlType.NULL) for k in kinds) else SqlType.FLOAT
-    if family == "time":  # DuckDB compares a date with a timestamp as midnight of that day
+    if family == SqlType.TIMESTAMP:  # DuckDB compares a date with a timestamp as midnight of that day
         return SqlType.DATE if all(k in (SqlType.DATE, SqlType.NULL) for k in kinds) else SqlType.TIMESTAMP
     return family
 

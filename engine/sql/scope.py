@@ -14,7 +14,7 @@ from ..aggregates import Measured, Operand, aggregate_of, supported
 from ..errors import QueryRefused
 from ..plan import GroupKey, Join, Measurement, OutputColumn
 from ..policy import ColumnSpec, TableSpec
-from ..sql_types import TIME_TYPES, SqlType
+from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 from .bounds import Range, value_range
 from .calendar import seconds
 from .harden import as_double, harden
@@ -128,14 +128,14 @@ class Scope:
             return False
         return node.name.lower() == self.table.privacy_unit
 
-    def scalar_type(self, node: exp.Expression, where: str) -> str:
-        """Type-check a row-level expression; return 'int', 'float', 'str', 'bool' or 'null'."""
+    def scalar_type(self, node: exp.Expression, where: str) -> SqlType:
+        """Type-check a row-level expression; return its type (NULL for a bare NULL)."""
         if isinstance(node, exp.AggFunc):
             raise QueryRefused(f"aggregate {node.sql(dialect='duckdb')} refused in {where}: "
                                "filter groups on aggregates with HAVING")
         return type_of(node, where, self._leaf_type, self.scalar_type)
 
-    def _leaf_type(self, node: exp.Expression, where: str) -> str | None:
+    def _leaf_type(self, node: exp.Expression, where: str) -> SqlType | None:
         if isinstance(node, exp.Column):
             if node.is_star:
                 raise QueryRefused(f"* refused in {where}")
@@ -205,10 +205,10 @@ class PostScope:
         type_of(rewritten, where, self._leaf_type, self._type)
         return harden(rewritten)
 
-    def _type(self, node: exp.Expression, where: str) -> str:
+    def _type(self, node: exp.Expression, where: str) -> SqlType:
         return type_of(node, where, self._leaf_type, self._type)
 
-    def _leaf_type(self, node: exp.Expression, where: str) -> str | None:
+    def _leaf_type(self, node: exp.Expression, where: str) -> SqlType | None:
         if not isinstance(node, exp.Column):
             return None
         key = next((col for col in self.group_by if col.name == node.name), None)
@@ -326,7 +326,7 @@ class PostScope:
                 f"{call}({name}) refused: a {kind} is not a number; aggregate a number taken "
                 f"from it, e.g. {call}(EXTRACT(year FROM {name})) or {call}(EXTRACT(month FROM "
                 f"{name})), or count the rows with COUNT({name})")
-        elif kind not in (SqlType.INT, SqlType.FLOAT):
+        elif kind not in NUMBER_TYPES:
             what = "column" if bare is not None else "argument"
             raise QueryRefused(f"{call}({name}) refused: the {what} is {kind}, not numeric "
                                f"(a condition counts as 0/1; or COUNT({name}))")
@@ -340,7 +340,7 @@ class PostScope:
         self.bound.append(found)
         return found
 
-    def _expression_operand(self, call: str, name: str, arg: exp.Expression, kind: str,
+    def _expression_operand(self, call: str, name: str, arg: exp.Expression, kind: SqlType,
                             value: exp.Expression, columns: tuple[ColumnSpec, ...]) -> Operand:
         """A numeric row expression, bounded by interval arithmetic over the policy's column
         bounds; its value is clamped to those bounds, so they hold whatever the data holds."""
@@ -387,7 +387,7 @@ def _guarded(column: ColumnSpec) -> exp.Expression:
     return _guard(column.name, column.type, first, last)
 
 
-def _guard(name: str, kind: str, first: dt.date, last: dt.date) -> exp.Expression:
+def _guard(name: str, kind: SqlType, first: dt.date, last: dt.date) -> exp.Expression:
     """`CASE WHEN name BETWEEN first AND last THEN name END` for a date or timestamp column."""
     def text(value: dt.date) -> str:
         if kind == SqlType.DATE:
