@@ -20,12 +20,13 @@ from .aggregates import quantile
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
 from .result import ExpectedError
+from .sql_types import SqlType
 
 ALPHA = 0.05  # 1 - the intervals' coverage
 _DTYPES = {"BOOLEAN": "bool", "BIGINT": "int64", "DOUBLE": "float64", "VARCHAR": "object",
            "DATE": "object", "TIMESTAMP": "object"}  # dates as Python date / datetime objects
-_KEY_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "str": "VARCHAR", "date": "DATE",
-              "timestamp": "TIMESTAMP"}
+_KEY_TYPES = {SqlType.BOOL: "BOOLEAN", SqlType.INT: "BIGINT", SqlType.STR: "VARCHAR",
+              SqlType.DATE: "DATE", SqlType.TIMESTAMP: "TIMESTAMP"}
 
 
 def noisy_columns(plan: QueryPlan) -> list[tuple[str, str]]:

@@ -14,13 +14,15 @@ from pathlib import Path
 import duckdb
 
 from .errors import InputError
+from .sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 
 # A stored DuckDB type (without parameters) -> the policy type it is read as.
 _POLICY_TYPES = {
     **dict.fromkeys(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                     "UINTEGER", "UBIGINT", "UHUGEINT"), "int"),
-    **dict.fromkeys(("FLOAT", "DOUBLE", "DECIMAL"), "float"),
-    "VARCHAR": "str", "BOOLEAN": "bool", "DATE": "date", "TIMESTAMP": "timestamp",
+                     "UINTEGER", "UBIGINT", "UHUGEINT"), SqlType.INT),
+    **dict.fromkeys(("FLOAT", "DOUBLE", "DECIMAL"), SqlType.FLOAT),
+    "VARCHAR": SqlType.STR, "BOOLEAN": SqlType.BOOL, "DATE": SqlType.DATE,
+    "TIMESTAMP": SqlType.TIMESTAMP,
 }
 _BLANK = "null  # FILL IN from public knowledge, never from the data's values"
 _HEADER = """\
@@ -55,9 +57,9 @@ def starter_policy(path: str | Path) -> str:
                              "reads; left out\n")
                 continue
             lines.append(f"      {_key(column)}:\n        type: {kind}\n")
-            if kind in ("int", "float", "date", "timestamp"):
+            if kind in NUMBER_TYPES or kind in TIME_TYPES:
                 lines.append(f"        lower: {_BLANK}\n        upper: {_BLANK}\n")
-            if kind == "str":
+            if kind == SqlType.STR:
                 lines.append(f"        domain: {_BLANK} (the public list of values, for GROUP BY)\n")
     return "".join(lines)
 

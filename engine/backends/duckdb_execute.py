@@ -24,6 +24,7 @@ from ..errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from ..plan import ExactAnswer
 from ..policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_table, readable_tables
+from ..sql_types import SqlType
 from ..watchdog import WATCHDOG
 from . import bounded_store
 from .bounding import kept_rows
@@ -37,14 +38,14 @@ _LOCKED = {
 }
 _FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 _TYPE_FAMILIES = {
-    "int": ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-            "UINTEGER", "UBIGINT", "UHUGEINT"),
-    "float": ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-              "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL"),
-    "str": ("VARCHAR",),
-    "bool": ("BOOLEAN",),
-    "date": ("DATE",),
-    "timestamp": ("TIMESTAMP",),
+    SqlType.INT: ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                  "UINTEGER", "UBIGINT", "UHUGEINT"),
+    SqlType.FLOAT: ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                    "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL"),
+    SqlType.STR: ("VARCHAR",),
+    SqlType.BOOL: ("BOOLEAN",),
+    SqlType.DATE: ("DATE",),
+    SqlType.TIMESTAMP: ("TIMESTAMP",),
 }
 
 
@@ -175,8 +176,8 @@ def _scannable(frame: Any, name: str) -> Any:
 _LOADED = (".csv", ".tsv", ".parquet", ".pq")  # files loaded into memory, not opened
 # The one DuckDB type each policy type is read as, whatever a file stores (docs/theory.md §1):
 # the gate binds queries on these types, so its verdict depends on the policy, not the file.
-DECLARED_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN",
-                  "date": "DATE", "timestamp": "TIMESTAMP"}
+DECLARED_TYPES = {SqlType.INT: "BIGINT", SqlType.FLOAT: "DOUBLE", SqlType.STR: "VARCHAR",
+                  SqlType.BOOL: "BOOLEAN", SqlType.DATE: "DATE", SqlType.TIMESTAMP: "TIMESTAMP"}
 
 
 def _reader(path: Path, policy: Policy) -> str:
@@ -356,7 +357,7 @@ def _table_columns(conn: duckdb.DuckDBPyConnection, kinds: Mapping[str, str], na
         if col.name not in columns:
             raise PolicyError(f"{path}: no such column in the data")
         data_type = columns[col.name].split("(")[0].upper()
-        if col.type == "timestamp" and data_type != "TIMESTAMP" and "TIMESTAMP" in data_type:
+        if col.type == SqlType.TIMESTAMP and data_type != "TIMESTAMP" and "TIMESTAMP" in data_type:
             raise PolicyError(f"{path}.type: the data column is {columns[col.name]}; a "
                               "timestamp column must be TIMESTAMP (without time zone, "
                               "microseconds): EXTRACT and date_trunc of a time zone's "

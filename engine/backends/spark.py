@@ -2,13 +2,13 @@
 
 Only SQL rendered from a validated plan reaches Spark, never the analyst's text (Spark cannot be
 locked down like DuckDB: `SET`, `reflect()` and path-qualified tables work in its SQL). The plan's
-tree is judged twice before it meets the data: its DuckDB rendering by engine/gate.py on empty
-tables of the data's types (every cast and function total), and its Spark rendering (with
-DuckDB's meaning, engine/backends/spark_sql.py) by Spark's analyser on empty tables of the same
-schema. The backend works in sessions of its own (`newSession`: their own temporary views and
-settings) with ANSI mode off, so division, casts and overflow give NULL instead of raising, and
-sums are taken as DECIMAL(38,0) (integers) or DOUBLE, so they cannot wrap. Only one row per
-group comes back to the driver.
+tree is judged twice before it meets the data: its DuckDB rendering by the gate
+(engine/backends/duckdb_gate.py) on empty tables of the data's types (every cast and function
+total), and its Spark rendering (with DuckDB's meaning, engine/backends/spark_sql.py) by Spark's
+analyser on empty tables of the same schema. The backend works in sessions of its own
+(`newSession`: their own temporary views and settings) with ANSI mode off, so division, casts and
+overflow give NULL instead of raising, and sums are taken as DECIMAL(38,0) (integers) or DOUBLE, so
+they cannot wrap. Only one row per group comes back to the driver.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from sqlglot import exp
 
 from ..errors import DataFailure, InputError, PolicyError, QueryRefused, ResourceLimitExceeded
 from ..plan import ExactAnswer
-from ..policy import TIME_TYPES, Policy, TableSpec
+from ..policy import Policy, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_columns, readable_tables
+from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 from .bounding import kept_rows
 from .duckdb_gate import SchemaGate
 from .spark_sql import to_spark
@@ -40,16 +41,16 @@ Source = Any
 
 _SETTINGS = {"spark.sql.ansi.enabled": "false", "spark.sql.caseSensitive": "false"}
 # Spark type name -> (policy families it can hold, the DuckDB type the gate binds it as).
-_TYPES: dict[str, tuple[frozenset[str], str]] = {
-    "tinyint": (frozenset({"int", "float"}), "TINYINT"),
-    "smallint": (frozenset({"int", "float"}), "SMALLINT"),
-    "int": (frozenset({"int", "float"}), "INTEGER"),
-    "bigint": (frozenset({"int", "float"}), "BIGINT"),
-    "float": (frozenset({"float"}), "FLOAT"),
-    "double": (frozenset({"float"}), "DOUBLE"),
-    "decimal": (frozenset({"float"}), "DECIMAL"),
-    "string": (frozenset({"str"}), "VARCHAR"),
-    "boolean": (frozenset({"bool"}), "BOOLEAN"),
+_TYPES: dict[str, tuple[frozenset[SqlType], str]] = {
+    "tinyint": (frozenset(NUMBER_TYPES), "TINYINT"),
+    "smallint": (frozenset(NUMBER_TYPES), "SMALLINT"),
+    "int": (frozenset(NUMBER_TYPES), "INTEGER"),
+    "bigint": (frozenset(NUMBER_TYPES), "BIGINT"),
+    "float": (frozenset({SqlType.FLOAT}), "FLOAT"),
+    "double": (frozenset({SqlType.FLOAT}), "DOUBLE"),
+    "decimal": (frozenset({SqlType.FLOAT}), "DECIMAL"),
+    "string": (frozenset({SqlType.STR}), "VARCHAR"),
+    "boolean": (frozenset({SqlType.BOOL}), "BOOLEAN"),
     "date": (frozenset(), "DATE"),
     "timestamp": (frozenset(), "TIMESTAMP"),
     "binary": (frozenset(), "BLOB"),
@@ -320,7 +321,8 @@ def _frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> 
 
 # The Spark type each policy type is read as, whatever the source stores (as on DuckDB,
 # engine/backends/duckdb_execute.py DECLARED_TYPES), so a verdict follows the policy, not the file.
-_DECLARED = {"int": "bigint", "float": "double", "str": "string", "bool": "boolean"}
+_DECLARED = {SqlType.INT: "bigint", SqlType.FLOAT: "double", SqlType.STR: "string",
+             SqlType.BOOL: "boolean"}
 
 
 def _as_declared(table: TableSpec, frame: DataFrame) -> DataFrame:
@@ -361,10 +363,10 @@ def _policy_family(spark_type: str) -> str:
     """The family spark_sql.py types a column by: int, float, decimal, str, bool or other."""
     family = _family(spark_type)
     if family in ("tinyint", "smallint", "int", "bigint"):
-        return "int"
+        return SqlType.INT
     if family in ("float", "double"):
-        return "float"
-    return {"decimal": "decimal", "string": "str", "boolean": "bool"}.get(family, "other")
+        return SqlType.FLOAT
+    return {"decimal": "decimal", "string": SqlType.STR, "boolean": SqlType.BOOL}.get(family, "other")
 
 
 def _family(spark_type: str) -> str:

@@ -1,14 +1,14 @@
 """The rewrite's tree in Spark SQL with DuckDB's meaning, or the reason it cannot be.
 
-Plans hold DuckDB-hardened trees (engine/gate.py). sqlglot transpiles their syntax; this module
-fixes what means something else on Spark (measured value by value against DuckDB): IEEE division
-and modulo by zero, `//`, FLOOR and CEIL as DOUBLE, LIKE without an escape character, casts to
-integers rounding like DuckDB, and sums that cannot wrap. What it cannot give DuckDB's meaning it
-refuses, by the query text and the schema only: casts of text to numbers or booleans (DuckDB
-reads '2.7' as an integer, '1_000' as a number; Spark reads '1d' and ' true '), of floats to text
-(the two print floats differently), of decimal literals to integers, and SUBSTRING with
-positions that are not whole-number literals (start >= 1, length >= 0). Spark refuses those
-queries whatever the data holds, so a refusal says nothing about it.
+Plans hold DuckDB-hardened trees (engine/sql/harden.py). sqlglot transpiles their syntax; this
+module fixes what means something else on Spark (measured value by value against DuckDB): IEEE
+division and modulo by zero, `//`, FLOOR and CEIL as DOUBLE, LIKE without an escape character,
+casts to integers rounding like DuckDB, and sums that cannot wrap. What it cannot give DuckDB's
+meaning it refuses, by the query text and the schema only: casts of text to numbers or booleans
+(DuckDB reads '2.7' as an integer, '1_000' as a number; Spark reads '1d' and ' true '), of floats
+to text (the two print floats differently), of decimal literals to integers, and SUBSTRING with
+positions that are not whole-number literals (start >= 1, length >= 0). Spark refuses those queries
+whatever the data holds, so a refusal says nothing about it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from ..errors import QueryRefused
+from ..sql_types import NUMBER_TYPES, SqlType
 
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
              exp.DataType.Type.BIGINT}
@@ -57,17 +58,17 @@ def _refuse(node: exp.Expr, typer: _Types) -> None:
     """Raise QueryRefused for a form whose Spark meaning differs from DuckDB's."""
     if isinstance(node, exp.Cast):
         source, target = typer.of(node.this), node.to.this
-        if source == "str" and target not in _TEXT:
+        if source == SqlType.STR and target not in _TEXT:
             raise QueryRefused("CAST of text to a number or boolean is not supported on the "
                                "Spark engine (DuckDB and Spark read text such as '1_000', '1d' "
                                "or ' true ' differently)")
-        if target in _INTEGERS and source == "float" and isinstance(node.this, exp.Literal):
+        if target in _INTEGERS and source == SqlType.FLOAT and isinstance(node.this, exp.Literal):
             raise QueryRefused("CAST of a decimal literal to an integer type is not supported on "
                                "the Spark engine; write the whole number")
-        if target in _INTEGERS and source not in ("int", "bool", "null", "float", "decimal"):
+        if target in _INTEGERS and source not in (*NUMBER_TYPES, SqlType.BOOL, SqlType.NULL, "decimal"):
             raise QueryRefused("CAST to an integer type of this expression is not supported on "
                                "the Spark engine")
-        if target in _TEXT and source not in ("int", "bool", "str", "null"):
+        if target in _TEXT and source not in (SqlType.INT, SqlType.BOOL, SqlType.STR, SqlType.NULL):
             raise QueryRefused("CAST of a number that is not an integer to VARCHAR is not "
                                "supported on the Spark engine (DuckDB and Spark print floats "
                                "differently)")
@@ -112,7 +113,7 @@ def _translate(node: exp.Expression, typer: _Types) -> exp.Expression:
         node.set("safe", True)  # Spark's own TRY_CAST: NULL where a CAST would saturate
     if isinstance(node, exp.Cast) and node.to.this in _INTEGERS:
         source = typer.of(node.this)
-        if source == "float":  # DuckDB rounds a double half to even, Spark truncates
+        if source == SqlType.FLOAT:  # DuckDB rounds a double half to even, Spark truncates
             node.set("this", exp.func("BROUND", node.this))
         elif source == "decimal":  # and a DECIMAL half away from zero
             node.set("this", exp.func("ROUND", node.this))
@@ -161,31 +162,31 @@ class _Types:
         if isinstance(node, exp.Column):
             return self._columns.get(node.name, "other")
         if isinstance(node, exp.Null):
-            return "null"
+            return SqlType.NULL
         if isinstance(node, exp.Boolean):
-            return "bool"
+            return SqlType.BOOL
         if isinstance(node, exp.Literal):
-            return "str" if node.is_string else "int" if node.is_int else "float"
+            return SqlType.STR if node.is_string else SqlType.INT if node.is_int else SqlType.FLOAT
         if isinstance(node, exp.Cast):
             kind = node.to.this
             if kind in _INTEGERS:
-                return "int"
+                return SqlType.INT
             if kind in _FLOATS:
-                return "float"
+                return SqlType.FLOAT
             if kind == exp.DataType.Type.DECIMAL:
                 return "decimal"
             if kind in _TEXT:
-                return "str"
-            return "bool" if kind == exp.DataType.Type.BOOLEAN else "other"
+                return SqlType.STR
+            return SqlType.BOOL if kind == exp.DataType.Type.BOOLEAN else "other"
         if isinstance(node, (exp.Binary, exp.Neg, exp.Abs, exp.Round, exp.Floor, exp.Ceil)) \
                 and not isinstance(node, (exp.Predicate, exp.Connector, exp.DPipe)):
-            return "float"
+            return SqlType.FLOAT
         if isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.In, exp.Between, exp.Is)):
-            return "bool"
+            return SqlType.BOOL
         if isinstance(node, exp.Length):
-            return "int"
+            return SqlType.INT
         if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Substring, exp.DPipe)):
-            return "str"
+            return SqlType.STR
         if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least, exp.Case, exp.If)):
             return self._common(node)
         return "other"
@@ -198,9 +199,9 @@ class _Types:
                 branches.append(node.args["default"])
         else:
             branches = [node.this, *node.expressions]
-        families = {self.of(b) for b in branches} - {"null"}
+        families = {self.of(b) for b in branches} - {SqlType.NULL}
         if len(families) == 1:
             return families.pop()
-        if families and families <= {"int", "float", "decimal"}:
-            return "float"
-        return "null" if not families else "other"
+        if families and families <= {*NUMBER_TYPES, "decimal"}:
+            return SqlType.FLOAT
+        return SqlType.NULL if not families else "other"
