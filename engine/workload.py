@@ -17,6 +17,7 @@ from sqlglot import exp
 from .errors import DpsqlError, InputError
 from .plan import GroupKey, QueryPlan
 from .prepare import PreparedQuery, Preparer
+from .sql_types import SqlType
 from .workload_intervals import laplace_combination_halfwidth
 from .workload_strategy import Strategy, candidates, squared_errors
 
@@ -134,7 +135,7 @@ def plan_workload(preparer: Preparer, statements: list[str], epsilon: float | No
     matrices = {i: _matrix(p.plan, cells, keys) for i, (p, w) in enumerate(zip(prepared, why, strict=True))
                 if not w}
     sets = [tuple(sorted(attributes.index(a) for a in _attributes(prepared[i].plan))) for i in matrices]
-    ordered = len(keys) == 1 and keys[0].type == "int"
+    ordered = len(keys) == 1 and keys[0].type == SqlType.INT
     compared, solved, units = _strategy(sizes, tuple(sets), tuple(_Frozen(m) for m in matrices.values()),
                                         ordered)
     members = []

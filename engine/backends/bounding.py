@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from ..policy import TableSpec
 from ..rewrite import bounded_columns
+from ..sql_types import SqlType
 
 RULE_VERSION = "md5-canonical-1"
 """Names this rule in the fingerprint of prepared copies (engine/backends/bounded_store.py): a changed
@@ -36,7 +37,7 @@ def kept_rows(table: TableSpec, hash_key: str, source: exp.Table, unit_is_float:
     """
     columns = bounded_columns(table)
     unit = table.unit
-    floats = {name for name, col in table.columns.items() if col.type == "float"}
+    floats = {name for name, col in table.columns.items() if col.type == SqlType.FLOAT}
     if unit_is_float:
         floats.add(unit)
     content = [_column(name, "t") for name in columns]

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..accounting.analysts import Analyst
 from ..errors import AccessDenied, DpsqlError
+from ..sql_types import NUMBER_TYPES, SqlType
 from .auth import MAX_TOKEN_LENGTH, identify
 from .limits import Limits, RateLimiter, TooManyRequests
 from .metrics import Metrics
@@ -34,7 +35,9 @@ LOGIN_SECONDS = 10.0  # time a client has to finish the startup and the password
 MAX_HELD = 1024  # prepared statements, and portals, a connection may hold at once
 MAX_HELD_BYTES = 8 << 20  # bytes of SQL its prepared statements may hold (JDBC's cache: 5 MiB)
 SSL_REQUEST, GSS_REQUEST, CANCEL_REQUEST, PROTOCOL_3 = 80877103, 80877104, 80877102, 196608
-_TEXT_OIDS = {16: "bool", 20: "int", 21: "int", 23: "int", 700: "float", 701: "float", 1700: "float"}
+# A parameter's Postgres type OID -> the type its text is read as (any other: text).
+_TEXT_OIDS = {16: SqlType.BOOL, 20: SqlType.INT, 21: SqlType.INT, 23: SqlType.INT, 700: SqlType.FLOAT,
+              701: SqlType.FLOAT, 1700: SqlType.FLOAT}
 
 
 class Refused(Exception):
@@ -465,7 +468,7 @@ def _bind(sql: str, types: tuple[int, ...], formats: list[int], values: list[byt
     literals = []
     for i, value in enumerate(values):
         fmt = formats[i] if len(formats) > 1 else (formats[0] if formats else 0)
-        kind = _TEXT_OIDS.get(types[i] if i < len(types) else 0, "text")
+        kind = _TEXT_OIDS.get(types[i] if i < len(types) else 0, SqlType.STR)
         literals.append(_literal(value, fmt, kind, types[i] if i < len(types) else 0))
     try:
         tokens = Postgres().tokenize(sql)
@@ -483,7 +486,7 @@ def _bind(sql: str, types: tuple[int, ...], formats: list[int], values: list[byt
     return "".join(pieces) + sql[at:]
 
 
-def _literal(value: bytes | None, fmt: int, kind: str, oid: int) -> Any:
+def _literal(value: bytes | None, fmt: int, kind: SqlType, oid: int) -> Any:
     from sqlglot import exp
 
     if value is None:
@@ -498,13 +501,13 @@ def _literal(value: bytes | None, fmt: int, kind: str, oid: int) -> Any:
         if oid not in (0, 25, 1043):
             raise WireError(f"binary parameter of type {oid} refused: send it as text", "0A000")
     text = value.decode("utf-8", "replace")
-    if kind in ("int", "float"):
+    if kind in NUMBER_TYPES:
         try:
             float(text)
         except ValueError:
             raise WireError(f"invalid number for a numeric parameter: {text[:40]!r}", "22P02") from None
         return exp.Literal.number(text.strip())
-    if kind == "bool":
+    if kind == SqlType.BOOL:
         return exp.Boolean(this=text.strip().lower() in ("t", "true", "1", "on", "yes"))
     return exp.Literal.string(text)
 

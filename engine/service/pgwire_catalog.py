@@ -18,6 +18,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from ..backends.duckdb_execute import DECLARED_TYPES
 from ..errors import DpsqlError
 from ..policy import Policy
 from .schema import public_schema
@@ -31,8 +32,6 @@ class WireError(DpsqlError):
 
 
 TIME_LIMIT = 5.0  # seconds a catalog question may run before it is interrupted
-_DUCK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN",
-               "date": "DATE", "timestamp": "TIMESTAMP"}
 _OIDS = {"BOOLEAN": 16, "BIGINT": 20, "SMALLINT": 21, "INTEGER": 23, "VARCHAR": 25, "FLOAT": 700,
          "DOUBLE": 701, "DATE": 1082, "TIMESTAMP": 1114, "UBIGINT": 20, "UINTEGER": 20, "USMALLINT": 23,
          "UTINYINT": 21, "TINYINT": 21, "HUGEINT": 1700, "DECIMAL": 1700}
@@ -121,7 +120,7 @@ class Catalog:
             name.lower() for kind in ("tables", "public_tables", "parent_tables") for name in schema[kind])
         for kind in ("tables", "public_tables", "parent_tables"):
             for name, table in schema[kind].items():
-                columns = ", ".join(f"{_quote(c)} {_DUCK_TYPES[spec['type']]}"
+                columns = ", ".join(f"{_quote(c)} {DECLARED_TYPES[spec['type']]}"
                                     for c, spec in table["columns"].items())
                 self._db.execute(f"CREATE TABLE public.{_quote(name)} ({columns})")
         for table, columns in _EMPTY.items():

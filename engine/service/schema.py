@@ -9,6 +9,7 @@ from dataclasses import asdict
 from ..aggregates import supported
 from ..policy import ColumnSpec, Policy
 from ..sql.scalars import SCALARS
+from ..sql_types import SqlType
 
 SQL_SHAPE = ("one SELECT over one private table of the policy, possibly through CTEs and FROM-"
              "subqueries that filter, rename or compute its columns and joined to one public table "
@@ -20,7 +21,7 @@ SQL_SHAPE = ("one SELECT over one private table of the policy, possibly through 
 
 
 def _columns(columns: Mapping[str, ColumnSpec]) -> dict:
-    return {c.name: {"type": c.type, **_bounds(c),
+    return {c.name: {"type": c.type.value, **_bounds(c),
                      "domain": None if c.domain is None else list(c.domain)}
             for c in columns.values()}
 
@@ -46,6 +47,6 @@ def _bounds(column: ColumnSpec) -> dict:
     """A column's lower and upper bounds: numbers, or ISO text for a date or timestamp."""
     if column.span is None:
         return {"lower": column.lower, "upper": column.upper}
-    if column.type == "date":
+    if column.type == SqlType.DATE:
         return {"lower": column.span[0].date().isoformat(), "upper": column.span[1].date().isoformat()}
     return {"lower": column.span[0].isoformat(sep=" "), "upper": column.span[1].isoformat(sep=" ")}
