@@ -41,7 +41,7 @@ def check_domain_literals(tree: exp.Expression, resolve: Resolve) -> None:
                 raise QueryRefused(_message(columns[0], side, value, spec.domain, always))
 
 
-def _literal(node: exp.Expression, kind: str) -> object | None:
+def _literal(node: exp.Expression, kind: SqlType) -> object | None:
     """A literal of the column's type (text for str, an integer for int), else None."""
     negative = isinstance(node, exp.Neg)
     node = node.this if negative else node
