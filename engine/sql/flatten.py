@@ -24,7 +24,7 @@ from ..sql_types import SqlType
 from .join import ACCEPTED as JOIN_ACCEPTED
 
 _SQL_TYPES: dict[SqlType, str] = {SqlType.INT: "BIGINT", SqlType.FLOAT: "DOUBLE", SqlType.BOOL: "BOOLEAN",
-                              SqlType.STR: "VARCHAR"}
+                                  SqlType.STR: "VARCHAR"}
 _ONE_ROW_PER_ROW = ("a CTE or subquery may only filter, rename and compute columns of one table "
                     "(one row per row); write the aggregate in the outer SELECT")
 # Clauses of a CTE or FROM-subquery body that change which rows it yields, and what to do instead.
