@@ -61,7 +61,7 @@ class ColumnSpec(Ranged):
     @property
     def period(self) -> tuple[dt.datetime, dt.datetime]:
         """The range a date or timestamp column's values are read in: its declared bounds, or
-        every supported date; values outside are read as NULL (engine/scalars.py)."""
+        every supported date; values outside are read as NULL (engine/sql/scope.py, `_guarded`)."""
         if self.span is not None:
             return self.span
         return FIRST_DAY, (LAST_MOMENT if self.type == SqlType.TIMESTAMP else dt.datetime(9999, 12, 31))
