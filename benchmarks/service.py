@@ -163,7 +163,10 @@ def _write_section(stored: dict) -> None:
     if begin is None:
         text = text + [""] + section(stored)
     else:
-        end = next((i for i in range(begin + 1, len(text)) if text[i].startswith("## ")), len(text))
+        # The section ends at the next heading or at the page's marker comment (report.py's
+        # KEEP_MARKER), which must stay where it is.
+        end = next((i for i in range(begin + 1, len(text)) if text[i].startswith(("## ", "<!--"))),
+                   len(text))
         text = text[:begin] + section(stored) + text[end:]
     target.write_text("\n".join(text).rstrip("\n") + "\n")
 
