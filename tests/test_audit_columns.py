@@ -95,7 +95,7 @@ def audit_sets(model: HouseholdColumns, sets) -> list[tuple[str, float, float, f
     return rows
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_exact_level_never_exceeds_the_column_scoped_bound(size: int) -> None:
     model = town(size)
     sets = [s for r in (1, 2) for s in combinations(range(5), r)] + [(0, 1, 3), (1, 2, 3)]

@@ -494,10 +494,10 @@ def _differential(datasets: list[Dataset], examples: int, derandomize: bool, cap
 
 
 def test_accepted_queries_succeed_on_every_dataset(datasets, capsys):
-    """400 random queries (fixed seed, reproducible), each on every dataset, plus the known
-    holes: about a minute, most of it inside the engine (planning and post-processing); the
-    slow variant below runs twenty times as many."""
-    _differential(datasets, examples=400, derandomize=True, capsys=capsys)
+    """150 random queries (fixed seed, reproducible), each on every dataset, plus the known
+    holes, most of the time inside the engine (planning and post-processing); the slow variant
+    below runs 8000 from a fresh seed."""
+    _differential(datasets, examples=150, derandomize=True, capsys=capsys)
 
 
 @pytest.mark.slow
@@ -510,7 +510,7 @@ def test_accepted_queries_succeed_on_every_dataset_slow(datasets, capsys):
 _LEDGER_FIELDS = {"budget", "level_before", "level_after", "admissible"}
 
 
-@settings(max_examples=150, derandomize=True, deadline=None, database=None,
+@settings(max_examples=60, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sql=queries())
 @example(sql="SELECT COUNT(*) FROM people")

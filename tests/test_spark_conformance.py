@@ -174,6 +174,7 @@ def test_the_hostile_corpus_is_refused_alike_on_both_engines(pair):
     assert {sql: both for sql, both in answers.items() if both[0] != both[1]} == {}
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(table=st.dictionaries(st.integers(0, 6), unit_rows, max_size=6))
 def test_the_sensitivity_tests_datasets_give_identical_exact_aggregates(spark, tmp_path_factory, table):
