@@ -125,11 +125,14 @@ class Preparer:
         models = [m for m in self.policy.models if m.table == plan.table.name]
         if not models:
             return None, None, f"no model is declared for table {plan.table.name}"
+        plain = ""  # why a Gaussian household model reading the same columns does not cover it
         for declared in models:
             if not declared.covers(columns):
                 continue
             if declared.gaussian is not None:
                 if not plain_sum(plan, declared.column):
+                    plain = (f"it is not SUM or AVG of {declared.table}.{declared.column} over "
+                             f"the whole table, which is all the {declared.describe()} covers")
                     continue
                 return declared, (), ""  # charged at no time point: the books see a plain SUM
             if declared.chain is None:
@@ -142,10 +145,10 @@ class Preparer:
                 return None, None, ("it reads no time point of the chain" if not columns else
                                     "it joins another table")
             return declared, times, ""
+        if plain:
+            return None, None, plain
         return None, None, (f"it reads {', '.join(sorted(columns))}, beyond the columns of "
-                            f"{' or '.join(sorted(m.describe() for m in models))} (a Gaussian "
-                            "household model covers only SUM or AVG of its column over the "
-                            "whole table)")
+                            f"{' or '.join(sorted(m.describe() for m in models))}")
 
     def calibrate(self, epsilon: float, mode: str, model: DependenceModel) -> Calibration:
         """Calibrate under `mode` and `model`, a mode never looser than the policy's."""
