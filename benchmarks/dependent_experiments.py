@@ -7,7 +7,9 @@ this branch offers for a whole-series count). Gaussian: households of child, fat
 heights (Galton-like: mean 67 in, sd 3.5 in, rho 0.28, bounds [55, 80] in) and of kid and mother
 IQ (mean 100, sd 15, rho 0.45, bounds [40, 160]); the answer is the SUM over 300 households,
 priced by group privacy (eta 1, what the policy path offers) and by the clamped-Gaussian bound
-of calibration/model_gaussian.py (docs/theory.md §21, not yet offered in policies). Each cell
+of calibration/model_gaussian.py (docs/theory.md §21; a policy's `kind: gaussian` model gives a
+whole-table SUM the larger of this eps_dp and the tight map's, at most 10 times the tight map's,
+which this script does not apply). Each cell
 is the 95th percentile of |released - exact| over 1,000 draws of synthetic data and noise.
 Run: python -m benchmarks.dependent_experiments
 """

@@ -2,8 +2,10 @@
 
 A declared model is one more guarantee map for the transcripts it covers (docs/theory.md §14):
 a transcript whose answers read only the model's columns is min(L_tight, L_model)-private.
-A household model covers a binary column of a row-level table; a chain covers a column and a
-time column, for answers each of whose released values depends on one time point (§14) or
+A household model covers a binary column of a row-level table; a Gaussian household model
+covers plain SUMs of a bounded float column (§21, chosen by `engine/prepare.py`, which charges
+them with no time point so the books know every answer reading the column was one); a chain
+covers a column and a time column, for answers each of whose released values depends on one time point (§14) or
 reads several time points together (a `SeriesPoints`, §20). Mode model (`maps.MODEL_MODE`)
 calibrates a query by the model covering it (`model_calibration`); a query no model covers
 uses the base map (`maps.MODEL_BASE`).
@@ -24,10 +26,12 @@ from .inversion import Calibration, invert
 from .maps import MODEL_MODE, guarantee
 from .model import DependenceModel
 from .model_exact import largest_within, rho_grid
+from .model_gaussian import GaussianHousehold, gaussian_eta
 from .model_household import HouseholdModel
 from .model_maps import (
     capped_inverse,
     chain_level,
+    gaussian_column_level,
     household_column_level,
     series_level,
     series_ratio_level,
@@ -39,6 +43,9 @@ DEFAULT_CAP = 10.0
 
 RHO_STEP = (0.05, 0.1)
 """How far above rho_high explain shows a household answer's level (a model that is off)."""
+
+MAX_GAUSSIAN_RHO = 0.99
+"""The largest rho explain moves a Gaussian household model to (the model needs rho < 1)."""
 
 TRANSITION_STEP = 0.05
 """How far explain moves each transition probability of a chain (a model that is off)."""
@@ -66,7 +73,7 @@ class DeclaredModel:
     """One declared model: its kind, table, column (with its public values in order), its cap
     and its calibration model; a chain also has its time column and the time points lo..hi."""
 
-    kind: str  # "household" or "markov"
+    kind: str  # "household", "gaussian" or "markov"
     table: str
     column: str
     values: tuple  # the column's public values, in the order of the model's laws
@@ -76,6 +83,7 @@ class DeclaredModel:
     time: str | None = None
     first: int = 0  # the first time point (chains)
     last: int = 0  # the last time point (chains)
+    gaussian: GaussianHousehold | None = None
 
     @property
     def columns(self) -> frozenset[str]:
@@ -95,6 +103,11 @@ class DeclaredModel:
                    else f"[{self.household.rho_low:g}, {self.household.rho_high:g}]")
             return (f"household model of {self.table}.{self.column} (households of up to "
                     f"{self.household.max_size}, rho {rho})")
+        if self.gaussian is not None:
+            g = self.gaussian
+            rho = f"{g.rho_low:g}" if g.rho_low == g.rho_high else f"[{g.rho_low:g}, {g.rho_high:g}]"
+            return (f"Gaussian household model of {self.table}.{self.column} (households of up "
+                    f"to {g.max_size}, rho {rho}, mean {g.mean:g}, sd {g.sd:g})")
         return (f"Markov chain of {self.table}.{self.column} over {self.table}.{self.time} "
                 f"{self.first}..{self.last}")
 
@@ -108,6 +121,8 @@ class DeclaredModel:
         (the quilt bound of §20 once an answer read several time points together)."""
         if self.household is not None:
             return household_column_level(self.household, total_dp)
+        if self.gaussian is not None:
+            return gaussian_column_level(self.gaussian, total_dp)
         assert self.chain is not None
         spent = spend if spend is not None else (0.0,) * self.times
         return (series_level if series else chain_level)(self.chain, spent)
@@ -133,8 +148,8 @@ class DeclaredModel:
         """The model's level of ONE answer of eps_dp (for a chain, reading the time points
         `times`: each released value one of them, or several together for `SeriesPoints`),
         a fresh transcript."""
-        if self.household is not None:
-            return household_column_level(self.household, eps_dp)
+        if self.chain is None:
+            return self.level(eps_dp)
         return self.level(eps_dp, self.spend_of(eps_dp, times), isinstance(times, SeriesPoints))
 
     def answer_level(self, eps_dp: float, query: DependenceModel,
@@ -178,6 +193,12 @@ class DeclaredModel:
                 moved = replace(self, household=replace(self.household, rho_low=rho, rho_high=rho))
                 out.append((f"rho {rho:g}", moved.own_level(eps_dp, times)))
             return tuple(out)
+        if self.gaussian is not None:
+            for step in RHO_STEP:
+                rho = min(MAX_GAUSSIAN_RHO, self.gaussian.rho_high + step)
+                moved = replace(self, gaussian=replace(self.gaussian, rho_low=rho, rho_high=rho))
+                out.append((f"rho {rho:g}", moved.own_level(eps_dp, times)))
+            return tuple(out)
         assert self.chain is not None
         matrix = [list(row) for row in self.chain.transition]
         for u, row in enumerate(matrix):
@@ -200,6 +221,8 @@ class DeclaredModel:
             eta = max(household_eta(size, rho, marginal) for rho in rho_grid(self.household)
                       for size in self.household.support_sizes)
             return DependenceModel(self.household.max_size, eta)
+        if self.gaussian is not None:
+            return DependenceModel(self.gaussian.max_size, gaussian_eta(self.gaussian))
         assert self.chain is not None
         return DependenceModel(self.times, chain_eta(self.chain, self.times))
 
@@ -210,6 +233,10 @@ class DeclaredModel:
         if self.household is not None:
             out |= {"sizes": list(self.household.sizes), "marginal": list(self.household.marginal),
                     "rho": [self.household.rho_low, self.household.rho_high]}
+        if self.gaussian is not None:
+            g = self.gaussian
+            out |= {"max_size": g.max_size, "rho": [g.rho_low, g.rho_high], "mean": g.mean,
+                    "sd": g.sd, "lower": g.lower, "upper": g.upper}
         if self.chain is not None:
             out |= {"time": self.time, "first": self.first, "last": self.last,
                     "initial": list(self.chain.initial),
@@ -228,17 +255,22 @@ def models_from_json(text: str) -> tuple[DeclaredModel, ...]:
         return ()
     models = []
     for item in json.loads(text):
-        household = chain = None
+        household = chain = gaussian = None
         if item["kind"] == "household":
             low, high = item["rho"]
             household = HouseholdModel(tuple(item["sizes"]), tuple(item["marginal"]), low, high)
+        elif item["kind"] == "gaussian":
+            low, high = item["rho"]
+            gaussian = GaussianHousehold(int(item["max_size"]), float(low), float(high),
+                                         float(item["mean"]), float(item["sd"]),
+                                         float(item["lower"]), float(item["upper"]))
         else:
             chain = MarkovModel(tuple(item["initial"]),
                                 tuple(tuple(row) for row in item["transition"]))
         models.append(DeclaredModel(str(item["kind"]), str(item["table"]), str(item["column"]),
                                     tuple(item["values"]), float(item["cap"]), household, chain,
                                     item.get("time"), int(item.get("first", 0)),
-                                    int(item.get("last", 0))))
+                                    int(item.get("last", 0)), gaussian))
     return tuple(models)
 
 

@@ -82,6 +82,26 @@ def gaussian_level(model: GaussianHousehold, eps_dp: float) -> float:
     return max(up[t] + down[u] + (0.0 if t == u != "in" else full) for t in up for u in down)
 
 
+def gaussian_eta(model: GaussianHousehold) -> float:
+    """An upper bound on the model's eta (docs/theory.md §21): the TV between the housemates'
+    laws given the two atoms, each a mixture over its latent tail, bounded by the unclamped
+    Gaussians' TV 2 Phi(c rho |w - w'| / 2) - 1 at the tails' mean distance (concave in it)."""
+    n = model.max_size - 1
+    if n == 0 or model.rho_high == 0.0:
+        return 0.0
+    rho = model.rho_high
+    c = math.sqrt(n / ((1.0 - rho) * (1.0 + n * rho)))
+    high_edge = (model.upper - model.mean) / model.sd
+    low_edge = (model.mean - model.lower) / model.sd
+    distance = _mills(high_edge) + _mills(low_edge)
+    return float(min(1.0, 2.0 * ndtr(c * rho * distance / 2.0) - 1.0))
+
+
+def _mills(edge: float) -> float:
+    """E[W | W >= edge] for W standard normal: phi(edge) / Phi(-edge), in logs."""
+    return float(math.exp(-edge * edge / 2.0 - 0.5 * math.log(2.0 * math.pi) - log_ndtr(-edge)))
+
+
 def group_level(model: GaussianHousehold, eps_dp: float) -> float:
     """Group privacy's level for the same answer: every member may move it, max_size eps_dp."""
     return model.max_size * eps_dp

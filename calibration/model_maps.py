@@ -1,7 +1,8 @@
 """Query-agnostic guarantee maps of declared models, and the capped calibration that uses them.
 
 A map `L(spend)` bounds the IP level of EVERY transcript of answers covered by the model
-(docs/theory.md §14, "Model maps"): for a binary household column it is the level of a noisy
+(docs/theory.md §14, "Model maps"; §21 for the Gaussian household model, whose map covers
+transcripts of plain SUMs of its column only): for a binary household column it is the level of a noisy
 COUNT of the column's 1s at eps_dp = S (the worst eps_dp-DP mechanism on the column); for a
 chain it is the largest per-record level of `markov_levels` at the per-time-point spending,
 or of `series_levels` once an answer read several time points together.
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from .model_exact import largest_within, rho_grid
+from .model_gaussian import GaussianHousehold, gaussian_level, group_level
 from .model_household import HouseholdModel, household_level
 from .model_markov import MarkovModel, markov_levels
 from .model_series import pair_bounds, series_levels
@@ -33,6 +35,15 @@ def household_column_level(model: HouseholdModel, total_dp: float) -> float:
     if total_dp == 0.0:
         return 0.0
     return max(household_level(model, rho, (0, 1), total_dp) for rho in rho_grid(model))
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def gaussian_column_level(model: GaussianHousehold, total_dp: float) -> float:
+    """L(S) of a Gaussian household column: min(L_G(S), m S) for a transcript of plain SUMs of
+    the column and answers reading no column (docs/theory.md §21). 0 for an empty transcript."""
+    if total_dp == 0.0:
+        return 0.0
+    return min(gaussian_level(model, total_dp), group_level(model, total_dp))
 
 
 @lru_cache(maxsize=CACHE_SIZE)

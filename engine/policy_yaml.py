@@ -24,6 +24,7 @@ from ..calibration import (
     require_budget,
 )
 from ..calibration.declared import DEFAULT_CAP, DeclaredModel
+from ..calibration.model_gaussian import GaussianHousehold
 from .errors import PolicyError
 from .policy import (
     COLUMN_TYPES,
@@ -143,7 +144,8 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
 def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
             declarations: tuple[EtaDeclaration, ...],
             parents: Mapping[str, ParentTableSpec]) -> tuple[DeclaredModel, ...]:
-    """Validate `dependence.models`: household models of a two-valued column and Markov chains
+    """Validate `dependence.models`: household models of a two-valued column, Gaussian household
+    models of a bounded float column (§21) and Markov chains
     of a column over an int time column, each on a row-level table and each implying a (k, eta)
     the policy declares at least (docs/theory.md §14)."""
     path = "dependence.models"
@@ -157,11 +159,15 @@ def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
         if kind == "household":
             spec = _mapping(item, where, required={"kind", "table", "column", "sizes", "marginal",
                                                    "rho"}, optional={"cap"})
+        elif kind == "gaussian":
+            spec = _mapping(item, where, required={"kind", "table", "column", "max_size", "rho",
+                                                   "mean", "sd"}, optional={"cap"})
         elif kind == "markov":
             spec = _mapping(item, where, required={"kind", "table", "column", "time", "initial",
                                                    "transition"}, optional={"cap"})
         else:
-            raise PolicyError(f"{where}.kind: expected household or markov, got {kind!r}")
+            raise PolicyError(f"{where}.kind: expected household, gaussian or markov, got "
+                              f"{kind!r}")
         table = _model_table(spec["table"], f"{where}.table", tables, parents)
         column = _model_column(spec["column"], f"{where}.column", table)
         values = column.group_values
@@ -179,6 +185,9 @@ def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
                         "for more values declare eta_by_columns")
                 model = DeclaredModel(kind, table.name, column.name, values, float(cap),
                                       household=_household(spec, where))
+            elif kind == "gaussian":
+                model = DeclaredModel(kind, table.name, column.name, (), float(cap),
+                                      gaussian=_gaussian(spec, where, column))
             else:
                 if values is None:
                     raise PolicyError(f"{where}.column: a chain's column needs a public domain "
@@ -238,13 +247,38 @@ def _household(spec: dict, where: str) -> HouseholdModel:
         pmf[size - 1] = float(_number(p, f"{where}.sizes.{size}"))
     while pmf and pmf[-1] == 0.0:
         pmf.pop()
-    rho = spec["rho"]
+    low, high = _rho(spec["rho"], f"{where}.rho")
+    return HouseholdModel(tuple(pmf), _floats(spec["marginal"], f"{where}.marginal"), low, high)
+
+
+def _rho(rho: Any, path: str) -> tuple[float, float]:
+    """A model's rho: a number or a range [low, high]."""
     low, high = (rho, rho) if not isinstance(rho, list) else (
         tuple(rho) if len(rho) == 2 else (None, None))
     if low is None:
-        raise PolicyError(f"{where}.rho: expected a number or a range [low, high], got {rho!r}")
-    return HouseholdModel(tuple(pmf), _floats(spec["marginal"], f"{where}.marginal"),
-                          _number(low, f"{where}.rho"), _number(high, f"{where}.rho"))
+        raise PolicyError(f"{path}: expected a number or a range [low, high], got {rho!r}")
+    return float(_number(low, path)), float(_number(high, path))
+
+
+def _gaussian(spec: dict, where: str, column: ColumnSpec) -> GaussianHousehold:
+    """The Gaussian household part of a model (docs/theory.md §21): households of at most
+    max_size members, rho, and the latent's mean and sd in the units of a bounded float column
+    (whose policy bounds are the model's clamp)."""
+    if column.type != SqlType.FLOAT or not column.bounded:
+        raise PolicyError(f"{where}.column: a gaussian model needs a float column with lower "
+                          f"and upper bounds, got {column.name!r} ({column.type})")
+    size = spec["max_size"]
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_MODEL_SIZE:
+        raise PolicyError(f"{where}.max_size: expected a whole number from 1 to "
+                          f"{MAX_MODEL_SIZE}, got {size!r}")
+    low, high = _rho(spec["rho"], f"{where}.rho")
+    if not 0.0 <= low <= high < 1.0:
+        raise PolicyError(f"{where}.rho: expected a number in [0, 1) or a range [low, high] "
+                          f"with 0 <= low <= high < 1, got {spec['rho']!r}")
+    sd = _positive_number(spec["sd"], f"{where}.sd")
+    lower, upper = column.bounds
+    return GaussianHousehold(size, low, high, float(_number(spec["mean"], f"{where}.mean")), sd,
+                             float(lower), float(upper))
 
 
 def _model_table(name: Any, path: str, tables: Mapping[str, TableSpec],

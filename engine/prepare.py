@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import duckdb
+from sqlglot import exp
 
 from ..calibration import (
     MODE_CHOICES,
@@ -124,9 +125,16 @@ class Preparer:
         models = [m for m in self.policy.models if m.table == plan.table.name]
         if not models:
             return None, None, f"no model is declared for table {plan.table.name}"
+        plain = ""  # why a Gaussian household model reading the same columns does not cover it
         for declared in models:
             if not declared.covers(columns):
                 continue
+            if declared.gaussian is not None:
+                if not plain_sum(plan, declared.column):
+                    plain = (f"it is not SUM or AVG of {declared.table}.{declared.column} over "
+                             f"the whole table, which is all the {declared.describe()} covers")
+                    continue
+                return declared, (), ""  # charged at no time point: the books see a plain SUM
             if declared.chain is None:
                 return declared, None, ""
             assert declared.time is not None
@@ -137,6 +145,8 @@ class Preparer:
                 return None, None, ("it reads no time point of the chain" if not columns else
                                     "it joins another table")
             return declared, times, ""
+        if plain:
+            return None, None, plain
         return None, None, (f"it reads {', '.join(sorted(columns))}, beyond the columns of "
                             f"{' or '.join(sorted(m.describe() for m in models))}")
 
@@ -223,6 +233,25 @@ class Preparer:
     def close(self) -> None:
         for gate in self._post_gates.values():
             gate.close()
+
+
+def plain_sum(plan: QueryPlan, column: str) -> bool:
+    """Whether every value `plan` releases is a SUM of `column` itself over the whole table or a
+    count of its rows (COUNT(*), or COUNT of the column: the model gives every row a value), as
+    AVG(column) is: what a Gaussian household model covers (docs/theory.md §21)."""
+    if plan.where is not None or plan.group_by or plan.join is not None:
+        return False
+    spec = plan.table.columns[column]
+    for m in plan.measurements:
+        operand = m.operand
+        if operand is None and m.kind.name == "COUNT":
+            continue
+        if operand is None or m.kind.name not in ("SUM", "COUNT") \
+                or not isinstance(operand.value, exp.Column) or operand.value.name != column \
+                or [c.name for c in operand.columns] != [column] \
+                or (operand.lower, operand.upper) != spec.bounds:
+            return False
+    return bool(plan.measurements)
 
 
 def aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]

@@ -281,7 +281,7 @@ def test_a_ledger_refuses_any_change_to_its_models(setup) -> None:
     ({"rho": [0.5, 0.2]}, "rho_low must be <= rho_high"),
     ({"marginal": [0.9, 0.2]}, "marginal"),
     ({"cap": 0.5}, "cap: expected a number >= 1"),
-    ({"kind": "latent"}, "kind: expected household or markov"),
+    ({"kind": "latent"}, "kind: expected household, gaussian or markov"),
     ({"column": "nope"}, "unknown column 'nope'"),
 ])
 def test_bad_household_declarations_are_refused_naming_the_field(change, message) -> None:

@@ -96,7 +96,8 @@ class Bookkeeper:
 
     def largest_epsilon(self, query: Asked, books: Books) -> float:
         """The largest epsilon `query` can still ask at the books."""
-        return books.largest_epsilon(query.mode, query.columns, *_answer(query))
+        return books.largest_epsilon(query.mode, query.columns, *_answer(query),
+                                     times=query.times)
 
     def status(self, books: Books) -> BudgetStatus:
         """What is spent and left, under the strictest of the accountants; what is left is for

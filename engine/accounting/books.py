@@ -57,12 +57,15 @@ class Books:
 
     def largest_epsilon(self, mode: str, columns: frozenset[str],
                         answer: AnswerMap | None = None,
-                        chain: tuple[float, tuple[int, ...]] | None = None) -> float:
+                        chain: tuple[float, tuple[int, ...]] | None = None,
+                        times: tuple[int, ...] | None = None) -> float:
         """The largest epsilon a query reading `columns`, calibrated under `mode` (under a
         declared model: `answer(query model)` its level at an eps_dp), can ask. A chain
         answer (`chain`: the model's cap and the answer's time points) raises the level
         through its time points, not through S alone: its largest eps_dp is found by bisection
-        on the level after it (non-decreasing in it), below cap times the tight DP budget."""
+        on the level after it (non-decreasing in it), below cap times the tight DP budget.
+        Otherwise `times` are the answer's time points (None: it has none; an answer reading a
+        column without them takes the transcript out of the models needing them)."""
         after = union(self.read, columns)
         if answer is not None and chain is not None:
             cap, times = chain
@@ -74,6 +77,7 @@ class Books:
                                   ceiling)
             return 0.0 if room <= 0.0 else min(answer(a.model(columns))(room)
                                                 for a in self.accountants)
-        return min(a.at(after, self.times).largest_epsilon(
+        spend = self.after(0.0, columns, times).times  # None if this answer leaves a chain's
+        return min(a.at(after, spend).largest_epsilon(  # or a Gaussian model's time spending
             self.spent, mode, a.model(columns), None if answer is None else answer(a.model(columns)))
             for a in self.accountants)

@@ -15,8 +15,10 @@ binding's declarations and gives the `Accountant` of any column set.
 
 A declared model (docs/theory.md §14) is one more guarantee map for the transcripts it covers
 (every answer read only the model's columns; for a chain, each answer also read one time point
-per released value): their level is min(L_mode, L_model), with the model's map counted only up
-to its cap (max(L_model(S), L_tight(S / cap))), so the DP budget stays finite.
+per released value, or several as a series; for a Gaussian household model, each answer
+reading its column was a plain SUM, charged at no time point so that the books keep a time
+spending): their level is min(L_mode, L_model), with the model's map counted only up to its cap
+(max(L_model(S), L_tight(S / cap))), so the DP budget stays finite.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class Accountant:
         total = inverse(self.budget, self.model, self.mode)
         tight = inverse(self.budget, self.model, "tight")
         for declared in self.exact:
-            if declared.household is not None:
+            if declared.chain is None:
                 total = max(total, capped_inverse(declared.level, self.budget, tight,
                                                   declared.cap))
         return total
@@ -138,7 +140,7 @@ class ScopedAccountant:
         `SeriesSpend` when one of them read several time points together)."""
         exact = tuple(m for m in self.models if m.covers(columns)
                       and (m.household is not None or times is not None))
-        households = tuple(m for m in exact if m.household is not None)
+        households = tuple(m for m in exact if m.chain is None)
         # A charged time point was read through its chain's time column, so a chain covering
         # the columns is the chain of every time point (several only when none was charged).
         chain = next((m for m in exact if m.chain is not None), None)
@@ -164,7 +166,7 @@ def no_column_answers(models: tuple[DeclaredModel, ...], tables: tuple[str, ...]
     answers: list[AnswerMap | None] = []
     for table in tables:
         first = next((m for m in models if m.table == table), None)
-        answers.append(None if not prefer_model or first is None or first.household is None
+        answers.append(None if not prefer_model or first is None or first.chain is not None
                        else _answer_map(first))
     return tuple(dict.fromkeys(answers)) or (None,)
 
