@@ -150,19 +150,21 @@ class PrivateDatabase:
 
     @_serialized
     def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-                cost: float | None = None) -> Explanation:
+                cost: float | None = None, analyst: str | None = None) -> Explanation:
         """The plan, rewritten SQL, sensitivities, epsilon_dp, cost and expected error; spends
         nothing. Asked by cost, epsilon_dp is the one today's spending gives (a later charge
         recomputes it against the spending it reads).
 
         Reads no data: the SQL was bound on the schema-only gate, so every word of the
-        explanation is a function of the query text, the policy and the ledger."""
+        explanation is a function of the query text, the policy and the ledger (with reuse:
+        the released answer of `analyst`, by default this database's, it would be given as)."""
+        analyst = self.analyst if analyst is None else check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
         books = self.bookkeeper.books()
         price = self.bookkeeper.price(prepared, books)
         cal = price.calibration
-        stored = self._reusable(self.analyst, prepared, price)
+        stored = self._reusable(analyst, prepared, price)
         if stored is not None:  # answered from a released answer: nothing to charge
             price = replace(price, level_after=price.level_before, admissible=True)
         mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)

@@ -278,6 +278,9 @@ class QueryResult:
             f"{number(self.epsilon_dp)} via the {self.mode} bound",
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
             f"{number(self.level_before)}); {self.largest_line()}",
+            *([f"derived from answer {', '.join(map(str, self.derived_from))}; cost 0: "
+               "post-processing of released answers, nothing charged"]
+              if self.derived_from else []),
         )
 
     def cells(self, intervals: pd.DataFrame) -> list[list[str]]:

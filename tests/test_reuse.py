@@ -138,3 +138,57 @@ def test_the_cli_says_where_the_answer_came_from(capsys, setup):
     answer = json.loads(printed)
     assert answer["derived_from"] == [1] and answer["cost"] == 0
     assert _charges(setup.ledger) == 1
+
+
+def test_a_service_with_reuse_answers_each_analyst_from_their_own_answers(tmp_path):
+    from dpsql.engine.service.client import Client
+
+    from tests.test_service import start
+
+    service = start(tmp_path, opener=lambda db, policy, ledger: PrivateDatabase.connect(
+        db, policy, ledger, reuse=True))
+    try:
+        ana, bob = service.client("ana"), service.client("bob")
+        first = ana.post("/v1/query", json={"sql": SQL, "epsilon": 0.5})
+        assert first.status_code == 200, first.text
+        again = ana.post("/v1/query", json={"sql": SQL, "epsilon": 0.5})
+        assert again.json()["derived_from"] == [int(first.headers["Dpsql-Answer-Id"])]
+        assert again.json()["rows"] == first.json()["rows"] and again.json()["cost"] == 0
+        assert "Dpsql-Answer-Id" not in again.headers, "no new ledger entry to name"
+        explained = bob.post("/v1/explain", json={"sql": SQL, "epsilon": 0.5}).json()
+        assert "derived_from" not in explained and explained["cost"] > 0, "ana's answer is hers"
+        assert bob.post("/v1/query", json={"sql": SQL, "epsilon": 0.5}).json()["cost"] > 0
+        with Client(service.url, service.tokens["ana"]) as client:
+            assert client.query(SQL, epsilon=0.5).id is None
+    finally:
+        service.stop()
+    assert _charges(service.ledger) == 2
+
+
+def test_a_notebook_shows_where_a_derived_answer_came_from(setup):
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+        first = db.query(SQL, epsilon=1.0)
+        again = db.query(SQL, epsilon=1.0)
+    assert "derived from" not in first._repr_html_()
+    assert f"derived from answer {first.id}; cost 0" in again._repr_html_()
+
+
+def test_postgres_clients_are_told_a_derived_answer_cost_nothing(tmp_path):
+    from tests.test_service_pgwire import start
+
+    pg = start(tmp_path, reuse=True)
+    notices: list[str] = []
+    try:
+        with pg.connect("ana") as conn:
+            conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            conn.execute("SET dpsql.epsilon = 0.5")
+            first = conn.execute(SQL).fetchall()
+            ident = int(conn.execute("SHOW dpsql.answer_id").fetchone()[0])
+            assert conn.execute(SQL).fetchall() == first
+            assert conn.execute("SHOW dpsql.answer_id").fetchone() == ("",), "no new entry"
+            plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + SQL).fetchall())
+    finally:
+        pg.stop()
+    assert f"derived from answer {ident}: cost 0, nothing charged to ana" in notices[-1]
+    assert "cost: 0.0" in plan and f"derived_from: {ident}" in plan
+    assert _charges(pg.ledger) == 1
