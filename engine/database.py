@@ -204,10 +204,11 @@ class PrivateDatabase:
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
         books = self.bookkeeper.books()
-        price = self.bookkeeper.price(prepared, books)
-        stored = self._reusable(analyst, prepared, price)
-        if stored is not None:
-            return reuse.derived(stored, sql, self.bookkeeper, prepared, books, price)
+        if self.reuse:  # priced only to know how accurate an answer is asked
+            price = self.bookkeeper.price(prepared, books)
+            stored = self._reusable(analyst, prepared, price)
+            if stored is not None:
+                return reuse.derived(stored, sql, self.bookkeeper, prepared, books, price)
         # Admit on the ledger as it is before touching the data, so that an analyst
         # with no budget left cannot run queries on the data at all (their timing or a
         # cancellation would otherwise be free); the charge admits again under the write lock.
