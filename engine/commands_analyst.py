@@ -51,6 +51,9 @@ def _common(func, local: bool = True):
                      help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
+        click.option("--reuse", is_flag=True,
+                     help="Answer a query you asked before from your released answer, at no "
+                          "charge, when it is at least as accurate as asked."),
         click.argument("sql", metavar="SQL", required=False),
     ]
     for option in reversed(options):
@@ -73,8 +76,8 @@ def _common(func, local: bool = True):
               help="Instead of --epsilon: the smallest epsilon whose 95%% half-width on every "
                    "noisy cell is at most this (asks for confirmation unless --yes).")
 @click.option("--yes", is_flag=True, help="Spend the epsilon --ci95 finds without asking.")
-def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, server, token,
-          workload, ci95, yes, sql) -> None:
+def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, reuse, fmt, server,
+          token, workload, ci95, yes, sql) -> None:
     service = None if server is None else Service(server, token, _written_locally())
     asked = _asked("answer", sql, workload, ci95, db, engine, policy_path, ledger, epsilon, cost,
                    mode, analyst, fmt, service, confirm=not yes)
@@ -95,7 +98,7 @@ def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, se
     _check_level(epsilon, cost)
     notice = _bounding_notice(db, policy_path, ledger, fmt == "table" and sys.stderr.isatty())
     with progress_bar(fmt == "table"), progress.listening(notice), \
-            _open(db, policy_path, ledger, analyst, engine) as private:
+            _open(db, policy_path, ledger, analyst, engine, reuse) as private:
         result = private.query(sql, epsilon=epsilon, mode=mode, cost=cost)
     show_result(result, fmt)
 
@@ -152,14 +155,15 @@ def _check_level(epsilon: float | None, cost: float | None) -> None:
                          f"--cost {cost:g})")
 
 
-def _open(db: str, policy_path: str, ledger: str, analyst: str, engine: str) -> PrivateDatabase:
+def _open(db: str, policy_path: str, ledger: str, analyst: str, engine: str,
+          reuse: bool = False) -> PrivateDatabase:
     """PrivateDatabase.connect, its refusals naming what the command line gave: a DuckDB file
     given as --ledger, a CSV or Parquet --db whose table (named after the file) the policy does
     not list."""
     _check_ledger_file(ledger)
     try:
         return PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                       engine=engine)
+                                       engine=engine, reuse=reuse)
     except PolicyError as exc:
         from pathlib import Path
 
@@ -226,15 +230,16 @@ def _bounding_notice(db: str, policy_path: str, ledger: str, wanted: bool) -> Ca
 @click.option("--ci95", type=float, default=None,
               help="Instead of --epsilon: explain at the smallest epsilon whose 95%% half-width "
                    "on every noisy cell is at most this.")
-def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, fmt, workload, ci95,
-            sql) -> None:
+def explain(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, reuse, fmt, workload,
+            ci95, sql) -> None:
     asked = _asked("explain", sql, workload, ci95, db, engine, policy_path, ledger, epsilon, cost,
                    mode, analyst, fmt, None, confirm=False)
     if asked is None:
         return
     sql, epsilon = asked
     _check_level(epsilon, cost)
-    with progress_bar(fmt == "table"), _open(db, policy_path, ledger, analyst, engine) as private:
+    with progress_bar(fmt == "table"), \
+            _open(db, policy_path, ledger, analyst, engine, reuse) as private:
         explanation = private.explain(sql, epsilon=epsilon, mode=mode, cost=cost)
     show_explanation(explanation, fmt)
 

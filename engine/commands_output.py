@@ -99,6 +99,14 @@ def print_result(result: QueryResult) -> None:
         f"{_number(b.spent_ip)} of budget {_number(b.total)}; {result.largest_line()}"
         + ("" if result.id is None else f" (answer id {result.id}: dpsql history --id {result.id})")
     )
+    if result.derived_from:
+        console.print(derived_line(result.derived_from))
+
+
+def derived_line(ids: tuple[int, ...]) -> str:
+    """What an answer given from released ones says of where it came from."""
+    return (f"derived from answer {', '.join(map(str, ids))}; cost 0: post-processing of "
+            "released answers, nothing charged")
 
 
 def print_explanation(ex: Explanation) -> None:
@@ -142,6 +150,8 @@ def print_explanation(ex: Explanation) -> None:
                   f"{_number(ex.level_after)} of budget {_number(ex.budget.total)}: "
                   + ("admissible" if ex.admissible else "would be REFUSED (over budget)")
                   + f"; largest epsilon this query can still ask: {_number(ex.largest_epsilon)}")
+    if ex.derived_from:
+        console.print(f"{derived_line(ex.derived_from)} (it is at least as accurate as asked)")
     if ex.flattened_sql:
         console.print("flattened SQL (the CTEs and subqueries merged into one SELECT):")
         console.print(Text(visible(ex.flattened_sql)))

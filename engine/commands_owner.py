@@ -207,12 +207,15 @@ def analyst_cap(name, epsilon, path) -> None:
 @click.option("--pg-port", type=click.IntRange(0, 65535), default=None,
               help="Also speak the Postgres wire protocol on this port (psql, psycopg, JDBC): user = "
               "analyst name, password = token.")
+@click.option("--reuse", is_flag=True, help="Answer an analyst's query asked again from their own "
+              "released answer at no charge, when it is at least as accurate as asked.")
 def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst, trusted_proxies,
-          pg_port) -> None:
+          pg_port, reuse) -> None:
     from .service.server import serve as run_server  # uvicorn and FastAPI load only to serve
 
     run_server(db, policy_path, ledger, host, port, tls_cert, tls_key,
-               replace(Limits(), rate=rate, burst=burst), tuple(trusted_proxies), pg_port=pg_port)
+               replace(Limits(), rate=rate, burst=burst), tuple(trusted_proxies), pg_port=pg_port,
+               reuse=reuse)
 
 
 @click.command(help="Show epsilon_dp and noise relative to group privacy for every mode.")

@@ -1,5 +1,6 @@
 """PrivateDatabase: the Python API, and the pipeline of one query: prepare (plan, SQL,
-calibration, noise), price and admit (the bookkeeper), run (the backend), release (noise and
+calibration, noise), reuse (an answer already released that it is post-processing of, given
+at no charge), price and admit (the bookkeeper), run (the backend), release (noise and
 post-processing) and record (the ledger's charge), in that order."""
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
-from . import postprocess, workload_run
+from . import postprocess, reuse, workload_run
 from .accounting.analysts import check_analyst
-from .accounting.bookkeeper import Bookkeeper
+from .accounting.bookkeeper import Bookkeeper, Price
 from .accounting.ledger import Charge, Ledger, LedgerState, peek_hash_key
 from .accounting.ledger_binding import binding_of
+from .accounting.reuse_index import StoredAnswer
 from .accounting.transcript import union
 from .accuracy import AccuracyPlan, smallest_epsilon
 from .backends import Backend, DataFailure
@@ -60,8 +62,9 @@ class PrivateDatabase:
     """A private table collection: answers SQL with calibrated noise and charges a ledger."""
 
     def __init__(self, backend: Backend, policy: Policy, ledger: Ledger,
-                 analyst: str = DEFAULT_ANALYST) -> None:
+                 analyst: str = DEFAULT_ANALYST, reuse: bool = False) -> None:
         self._backend = backend
+        self.reuse = reuse  # answer a query asked again from its released answer (`reuse.py`)
         self.policy = policy
         self.ledger = ledger
         self.analyst = check_analyst(analyst)
@@ -76,7 +79,7 @@ class PrivateDatabase:
     @classmethod
     def connect(cls, db: str | Path | Any, policy: str | Path | Policy, ledger: str | Path,
                 analyst: str = DEFAULT_ANALYST, create: bool = False, engine: str = "duckdb",
-                spark: Any = None) -> PrivateDatabase:
+                spark: Any = None, reuse: bool = False) -> PrivateDatabase:
         """Open the data under a policy, with a budget ledger.
 
         With engine="duckdb" (the default) `db` is a DuckDB, CSV or Parquet file, or tables the
@@ -87,7 +90,8 @@ class PrivateDatabase:
         a mapping of policy table names to them), computed on the session `spark` (a local one
         if None). The ledger must exist unless `create=True`, which creates a new one bound to
         this policy (and refuses a path that exists): a mistyped path never starts a fresh
-        budget."""
+        budget. With `reuse=True` a query the analyst asked before is answered from their
+        released answer at no charge when it is at least as accurate (docs/theory.md §22)."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
         backend = _open_backend(db, policy, engine, spark, ledger, create)
         try:
@@ -95,7 +99,7 @@ class PrivateDatabase:
         except BaseException:
             backend.close()
             raise
-        return cls(backend, policy, book, analyst)
+        return cls(backend, policy, book, analyst, reuse)
 
     def __enter__(self) -> PrivateDatabase:
         return self
@@ -146,18 +150,23 @@ class PrivateDatabase:
 
     @_serialized
     def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-                cost: float | None = None) -> Explanation:
+                cost: float | None = None, analyst: str | None = None) -> Explanation:
         """The plan, rewritten SQL, sensitivities, epsilon_dp, cost and expected error; spends
         nothing. Asked by cost, epsilon_dp is the one today's spending gives (a later charge
         recomputes it against the spending it reads).
 
         Reads no data: the SQL was bound on the schema-only gate, so every word of the
-        explanation is a function of the query text, the policy and the ledger."""
+        explanation is a function of the query text, the policy and the ledger (with reuse:
+        the released answer of `analyst`, by default this database's, it would be given as)."""
+        analyst = self.analyst if analyst is None else check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
         books = self.bookkeeper.books()
         price = self.bookkeeper.price(prepared, books)
         cal = price.calibration
+        stored = self._reusable(analyst, prepared, price)
+        if stored is not None:  # answered from a released answer: nothing to charge
+            price = replace(price, level_after=price.level_before, admissible=True)
         mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
@@ -176,6 +185,7 @@ class PrivateDatabase:
                              prepared.tight_dp),
             flattened_sql=plan.flattened_sql,
             errors=postprocess.expected_errors(plan, mechanisms),
+            derived_from=() if stored is None else (stored.id,),
         )
 
     @_serialized
@@ -187,14 +197,23 @@ class PrivateDatabase:
         level may rise; the answer alone is then at most cost-private too). The noise, the
         post-processing and the complete answer are made inside the charge's transaction and
         stored with it, so nothing can fail after a charge and a lost answer can be fetched
-        again with `history`."""
+        again with `history`. With `reuse`, the same query asked again by the same analyst, at
+        most as accurately as an answer already released to them, is that answer
+        (`derived_from`), at no charge and not recorded again (docs/theory.md §22)."""
         analyst = self.analyst if analyst is None else check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
-        # Price and admit on the ledger as it is before touching the data, so that an analyst
+        books = self.bookkeeper.books()
+        if self.reuse:  # priced only to know how accurate an answer is asked
+            price = self.bookkeeper.price(prepared, books)
+            stored = self._reusable(analyst, prepared, price)
+            if stored is not None:
+                return reuse.derived(stored, sql, self.bookkeeper, prepared, books, price)
+        # Admit on the ledger as it is before touching the data, so that an analyst
         # with no budget left cannot run queries on the data at all (their timing or a
         # cancellation would otherwise be free); the charge admits again under the write lock.
-        self.bookkeeper.admit(prepared, self.bookkeeper.books(), analyst)
+        self.bookkeeper.admit(prepared, books, analyst)
+        key = reuse.reuse_key(prepared, self.ledger.binding)
         exact = self._run(prepared, f"analyst {analyst!r}, query {sql!r}")
 
         def settle(state: LedgerState) -> tuple[Charge, QueryResult]:
@@ -225,7 +244,7 @@ class PrivateDatabase:
             except Exception as exc:
                 raise PostProcessingFailed from exc
             charge = Charge(analyst, sql, result.answer_cost, infos, stored_answer,
-                            prepared.columns, prepared.times)
+                            prepared.columns, prepared.times, key)
             return charge, result
 
         try:
@@ -280,6 +299,12 @@ class PrivateDatabase:
         if self._halted or self.ledger.halted() is not None:
             raise EngineHalted
         return self._preparer.prepare(sql, epsilon, mode, cost)
+
+    def _reusable(self, analyst: str, prepared: PreparedQuery,
+                  price: Price) -> StoredAnswer | None:
+        """The analyst's released answer `prepared` may be given as, when reuse is on."""
+        return reuse.find(self.ledger, self.ledger.binding, analyst, prepared, price) \
+            if self.reuse else None
 
     def _run(self, prepared: PreparedQuery, who: str) -> ExactAnswer:
         """The exact values of the rewritten query, on the bounded copies of the tables it

@@ -174,6 +174,9 @@ class QueryResult:
     possible: tuple[tuple[float, float] | None, ...] = ()
     # The noisy columns without an interval in some or all rows, with why (never shown bare).
     no_interval: tuple[tuple[str, str], ...] = ()
+    # The released answers this one was derived from by post-processing, at no charge (its
+    # values and intervals are theirs, docs/theory.md §22); () for an answer charged itself.
+    derived_from: tuple[int, ...] = ()
 
     def ranges(self) -> list[tuple[float, float] | None]:
         """`possible` per column, or (older answers) unbounded for every column with an
@@ -223,7 +226,7 @@ class QueryResult:
             "tight_epsilon_dp": self.tight_epsilon_dp,
             "model_checks": [asdict(c) for c in self.model_checks],
             "largest_epsilon": self.largest_epsilon,
-        })
+        } | ({"derived_from": list(self.derived_from)} if self.derived_from else {}))
 
     @classmethod
     def from_dict(cls, answer: dict, id: int | None = None) -> QueryResult:
@@ -249,6 +252,7 @@ class QueryResult:
                                                    math.inf if r[1] is None else float(r[1]))
                            for r in answer.get("possible", ())),
             no_interval=tuple(answer.get("no_interval", {}).items()),
+            derived_from=tuple(answer.get("derived_from", ())),
         )
 
     def shown_intervals(self) -> tuple[pd.DataFrame, str]:
@@ -274,6 +278,9 @@ class QueryResult:
             f"{number(self.epsilon_dp)} via the {self.mode} bound",
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
             f"{number(self.level_before)}); {self.largest_line()}",
+            *([f"derived from answer {', '.join(map(str, self.derived_from))}; cost 0: "
+               "post-processing of released answers, nothing charged"]
+              if self.derived_from else []),
         )
 
     def cells(self, intervals: pd.DataFrame) -> list[list[str]]:
@@ -348,6 +355,8 @@ class Explanation:
     model_checks: tuple[ModelCheck, ...] = ()  # the answer's level if the model is off
     # Each noisy output's own expected error (an AVG's is not its SUM's), in output order.
     errors: tuple[ExpectedError, ...] = ()
+    # The released answers this query would be answered from at no charge (docs/theory.md §22).
+    derived_from: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         """Read `errors` back from their JSON form (as the service's client passes them)."""
@@ -367,6 +376,8 @@ class Explanation:
         out["aggregates"] = [asdict(a) for a in self.aggregates]
         out["model_checks"] = [asdict(c) for c in self.model_checks]
         out["errors"] = [asdict(e) for e in self.errors]
+        if not self.derived_from:
+            del out["derived_from"]
         return _json_ready(out)
 
     def _repr_html_(self) -> str:

@@ -59,12 +59,13 @@ class PgService:
 
 
 def start(tmp_path: Path, limits: Limits = FAST,
-          analysts: dict[str, tuple[str, float | None]] | None = None) -> PgService:
+          analysts: dict[str, tuple[str, float | None]] | None = None,
+          reuse: bool = False) -> PgService:
     db = make_people(tmp_path / "people.duckdb")
     policy = write_policy(tmp_path / "policy.yaml", {"budget": {"epsilon": 100.0}})
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     tokens = add_analysts(ledger, ANALYSTS if analysts is None else analysts)
-    app = create_app(lambda: PrivateDatabase.connect(db, policy, ledger), limits)
+    app = create_app(lambda: PrivateDatabase.connect(db, policy, ledger, reuse=reuse), limits)
     port, pg_port = free_port(), free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=lambda: asyncio.run(run_with_pg(server, app, "127.0.0.1", pg_port)),

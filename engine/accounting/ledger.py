@@ -29,7 +29,8 @@ total and per analyst) is kept as running totals in each charge's own transactio
 (`totals.py`), so a query costs the same however many answers the ledger holds. A version 5
 ledger without them is migrated in place on open, with its answers moved to their own table.
 
-The analysts of `dpsql serve` live in their own table (`analysts.py`).
+The analysts of `dpsql serve` live in their own table (`analysts.py`); released answers are
+indexed by what they answer (`reuse_index.py`, created on open when missing).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import TypeVar
 
 from ..errors import EngineHalted, LedgerError
 from ..result import AggregateRecord, AnswerCost, HistoryEntry
+from . import reuse_index
 from . import totals as ledger_totals
 from .analysts import AnalystsTable, now
 from .books import Books
@@ -111,6 +113,7 @@ class Charge:
     answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
     columns: frozenset[str] | None = None  # the columns the answer read (None: every column)
     times: tuple[int, ...] | None = None  # a chain answer's time points (None: not per time)
+    reuse_key: str | None = None  # what the answer answers (`reuse_index`; None: not reusable)
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,7 @@ class Ledger(AnalystsTable):
                         conn.execute(statement)
                 for statement in ledger_totals.STORAGE:
                     conn.execute(statement)
+                reuse_index.ensure(conn)
                 created = now()
                 meta = {"schema_version": SCHEMA_VERSION, "hash_key": secrets.token_hex(16),
                         "created": created, **binding_meta(self.binding)}
@@ -288,6 +292,7 @@ class Ledger(AnalystsTable):
             stored = self._stored_binding()
             self._check_units(stored)
             self._check_models(stored)
+            reuse_index.ensure(conn)  # a ledger written before the index gains it, empty
             if ledger_totals.is_stale(conn):  # written by another program since its last charge
                 ledger_totals.rebuild(conn, self.path)
             lenient = stored.lenient_fields(self.binding)
@@ -409,6 +414,9 @@ class Ledger(AnalystsTable):
                 ).fetchone()
                 if answer is not None:
                     conn.execute("INSERT INTO answers (id, answer) VALUES (?, ?)", [ident, answer])
+                    if charge.reuse_key is not None:
+                        reuse_index.record(conn, charge.analyst, charge.reuse_key,
+                                           cost.epsilon_dp, ident)
                 ledger_totals.write(conn, charge.analyst, totals, mine, cost.epsilon_dp,
                                     charge.columns, charge.times)
                 conn.execute("COMMIT")
@@ -425,6 +433,14 @@ class Ledger(AnalystsTable):
         """The analyst's released answers as stored with their charges (one, given its id)."""
         try:
             return _history(self._conn, self.path, analyst, ident)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
+
+    def reusable(self, analyst: str, key: str,
+                 epsilon_dp: float) -> reuse_index.StoredAnswer | None:
+        """The analyst's released answer to `key` at eps_dp >= `epsilon_dp` (one index lookup)."""
+        try:
+            return reuse_index.lookup(self._conn, self.path, analyst, key, epsilon_dp)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 

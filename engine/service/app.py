@@ -152,7 +152,7 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     async def explain(ask: Ask, analyst: AnalystRole) -> JSONResponse:
         def explained(db: PrivateDatabase) -> dict:
             epsilon = _asked_epsilon(db, ask.sql, ask.accuracy, ask.mode, ask.epsilon, ask.cost)
-            return db.explain(ask.sql, epsilon, ask.mode, ask.cost).to_dict()
+            return db.explain(ask.sql, epsilon, ask.mode, ask.cost, analyst.name).to_dict()
 
         return JSONResponse(await worker.run(explained, analyst.name))
 
@@ -164,7 +164,8 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
             return result.to_dict(), result.id
 
         body, ident = await worker.run(answer, analyst.name)
-        return JSONResponse(body, headers={ANSWER_ID: str(ident)})
+        # An answer derived from a released one (reuse) is no new entry: no id to name.
+        return JSONResponse(body, headers={} if ident is None else {ANSWER_ID: str(ident)})
 
     @app.post("/v1/workload", summary="Statements answered together at one epsilon, charged once")
     async def workload(ask: WorkloadAsk, analyst: AnalystRole) -> JSONResponse:

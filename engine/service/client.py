@@ -64,7 +64,8 @@ class Client:
         epsilon keeping every noisy cell's 95% half-width within ±H)."""
         response = self._send("POST", "/v1/query", _ask(sql=sql, epsilon=epsilon, mode=mode,
                                                         cost=cost, accuracy=accuracy))
-        return QueryResult.from_dict(response.json(), int(response.headers[ANSWER_ID]))
+        ident = response.headers.get(ANSWER_ID)  # none for an answer derived at no charge
+        return QueryResult.from_dict(response.json(), None if ident is None else int(ident))
 
     def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
                 cost: float | None = None, accuracy: float | None = None) -> Explanation:

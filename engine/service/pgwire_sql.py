@@ -206,7 +206,9 @@ class Session:
         sql = sql.rstrip().rstrip(";").rstrip()
         epsilon, mode, cost = self._asked()
         self._require_analyst()
-        explanation: Explanation = self._observed("pg explain", lambda db: db.explain(sql, epsilon, mode, cost))
+        name = self.analyst.name
+        explanation: Explanation = self._observed(
+            "pg explain", lambda db: db.explain(sql, epsilon, mode, cost, name))
         return explain_rows(explanation)
 
     def _select(self, sql: str) -> Rows:
@@ -221,6 +223,10 @@ class Session:
         result: QueryResult = self._observed(
             "pg query", lambda db: db.query(sql, epsilon, mode, analyst=name, cost=cost))
         self.answer_id = result.id
+        if result.derived_from:
+            self.notices.append(f"derived from answer {result.derived_from[0]}: cost 0, nothing "
+                                f"charged to {name}; budget left {result.budget.remaining:g}")
+            return answer_rows(result)
         self.notices.append(f"answer {result.id} charged to {name}: cost {result.cost:g} (epsilon "
                             f"{result.epsilon:g}, {result.mode}); budget left "
                             f"{result.budget.remaining:g}; SHOW dpsql.answer_id names it, "

@@ -35,7 +35,8 @@ def uvicorn_config(app: Any, host: str, port: int, tls_cert: str | None = None,
 
 def serve(db: str, policy: str, ledger: str, host: str = "127.0.0.1", port: int = 8765,
           tls_cert: str | None = None, tls_key: str | None = None, limits: Limits | None = None,
-          trusted_proxies: Sequence[str] = (), pg_port: int | None = None) -> None:
+          trusted_proxies: Sequence[str] = (), pg_port: int | None = None,
+          reuse: bool = False) -> None:
     """Serve until interrupted; raise the error that kept the database from opening.
     `trusted_proxies`: addresses whose forwarded headers name the client (none by default);
     `pg_port`: also speak the Postgres wire protocol there."""
@@ -55,7 +56,8 @@ def serve(db: str, policy: str, ledger: str, host: str = "127.0.0.1", port: int 
         failures.append(exc)
         server.should_exit = True
 
-    app = create_app(lambda: PrivateDatabase.connect(db, policy, ledger), limits or Limits(), failed)
+    app = create_app(lambda: PrivateDatabase.connect(db, policy, ledger, reuse=reuse),
+                     limits or Limits(), failed)
     server = uvicorn.Server(uvicorn_config(app, host, port, tls_cert, tls_key, trusted_proxies))
     if pg_port is None:
         server.run()
