@@ -11,6 +11,7 @@ import math
 from sqlglot import exp
 
 from ..aggregates import Measured, Operand, aggregate_of, supported
+from ..aggregates.variance import AMBIGUOUS
 from ..errors import QueryRefused
 from ..plan import GroupKey, Join, Measurement, OutputColumn
 from ..policy import ColumnSpec, TableSpec
@@ -222,6 +223,8 @@ class PostScope:
             return self._aggregate(_filtered(node), where)
         if isinstance(node, exp.WithinGroup):
             return self._aggregate(within_group(node), where)
+        if isinstance(node, exp.Anonymous) and node.name.upper() in AMBIGUOUS:
+            raise QueryRefused(f"{short(node)} refused in {where}: {AMBIGUOUS[node.name.upper()]}")
         key = self._key_of(node)
         if key is not None:
             return exp.column(key.name, quoted=True)
