@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy_yaml import parse_policy
@@ -81,3 +82,65 @@ def test_top_releases_only_n_rows_and_charges_as_limit(people_db, tmp_path):
                          "ORDER BY state LIMIT 2", epsilon=1.0)
     assert list(top.df["state"]) == list(limit.df["state"]) == ["CA", "NY"]
     assert (top.epsilon, top.epsilon_dp) == (limit.epsilon, limit.epsilon_dp)
+
+
+_FUNCTIONS = ("SELECT state, AVG(age) AS a, EXP(AVG(age) / 100) AS e, LN(AVG(age)) AS l, "
+              "LOG10(AVG(age)) AS g, POWER(AVG(age), 2) AS p, PI() * AVG(age) AS pa, "
+              "COS(AVG(age)) AS c, SIN(AVG(age)) AS s, ROUND(AVG(age), 2) AS r "
+              "FROM people GROUP BY state")
+
+
+def test_functions_of_released_values_cost_nothing_more():
+    """A function of a released aggregate reads the aggregate's measurements and no others."""
+    assert _plan(_FUNCTIONS).measurements == _plan(
+        "SELECT state, AVG(age) AS a FROM people GROUP BY state").measurements
+    assert _plan("SELECT SQRT(VARIANCE(age)) AS v FROM people").measurements == \
+        _plan("SELECT VARIANCE(age) AS v FROM people").measurements
+
+
+def test_functions_of_released_values_are_those_functions_of_the_released_value(people_db, tmp_path):
+    """Each function column is the function of the AVG released in the same answer; the
+    increasing ones (EXP, LN, LOG10, PI ·) carry an interval, the others (POWER, COS, SIN) say
+    they have none."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+        result = db.query(_FUNCTIONS, epsilon=1.0)
+    df, a = result.df, result.df["a"].to_numpy(float)
+    assert np.allclose(df["e"], np.exp(a / 100))
+    assert np.allclose(df["l"], np.log(a))
+    assert np.allclose(df["g"], np.log10(a))
+    assert np.allclose(df["p"], a ** 2)
+    assert np.allclose(df["pa"], np.pi * a)
+    assert np.allclose(df["c"], np.cos(a))
+    assert np.allclose(df["s"], np.sin(a))
+    assert np.allclose(df["r"], np.round(a, 2), atol=0.005)
+    ci = result.ci95
+    assert ci[["e", "l", "g", "pa"]].notna().all().all()
+    assert ci[["p", "c", "s"]].isna().all().all()
+    reasons = dict(result.no_interval)
+    assert set(reasons) == {"p", "c", "s"}
+    assert reasons["c"].startswith("no interval: COS has no interval rule")
+
+
+def test_interval_of_an_increasing_function_is_the_function_of_the_interval():
+    """EXP's interval maps the AVG's interval through EXP (ends of an increasing function)."""
+    from dpsql.engine.intervals import evaluate
+    from sqlglot import parse_one
+    bounds = evaluate(parse_one("EXP(x / 100)"), lambda _: (np.array([10.0]), np.array([30.0])))
+    assert np.allclose(bounds, ([np.exp(0.1)], [np.exp(0.3)]))
+    bounds = evaluate(parse_one("LOG10(x)", dialect="duckdb"),
+                      lambda _: (np.array([-1.0]), np.array([100.0])))
+    assert bounds[0][0] == -np.inf and bounds[1][0] == 2.0
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM people WHERE LN(age) > 1", "function LN() (allowed: ABS"),
+    ("SELECT SUM(POWER(age, 2)) FROM people", "function POWER() (allowed: ABS"),
+    ("SELECT AVG(EXP(age)) FROM people", "function EXP() (allowed: ABS"),
+    ("SELECT LOG(AVG(age)) FROM people", "LOG(AVG(age)) refused: LOG is base 10 in DuckDB"),
+    ("SELECT LOG(2, AVG(age)) FROM people", "write LOG10(x) or LN(x)"),
+    ("SELECT COS(AVG(note)) FROM people", "AVG(note) refused"),
+])
+def test_released_only_functions_are_refused_on_rows(sql, fragment):
+    assert fragment in _refusal(sql)
