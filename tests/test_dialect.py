@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import duckdb
 import numpy as np
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy_yaml import parse_policy
+from dpsql.engine.sensitivity import sensitivity
 from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 
@@ -143,4 +145,39 @@ def test_interval_of_an_increasing_function_is_the_function_of_the_interval():
     ("SELECT COS(AVG(note)) FROM people", "AVG(note) refused"),
 ])
 def test_released_only_functions_are_refused_on_rows(sql, fragment):
+    assert fragment in _refusal(sql)
+
+
+def test_count_of_the_unit_has_count_stars_sensitivity():
+    """COUNT(unit) counts rows, as COUNT(*) does: the same sensitivity (m, 2m grouped)."""
+    plan = _plan("SELECT state, COUNT(person_id) AS n, COUNT(*) AS s FROM people GROUP BY state")
+    unit, star = plan.measurements
+    assert (unit.label, star.label) == ("COUNT(unit)", "COUNT(*)")
+    assert sensitivity(unit, plan) == sensitivity(star, plan) == 4
+    plan = _plan("SELECT COUNT(people.person_id) FROM people")
+    assert sensitivity(plan.measurements[0], plan) == 2
+
+
+def test_count_of_the_unit_counts_rows_whose_unit_is_not_null(tmp_path):
+    """20 units of 1 or 2 rows (30 rows) and 5 rows without a unit: at ε = 100 (noise scale
+    0.04 rows) COUNT(person_id) is 30 and COUNT(*) 35, each within its interval."""
+    path = tmp_path / "people.duckdb"
+    units = [i for i in range(20) for _ in range(1 + i % 2)] + [None] * 5
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE people AS SELECT unnest($1) AS person_id, 'CA' AS state, 30 AS age, "
+                     "1.0 AS income, false AS sick, 'row' AS note", [units])
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(path, policy, ledger) as db:
+        result = db.query("SELECT COUNT(person_id) AS n, COUNT(*) AS s FROM people", epsilon=100)
+    assert abs(result.df["n"][0] - 30) <= result.ci95["n"][0]
+    assert abs(result.df["s"][0] - 35) <= result.ci95["s"][0]
+    assert result.ci95["n"][0] < 1
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT SUM(person_id) FROM people", "column person_id is the privacy unit"),
+    ("SELECT COUNT(person_id + 1) FROM people", "column person_id is the privacy unit"),
+])
+def test_the_unit_is_still_refused_elsewhere(sql, fragment):
     assert fragment in _refusal(sql)

@@ -122,7 +122,7 @@ def _without_top(sql: str) -> tuple[str, exp.Literal | None]:
                            "supported; write TOP n or LIMIT n with a whole number of rows")
     rest = sql[:tokens[1].start] + " " * (tokens[last].end + 1 - tokens[1].start) + \
         sql[tokens[last].end + 1:]
-    return rest, exp.Literal.number(number.text)
+    return rest, exp.Literal(this=number.text, is_string=False)
 
 
 def _flattenable(select: exp.Select) -> bool:
