@@ -4,6 +4,7 @@ with one line naming what is accepted when peers give it different meanings."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import duckdb
@@ -181,3 +182,53 @@ def test_count_of_the_unit_counts_rows_whose_unit_is_not_null(tmp_path):
 ])
 def test_the_unit_is_still_refused_elsewhere(sql, fragment):
     assert fragment in _refusal(sql)
+
+
+SCHEMA_POLICY = parse_policy({**copy.deepcopy(BASE_POLICY), "schema": "PUMS"})
+
+
+def _schema_plan(sql: str):
+    return dataclasses.replace(build_plan(parse_select(sql), SCHEMA_POLICY, sql), sql="")
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM PUMS.people", "SELECT COUNT(*) FROM people"),
+    ("SELECT state, AVG(p.age) AS a FROM pums.People AS p GROUP BY state",
+     "SELECT state, AVG(p.age) AS a FROM people AS p GROUP BY state"),
+])
+def test_a_table_qualified_by_the_policys_schema_is_the_table(written, canonical):
+    assert _schema_plan(written) == _schema_plan(canonical)
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM other.people", "qualified table name other.people refused: name the "
+     "table alone or as pums.people (the policy's schema)"),
+    ("SELECT COUNT(*) FROM db.PUMS.people", "qualified table name db.PUMS.people refused"),
+    ("SELECT COUNT(*) FROM PUMS.nothere", "unknown table 'nothere' (tables: people)"),
+    ("SELECT COUNT(*) FROM information_schema.tables", "qualified table name "
+     "information_schema.tables refused"),
+])
+def test_other_qualifiers_are_refused_in_one_line(sql, fragment):
+    with pytest.raises(QueryRefused) as info:
+        build_plan(parse_select(sql), SCHEMA_POLICY, sql)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_without_a_schema_in_the_policy_a_qualifier_is_refused_as_before():
+    assert _refusal("SELECT COUNT(*) FROM PUMS.people") == \
+        "qualified table name PUMS.people refused: name the table alone"
+
+
+@pytest.mark.parametrize("schema", ["main", "pg_catalog", "a.b", "", 3])
+def test_a_schema_that_names_a_catalog_or_no_name_is_refused_by_the_policy(schema):
+    from dpsql.engine.errors import PolicyError
+    with pytest.raises(PolicyError, match="^schema: "):
+        parse_policy({**copy.deepcopy(BASE_POLICY), "schema": schema})
+
+
+def test_a_schema_qualified_query_is_answered(people_db, tmp_path):
+    policy = write_policy(tmp_path / "policy.yaml", {"schema": "PUMS"})
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+        result = db.query("SELECT COUNT(*) AS n FROM PUMS.people", epsilon=1.0)
+    assert list(result.df.columns) == ["n"] and result.ci95["n"][0] > 0
