@@ -215,7 +215,7 @@ def evaluate(node: exp.Expression, leaf: Leaf) -> Bounds | None:
         return value, value
     rule = _RULES.get(type(node))
     if rule is None:
-        raise NoInterval(node.key.upper())
+        raise NoInterval("POWER" if isinstance(node, exp.Pow) else node.key.upper())
     try:
         found = rule(node, lambda child: evaluate(child, leaf))
     except TypeError:  # text in arithmetic

@@ -124,6 +124,7 @@ def test_functions_of_released_values_are_those_functions_of_the_released_value(
     reasons = dict(result.no_interval)
     assert set(reasons) == {"p", "c", "s"}
     assert reasons["c"].startswith("no interval: COS has no interval rule")
+    assert reasons["p"].startswith("no interval: POWER has no interval rule")
 
 
 def test_interval_of_an_increasing_function_is_the_function_of_the_interval():
