@@ -105,7 +105,8 @@ def _blocked(out: OutputColumn, plan: QueryPlan, known: Mapping[str, Reading]) -
         evaluate(out.expression, _possible_leaf(plan, known))
     except NoInterval as exc:
         return (f"no interval: {exc} has no interval rule (intervals follow through "
-                "arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, CASE and numeric CAST)")
+                "arithmetic, ABS, SQRT, ROUND, FLOOR, CEIL, LEAST, GREATEST, CASE, numeric CAST, "
+                "LN, LOG10, EXP and PI)")
     return None
 
 
@@ -214,7 +215,7 @@ def evaluate(node: exp.Expression, leaf: Leaf) -> Bounds | None:
         return value, value
     rule = _RULES.get(type(node))
     if rule is None:
-        raise NoInterval(node.key.upper())
+        raise NoInterval("POWER" if isinstance(node, exp.Pow) else node.key.upper())
     try:
         found = rule(node, lambda child: evaluate(child, leaf))
     except TypeError:  # text in arithmetic
@@ -280,9 +281,20 @@ def _abs(node: exp.Expression, child: Child) -> Bounds:
 def _monotone(function: Callable[[np.ndarray], np.ndarray]) -> Callable[[exp.Expression, Child], Bounds]:
     def rule(node: exp.Expression, child: Child) -> Bounds:
         low, high = _needed(child(node.this))
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             return function(low), function(high)
     return rule
+
+
+def _log10(node: exp.Expression, child: Child) -> Bounds:
+    """LOG10(x), written LOG(10, x): increasing in x (binding accepts base 10 only)."""
+    low, high = _needed(child(node.expression))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log10(low), np.log10(high)
+
+
+def _pi(node: exp.Expression, child: Child) -> Bounds:
+    return np.array([math.pi]), np.array([math.pi])
 
 
 def _rounded(value: np.ndarray, scale: float = 1.0) -> np.ndarray:
@@ -397,6 +409,8 @@ _RULES: dict[type[exp.Expression], Callable[[exp.Expression, Child], Bounds | No
     **{kind: _arith for kind in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv)},
     exp.Sqrt: _monotone(lambda v: np.sqrt(np.maximum(v, 0.0))), exp.Floor: _monotone(np.floor),
     exp.Ceil: _monotone(np.ceil), exp.Least: _extreme, exp.Greatest: _extreme,
+    # Increasing functions of released values (NaN below their domain reads as unbounded).
+    exp.Ln: _monotone(np.log), exp.Exp: _monotone(np.exp), exp.Log: _log10, exp.Pi: _pi,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Case: _case,
 }
 

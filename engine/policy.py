@@ -200,6 +200,7 @@ class Policy:
     prefer_model: bool = False  # dependence.mode is `model`: queries a model covers use it
     public_tables: Mapping[str, PublicTableSpec] = field(default_factory=dict)
     parent_tables: Mapping[str, ParentTableSpec] = field(default_factory=dict)
+    schema: str | None = None  # a schema name queries may qualify tables with (`PUMS.PUMS`), lower-cased
 
     @property
     def shared_columns(self) -> frozenset[str]:

@@ -138,7 +138,19 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
     models = _models(dep.get("models", []), tables, k, float(eta), declarations, parent_tables)
     return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
                   limits=limits, eta_by_columns=declarations, models=models,
-                  prefer_model=prefer_model, public_tables=public, parent_tables=parent_tables)
+                  prefer_model=prefer_model, public_tables=public, parent_tables=parent_tables,
+                  schema=_schema(top.get("schema")))
+
+
+def _schema(raw: Any) -> str | None:
+    """The schema name queries may qualify tables with, as other tools name the data (`PUMS`)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw.strip() or not raw.replace("_", "").isalnum():
+        raise PolicyError(f"schema: expected a name of letters, digits and _, got {raw!r}")
+    if raw.lower() in ("main", "information_schema", "pg_catalog", "temp", "system", "memory"):
+        raise PolicyError(f"schema: {raw!r} names a database catalog; choose another name")
+    return raw.lower()
 
 
 def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,

@@ -47,6 +47,11 @@ QUERIES = [
     "SELECT s, COUNT(*), SUM(twice), AVG(sick), COUNT(DISTINCT pid) FROM rich GROUP BY s",
     "SELECT band, COUNT(*), SUM(x), MEDIAN(x) FROM (SELECT FLOOR(age / 20) AS band, income - 500 AS x "
     "FROM (SELECT * FROM people WHERE NOT sick) AS healthy) AS t GROUP BY band",
+    # Other dialects' spellings (docs/theory.md §23): COUNT(unit) counts rows with a unit;
+    # TOP, STDDEV and functions of released values add no measurement of their own.
+    "SELECT COUNT(person_id), COUNT(*), COUNT(DISTINCT person_id) FROM people",
+    "SELECT TOP 3 state, COUNT(people.person_id), STDDEV(age), EXP(AVG(income) / 1000) "
+    "FROM people GROUP BY state",
 ]
 PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them

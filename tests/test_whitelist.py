@@ -9,7 +9,7 @@ import re
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.sql.harden import BOUND_AS, harden
-from dpsql.engine.sql.scalars import SCALAR_FUNCTIONS, SCALARS, scalar_of
+from dpsql.engine.sql.scalars import RELEASED_SCALARS, SCALAR_FUNCTIONS, SCALARS, scalar_of
 from sqlglot import exp
 
 # One use of each listed function, on the people table (tests/support.py).
@@ -45,7 +45,24 @@ def test_every_function_has_an_example():
 
 
 def test_gate_knows_how_duckdb_binds_every_entry():
-    assert set(BOUND_AS) == {s.name for s in SCALARS}
+    assert set(BOUND_AS) == {s.name for s in SCALARS + RELEASED_SCALARS}
+
+
+# One use of each function allowed on released values only, in SELECT after noise.
+RELEASED_EXAMPLES = {"POWER": "POWER(AVG(age), 2)", "PI": "PI() * AVG(age)", "LN": "LN(AVG(age))",
+                     "EXP": "EXP(AVG(age) / 100)", "LOG10": "LOG10(AVG(age))",
+                     "COS": "COS(AVG(age))", "SIN": "SIN(AVG(age))"}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED_EXAMPLES))
+def test_every_released_only_function_is_accepted_after_noise_and_refused_on_rows(setup, name):
+    assert set(RELEASED_EXAMPLES) == {s.name for s in RELEASED_SCALARS}
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
+        db.explain(f"SELECT state, {RELEASED_EXAMPLES[name]} FROM people GROUP BY state", epsilon=1.0)
+        row_level = RELEASED_EXAMPLES[name].replace("AVG(age)", "age")
+        with pytest.raises(QueryRefused) as info:
+            db.explain(f"SELECT COUNT(*) FROM people WHERE {row_level} > 1", epsilon=1.0)
+    assert ", ".join(_listed(str(info.value))) == SCALAR_FUNCTIONS
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))

@@ -7,7 +7,6 @@ import math
 
 from sqlglot import exp
 
-from ..errors import QueryRefused
 from ..policy import TableSpec
 from .base import Binder, Measured, Operand
 
@@ -29,7 +28,7 @@ class Count(Measured):
         if isinstance(arg, exp.Star):
             return binder.measurement(self, None)
         if binder.is_unit(arg):
-            raise QueryRefused(f"COUNT({arg.name}) refused: count units with COUNT(DISTINCT {arg.name})")
+            return binder.measurement(COUNT_UNIT, None)
         return binder.measurement(self, binder.operand(node, arg, numeric=False))
 
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> int:
@@ -42,4 +41,24 @@ class Count(Measured):
         return 0.0, math.inf
 
 
+class CountUnit(Count):
+    """COUNT(<privacy unit>): the rows whose unit is not NULL, as SmartNoise SQL counts it (not
+    the units: that is COUNT(DISTINCT unit)). A subset of COUNT(*)'s rows, so it moves by m
+    rows too (2m across groups): a row with a NULL unit is a unit of its own that adds 0."""
+
+    name = "COUNT(unit)"
+    usage = "COUNT(<privacy unit>)"
+    reads_unit = True
+
+    def matches(self, node: exp.AggFunc) -> bool:
+        return False  # bound by COUNT when its argument is the unit
+
+    def label(self, operand: Operand | None) -> str:
+        return "COUNT(unit)"
+
+    def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
+        return exp.Count(this=exp.column(table.unit, quoted=True))
+
+
 COUNT = Count()
+COUNT_UNIT = CountUnit()

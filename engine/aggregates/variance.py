@@ -125,6 +125,14 @@ VAR_SAMP = Variance("VAR_SAMP", (exp.Variance,), sample=True, deviation=False)  
 STDDEV_POP = Variance("STDDEV_POP", (exp.StddevPop,), sample=False, deviation=True)
 STDDEV_SAMP = Variance("STDDEV_SAMP", (exp.StddevSamp, exp.Stddev), sample=True, deviation=True)
 
+# Spellings peers give different meanings, so no one answer is the one the analyst meant.
+AMBIGUOUS = {
+    "VAR": "VAR is the sample variance in SQL Server but the population variance in "
+           "SmartNoise SQL; write VAR_SAMP (or VARIANCE) for the sample, VAR_POP for the population",
+    "STD": "STD is the population deviation in MySQL and SmartNoise SQL but the sample deviation in "
+           "Spark; write STDDEV_POP for the population, STDDEV_SAMP (or STDDEV) for the sample",
+}
+
 
 def _cap(operand: Operand, sample: bool) -> float:
     """The largest variance values in [lo, hi] can have: (hi − lo)² / 4 for the population,

@@ -22,7 +22,7 @@ import duckdb
 from ..aggregates import measured
 from ..errors import QueryRefused
 from ..sql.harden import BOUND_AS
-from ..sql.scalars import SCALARS
+from ..sql.scalars import RELEASED_SCALARS, SCALARS
 
 _SIGNED = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
 _UNSIGNED = {"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64, "UHUGEINT": 128}
@@ -43,7 +43,7 @@ _OPERATORS = {"LOGICAL_PROJECTION", "LOGICAL_AGGREGATE_AND_GROUP_BY", "LOGICAL_F
 def _bound(category: str) -> frozenset[str]:
     """The DuckDB names of every whitelisted scalar in one category (KeyError for a scalar
     engine/sql/harden.py's BOUND_AS does not map: each must say how DuckDB binds it)."""
-    return frozenset(name for scalar in SCALARS
+    return frozenset(name for scalar in SCALARS + RELEASED_SCALARS
                      for name in BOUND_AS[scalar.name].get(category, frozenset()))
 
 

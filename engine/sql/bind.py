@@ -96,8 +96,11 @@ def _bind_table(select: exp.Select, policy: Policy) -> tuple[TableSpec, set[str]
         name = what.name if isinstance(what, exp.Anonymous) else (
             what.sql_name() if isinstance(what, exp.Func) else type(what).__name__)
         raise QueryRefused(f"table function or file reader {name} refused: FROM must name a table")
-    if table.args.get("catalog") or (table.text("db") and table.text("db").lower() != "main"):
-        raise QueryRefused(f"qualified table name {table.sql()} refused: name the table alone")
+    schema = table.text("db").lower()
+    if table.args.get("catalog") or (schema and schema not in ("main", policy.schema)):
+        alone = "name the table alone" if policy.schema is None else \
+            f"name the table alone or as {policy.schema}.{table.name} (the policy's schema)"
+        raise QueryRefused(f"qualified table name {table.sql()} refused: {alone}")
     for key in ("sample", "pivots", "joins", "laterals", "hints", "version", "when", "changes"):
         if table.args.get(key):
             raise QueryRefused(f"{key.upper()} on the table refused: not supported")

@@ -54,6 +54,14 @@ BOUND_AS: dict[str, dict[str, frozenset[str]]] = {
     "IS": {"operator": frozenset({"OPERATOR_IS_NULL", "OPERATOR_IS_NOT_NULL"}),
            "comparison": frozenset({"COMPARE_DISTINCT_FROM", "COMPARE_NOT_DISTINCT_FROM"})},
     "LIKE": {"text": frozenset({"~~", "!~~", "~~*", "!~~*"})},
+    # On released values only (RELEASED_SCALARS): NaN or ±inf out of their domain, never an error.
+    "POWER": {"double": frozenset({"pow", "power"})},
+    "PI": {"double": frozenset({"pi"})},
+    "LN": {"double": frozenset({"ln"})},
+    "EXP": {"double": frozenset({"exp"})},
+    "LOG10": {"double": frozenset({"log"})},
+    "COS": {"double": frozenset({"cos"})},
+    "SIN": {"double": frozenset({"sin"})},
 }
 
 
@@ -85,7 +93,7 @@ def harden(node: exp.Expression) -> exp.Expression:
         # BETWEEN differently, and the verdict must not follow the release.
         return exp.Paren(this=exp.and_(exp.GTE(this=node.this, expression=node.args["low"]),
                                        exp.LTE(this=node.this.copy(), expression=node.args["high"])))
-    scalar = scalar_of(node)
+    scalar = scalar_of(node, released=True)  # checked already: a row expression has none
     bound = BOUND_AS[scalar.name] if scalar is not None else {}
     if "cast" in bound and not isinstance(node, exp.TryCast):
         return exp.TryCast(this=node.this, to=node.args["to"])

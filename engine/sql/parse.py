@@ -47,6 +47,7 @@ def parse_select(sql: str) -> exp.Select:
         raise QueryRefused(f"query is {len(sql)} characters long; at most {MAX_SQL_LENGTH} accepted")
     if "\x00" in sql:
         raise QueryRefused("query contains a NUL character")
+    sql, top = _without_top(sql)
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
     except ParseError as exc:
@@ -65,6 +66,10 @@ def parse_select(sql: str) -> exp.Select:
             f"{len(statements)} statements given; send one SELECT statement per query"
         )
     statement = statements[0]
+    if top is not None and isinstance(statement, exp.Select):
+        if statement.args.get("limit") is not None:
+            raise QueryRefused("TOP and LIMIT both given: write one of them")
+        statement.set("limit", exp.Limit(expression=top))
     if not isinstance(statement, exp.Select):
         if _first_is_word(sql):
             raise QueryRefused(_not_a_query(sql, _first_keyword(sql)))
@@ -94,6 +99,30 @@ def parse_select(sql: str) -> exp.Select:
             if isinstance(node, node_type):
                 raise QueryRefused(f"{name.split(' (')[0]} refused" + _alternative(name))
     return statement
+
+
+def _without_top(sql: str) -> tuple[str, exp.Literal | None]:
+    """T-SQL's `SELECT TOP n ...` (or `TOP (n)`) as the query without it and n, which the
+    caller sets as the LIMIT it means; `TOP n PERCENT` and `WITH TIES` are refused as LIMIT's are."""
+    try:
+        tokens = _DUCKDB.tokenize(sql)
+    except TokenError:
+        return sql, None
+    if len(tokens) < 3 or tokens[0].token_type != TokenType.SELECT or tokens[1].text.upper() != "TOP":
+        return sql, None
+    paren = tokens[2].token_type == TokenType.L_PAREN
+    number = tokens[3 if paren else 2] if len(tokens) > 3 else tokens[2]
+    last = 4 if paren else 2
+    if number.token_type != TokenType.NUMBER or (
+            paren and (len(tokens) <= 4 or tokens[4].token_type != TokenType.R_PAREN)):
+        return sql, None  # a column named top, or no T-SQL TOP: parsed as written
+    after = tokens[last + 1].text.upper() if len(tokens) > last + 1 else ""
+    if after in ("PERCENT", "WITH"):
+        raise QueryRefused(f"TOP n {after}{' TIES' if after == 'WITH' else ''} refused: not "
+                           "supported; write TOP n or LIMIT n with a whole number of rows")
+    rest = sql[:tokens[1].start] + " " * (tokens[last].end + 1 - tokens[1].start) + \
+        sql[tokens[last].end + 1:]
+    return rest, exp.Literal(this=number.text, is_string=False)
 
 
 def _flattenable(select: exp.Select) -> bool:

@@ -269,13 +269,62 @@ SCALARS: tuple[Scalar, ...] = (
 )
 SCALAR_FUNCTIONS = ", ".join(s.name for s in SCALARS if s.function)
 
+
+def _power(node: exp.Expression, child: Typer) -> SqlType:
+    numeric(child(node.this), node, "POWER")
+    numeric(child(node.expression), node, "POWER")
+    return SqlType.FLOAT
+
+
+def _pi(node: exp.Expression, child: Typer) -> SqlType:
+    return SqlType.FLOAT
+
+
+def _float_of_one(name: str) -> TypeRule:
+    def rule(node: exp.Expression, child: Typer) -> SqlType:
+        numeric(child(node.this), node, name)
+        return SqlType.FLOAT
+    return rule
+
+
+def _check_log10(node: exp.Expression) -> None:
+    """LOG is accepted as LOG10(x) (LOG(10, x)) only: peers read LOG(x) in different bases."""
+    base = node.this
+    while isinstance(base, exp.TryCast):  # hardened already
+        base = base.this
+    if node.expression is None or not isinstance(base, exp.Literal) or base.is_string \
+            or float(base.this) != 10:
+        raise QueryRefused(f"{short(node)} refused: LOG is base 10 in DuckDB and PostgreSQL but "
+                           "natural in SQL Server and Spark; write LOG10(x) or LN(x)")
+
+
+def _log10(node: exp.Expression, child: Typer) -> SqlType:
+    _check_log10(node)
+    numeric(child(node.expression), node, "LOG10")
+    return SqlType.FLOAT
+
+
+# Functions applied only to released values (post-processing of noisy aggregates and group
+# keys, never to rows): DuckDB evaluates them on DOUBLE as NaN or ±inf, never an error.
+RELEASED_SCALARS: tuple[Scalar, ...] = (
+    Scalar("POWER", {exp.Pow: _BINARY}, _power, True),
+    Scalar("PI", {exp.Pi: frozenset()}, _pi, True),
+    Scalar("LN", {exp.Ln: _ONE_ARG}, _float_of_one("LN"), True),
+    Scalar("EXP", {exp.Exp: _ONE_ARG}, _float_of_one("EXP"), True),
+    Scalar("LOG10", {exp.Log: _BINARY}, _log10, True),
+    Scalar("COS", {exp.Cos: _ONE_ARG}, _float_of_one("COS"), True),
+    Scalar("SIN", {exp.Sin: _ONE_ARG}, _float_of_one("SIN"), True),
+)
+_RELEASED_BY_NODE: dict[type[exp.Expression], Scalar] = {
+    kind: s for s in RELEASED_SCALARS for kind in s.nodes}
+
 _BY_NODE: dict[type[exp.Expression], Scalar] = {kind: s for s in SCALARS for kind in s.nodes}
 # Operators whose subclasses (sqlglot dialect variants) carry the same two operands.
 _BINARY_NODES = tuple(kind for s in SCALARS if s.rule in (_arithmetic, _comparison, _logic)
                       for kind in s.nodes)
 # Options of the other constructs a query may contain (clauses, aggregates, names, literals).
 _OPTIONS: dict[type[exp.Expression], frozenset[str]] = {
-    **{kind: options for s in SCALARS for kind, options in s.nodes.items()},
+    **{kind: options for s in SCALARS + RELEASED_SCALARS for kind, options in s.nodes.items()},
     exp.Column: frozenset({"this", "table", "db", "catalog"}),
     exp.Literal: frozenset({"this", "is_string"}),
     exp.Boolean: _ONE_ARG,
@@ -294,19 +343,22 @@ _OPTIONS: dict[type[exp.Expression], frozenset[str]] = {
 _STRUCTURAL = (exp.DataType, exp.Ordered)
 
 
-def scalar_of(node: exp.Expression) -> Scalar | None:
-    """The whitelist entry `node` is an instance of, or None."""
+def scalar_of(node: exp.Expression, released: bool = False) -> Scalar | None:
+    """The whitelist entry `node` is an instance of, or None; with `released`, also the
+    functions allowed on released values only."""
     for kind in type(node).__mro__:
-        found = _BY_NODE.get(kind)
+        found = _BY_NODE.get(kind) or (_RELEASED_BY_NODE.get(kind) if released else None)
         if found is not None:
             return found
     return None
 
 
 def type_of(node: exp.Expression, where: str, leaf: Callable[[exp.Expression, str], SqlType | None],
-            recurse: Callable[[exp.Expression, str], SqlType], shallow: bool = False) -> SqlType:
+            recurse: Callable[[exp.Expression, str], SqlType], shallow: bool = False,
+            released: bool = False) -> SqlType:
     """Type-check one whitelisted scalar construct; children are typed by `recurse`, names by
-    `leaf`. With `shallow`, only the construct itself is checked (children are checked elsewhere)."""
+    `leaf`. With `shallow`, only the construct itself is checked (children are checked elsewhere);
+    with `released`, the functions allowed on released values only are accepted too."""
     if node is None:  # e.g. FLOOR(--1): `--` starts a comment, which ends the arguments
         raise QueryRefused(f"a function in {where} is missing its argument (note that -- starts "
                            "a comment in SQL: write - -1 or -(-1))")
@@ -325,9 +377,9 @@ def type_of(node: exp.Expression, where: str, leaf: Callable[[exp.Expression, st
     if isinstance(node, exp.Null):
         return SqlType.NULL
     if shallow:
-        check_known(node, where)
+        check_known(node, where, released)
         return SqlType.FLOAT
-    scalar = scalar_of(node)
+    scalar = scalar_of(node, released)
     if scalar is None:
         raise QueryRefused(f"{construct_name(node)} refused in {where}")
     return scalar.rule(node, lambda n: recurse(n, where))
@@ -348,11 +400,13 @@ def check_args(node: exp.Expression, where: str) -> None:
                            f"{node.key.upper()} is not supported")
 
 
-def check_known(node: exp.Expression, where: str) -> None:
+def check_known(node: exp.Expression, where: str, released: bool = False) -> None:
     """Refuse any construct outside the whitelist, naming it."""
     if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
         return
-    if scalar_of(node) is None and not isinstance(node, _STRUCTURAL):
+    if released and isinstance(node, exp.Log):
+        _check_log10(node)
+    if scalar_of(node, released) is None and not isinstance(node, _STRUCTURAL):
         raise QueryRefused(f"{construct_name(node)} refused in {where}")
 
 

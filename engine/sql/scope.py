@@ -11,6 +11,7 @@ import math
 from sqlglot import exp
 
 from ..aggregates import Measured, Operand, aggregate_of, supported
+from ..aggregates.variance import AMBIGUOUS
 from ..errors import QueryRefused
 from ..plan import GroupKey, Join, Measurement, OutputColumn
 from ..policy import ColumnSpec, TableSpec
@@ -202,11 +203,11 @@ class PostScope:
         numbers, group keys have their column's type) and hardened, so evaluating it on
         noisy values can neither fail nor overflow."""
         rewritten = self._rewrite(node, where, aliases)
-        type_of(rewritten, where, self._leaf_type, self._type)
+        type_of(rewritten, where, self._leaf_type, self._type, released=True)
         return harden(rewritten)
 
     def _type(self, node: exp.Expression, where: str) -> SqlType:
-        return type_of(node, where, self._leaf_type, self._type)
+        return type_of(node, where, self._leaf_type, self._type, released=True)
 
     def _leaf_type(self, node: exp.Expression, where: str) -> SqlType | None:
         if not isinstance(node, exp.Column):
@@ -222,6 +223,8 @@ class PostScope:
             return self._aggregate(_filtered(node), where)
         if isinstance(node, exp.WithinGroup):
             return self._aggregate(within_group(node), where)
+        if isinstance(node, exp.Anonymous) and node.name.upper() in AMBIGUOUS:
+            raise QueryRefused(f"{short(node)} refused in {where}: {AMBIGUOUS[node.name.upper()]}")
         key = self._key_of(node)
         if key is not None:
             return exp.column(key.name, quoted=True)
@@ -248,7 +251,7 @@ class PostScope:
                                "EXTRACT(part FROM key), date_trunc('unit', key) or compare a date "
                                "key with DATE '...' literals")
         type_of(node, where, lambda n, w: SqlType.FLOAT if isinstance(n, (exp.AggFunc, exp.Column))
-                 else None, lambda n, w: SqlType.FLOAT, shallow=True)
+                 else None, lambda n, w: SqlType.FLOAT, shallow=True, released=True)
         if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
             node = exp.TryCast(this=node.this, to=node.args["to"])
         rewritten = node.copy()

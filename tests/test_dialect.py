@@ -1,0 +1,235 @@
+"""The spellings peers' users write (docs/theory.md §23): each is answered exactly as its
+canonical spelling is (the same plan, so the same sensitivity, charge and answer), or refused
+with one line naming what is accepted when peers give it different meanings."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import duckdb
+import numpy as np
+import pytest
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.policy_yaml import parse_policy
+from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.parse import parse_select
+
+from tests.support import BASE_POLICY, create_ledger, write_policy
+
+POLICY = parse_policy(BASE_POLICY)
+
+
+def _plan(sql: str):
+    """The plan of `sql` without its text, so two spellings' plans compare equal."""
+    return dataclasses.replace(build_plan(parse_select(sql), POLICY, sql), sql="")
+
+
+def _refusal(sql: str) -> str:
+    with pytest.raises(QueryRefused) as info:
+        build_plan(parse_select(sql), POLICY, sql)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT VARIANCE(age) AS v FROM people", "SELECT VAR_SAMP(age) AS v FROM people"),
+    ("SELECT STDDEV(age) AS v FROM people", "SELECT STDDEV_SAMP(age) AS v FROM people"),
+    ("SELECT state, variance(income) AS v FROM people GROUP BY state",
+     "SELECT state, VAR_SAMP(income) AS v FROM people GROUP BY state"),
+])
+def test_variance_spellings_are_the_canonical_aggregate(written, canonical):
+    assert _plan(written) == _plan(canonical)
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT VAR(age) FROM people", "VAR(age) refused in SELECT: VAR is the sample variance in SQL "
+     "Server but the population variance in SmartNoise SQL; write VAR_SAMP"),
+    ("SELECT std(age) FROM people", "STD(age) refused in SELECT: STD is the population deviation"),
+    ("SELECT state, COUNT(*) FROM people GROUP BY state HAVING STD(age) > 1", "refused in HAVING: STD is"),
+])
+def test_spellings_peers_read_differently_are_refused_naming_both(sql, fragment):
+    assert fragment in _refusal(sql)
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT TOP 2 state, COUNT(*) FROM people GROUP BY state ORDER BY 2 DESC",
+     "SELECT state, COUNT(*) FROM people GROUP BY state ORDER BY 2 DESC LIMIT 2"),
+    ("select top (3) state, AVG(age) AS a FROM people GROUP BY state",
+     "SELECT state, AVG(age) AS a FROM people GROUP BY state LIMIT 3"),
+    ("SELECT TOP 0 COUNT(*) FROM people", "SELECT COUNT(*) FROM people LIMIT 0"),
+])
+def test_top_is_limit(written, canonical):
+    assert _plan(written) == _plan(canonical)
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT TOP 5 PERCENT COUNT(*) FROM people", "TOP n PERCENT refused"),
+    ("SELECT TOP 5 WITH TIES state, COUNT(*) FROM people GROUP BY state", "TOP n WITH TIES refused"),
+    ("SELECT TOP 2 COUNT(*) FROM people LIMIT 3", "TOP and LIMIT both given"),
+    ("SELECT TOP 1.5 COUNT(*) FROM people", "LIMIT 1.5 refused: expected a whole number"),
+    ("SELECT top FROM people", "unknown column 'top'"),
+])
+def test_top_refusals(sql, fragment):
+    assert fragment in _refusal(sql)
+
+
+def test_top_releases_only_n_rows_and_charges_as_limit(people_db, tmp_path):
+    """TOP keeps the first n released rows (post-processing): the charge is the full query's."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+        top = db.query("SELECT TOP 2 state, COUNT(*) AS n FROM people GROUP BY state "
+                       "ORDER BY state", epsilon=1.0)
+        limit = db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state "
+                         "ORDER BY state LIMIT 2", epsilon=1.0)
+    assert list(top.df["state"]) == list(limit.df["state"]) == ["CA", "NY"]
+    assert (top.epsilon, top.epsilon_dp) == (limit.epsilon, limit.epsilon_dp)
+
+
+_FUNCTIONS = ("SELECT state, AVG(age) AS a, EXP(AVG(age) / 100) AS e, LN(AVG(age)) AS l, "
+              "LOG10(AVG(age)) AS g, POWER(AVG(age), 2) AS p, PI() * AVG(age) AS pa, "
+              "COS(AVG(age)) AS c, SIN(AVG(age)) AS s, ROUND(AVG(age), 2) AS r "
+              "FROM people GROUP BY state")
+
+
+def test_functions_of_released_values_cost_nothing_more():
+    """A function of a released aggregate reads the aggregate's measurements and no others."""
+    assert _plan(_FUNCTIONS).measurements == _plan(
+        "SELECT state, AVG(age) AS a FROM people GROUP BY state").measurements
+    assert _plan("SELECT SQRT(VARIANCE(age)) AS v FROM people").measurements == \
+        _plan("SELECT VARIANCE(age) AS v FROM people").measurements
+
+
+def test_functions_of_released_values_are_those_functions_of_the_released_value(people_db, tmp_path):
+    """Each function column is the function of the AVG released in the same answer; the
+    increasing ones (EXP, LN, LOG10, PI ·) carry an interval, the others (POWER, COS, SIN) say
+    they have none."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+        result = db.query(_FUNCTIONS, epsilon=1.0)
+    df, a = result.df, result.df["a"].to_numpy(float)
+    assert np.allclose(df["e"], np.exp(a / 100))
+    assert np.allclose(df["l"], np.log(a))
+    assert np.allclose(df["g"], np.log10(a))
+    assert np.allclose(df["p"], a ** 2)
+    assert np.allclose(df["pa"], np.pi * a)
+    assert np.allclose(df["c"], np.cos(a))
+    assert np.allclose(df["s"], np.sin(a))
+    assert np.allclose(df["r"], np.round(a, 2), atol=0.005)
+    ci = result.ci95
+    assert ci[["e", "l", "g", "pa"]].notna().all().all()
+    assert ci[["p", "c", "s"]].isna().all().all()
+    reasons = dict(result.no_interval)
+    assert set(reasons) == {"p", "c", "s"}
+    assert reasons["c"].startswith("no interval: COS has no interval rule")
+    assert reasons["p"].startswith("no interval: POWER has no interval rule")
+
+
+def test_interval_of_an_increasing_function_is_the_function_of_the_interval():
+    """EXP's interval maps the AVG's interval through EXP (ends of an increasing function)."""
+    from dpsql.engine.intervals import evaluate
+    from sqlglot import parse_one
+    bounds = evaluate(parse_one("EXP(x / 100)"), lambda _: (np.array([10.0]), np.array([30.0])))
+    assert np.allclose(bounds, ([np.exp(0.1)], [np.exp(0.3)]))
+    bounds = evaluate(parse_one("LOG10(x)", dialect="duckdb"),
+                      lambda _: (np.array([-1.0]), np.array([100.0])))
+    assert bounds[0][0] == -np.inf and bounds[1][0] == 2.0
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM people WHERE LN(age) > 1", "function LN() (allowed: ABS"),
+    ("SELECT SUM(POWER(age, 2)) FROM people", "function POWER() (allowed: ABS"),
+    ("SELECT AVG(EXP(age)) FROM people", "function EXP() (allowed: ABS"),
+    ("SELECT LOG(AVG(age)) FROM people", "LOG(AVG(age)) refused: LOG is base 10 in DuckDB"),
+    ("SELECT LOG(2, AVG(age)) FROM people", "write LOG10(x) or LN(x)"),
+    ("SELECT COS(AVG(note)) FROM people", "AVG(note) refused"),
+])
+def test_released_only_functions_are_refused_on_rows(sql, fragment):
+    assert fragment in _refusal(sql)
+
+
+def test_count_of_the_unit_has_count_stars_sensitivity():
+    """COUNT(unit) counts rows, as COUNT(*) does: the same sensitivity (m, 2m grouped)."""
+    plan = _plan("SELECT state, COUNT(person_id) AS n, COUNT(*) AS s FROM people GROUP BY state")
+    unit, star = plan.measurements
+    assert (unit.label, star.label) == ("COUNT(unit)", "COUNT(*)")
+    assert sensitivity(unit, plan) == sensitivity(star, plan) == 4
+    plan = _plan("SELECT COUNT(people.person_id) FROM people")
+    assert sensitivity(plan.measurements[0], plan) == 2
+
+
+def test_count_of_the_unit_counts_rows_whose_unit_is_not_null(tmp_path):
+    """20 units of 1 or 2 rows (30 rows) and 5 rows without a unit: at ε = 100 (noise scale
+    0.04 rows) COUNT(person_id) is 30 and COUNT(*) 35, each within its interval."""
+    path = tmp_path / "people.duckdb"
+    units = [i for i in range(20) for _ in range(1 + i % 2)] + [None] * 5
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE people AS SELECT unnest($1) AS person_id, 'CA' AS state, 30 AS age, "
+                     "1.0 AS income, false AS sick, 'row' AS note", [units])
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(path, policy, ledger) as db:
+        result = db.query("SELECT COUNT(person_id) AS n, COUNT(*) AS s FROM people", epsilon=100)
+    assert abs(result.df["n"][0] - 30) <= result.ci95["n"][0]
+    assert abs(result.df["s"][0] - 35) <= result.ci95["s"][0]
+    assert result.ci95["n"][0] < 1
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT SUM(person_id) FROM people", "column person_id is the privacy unit"),
+    ("SELECT COUNT(person_id + 1) FROM people", "column person_id is the privacy unit"),
+])
+def test_the_unit_is_still_refused_elsewhere(sql, fragment):
+    assert fragment in _refusal(sql)
+
+
+SCHEMA_POLICY = parse_policy({**copy.deepcopy(BASE_POLICY), "schema": "PUMS"})
+
+
+def _schema_plan(sql: str):
+    return dataclasses.replace(build_plan(parse_select(sql), SCHEMA_POLICY, sql), sql="")
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM PUMS.people", "SELECT COUNT(*) FROM people"),
+    ("SELECT state, AVG(p.age) AS a FROM pums.People AS p GROUP BY state",
+     "SELECT state, AVG(p.age) AS a FROM people AS p GROUP BY state"),
+])
+def test_a_table_qualified_by_the_policys_schema_is_the_table(written, canonical):
+    assert _schema_plan(written) == _schema_plan(canonical)
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM other.people", "qualified table name other.people refused: name the "
+     "table alone or as pums.people (the policy's schema)"),
+    ("SELECT COUNT(*) FROM db.PUMS.people", "qualified table name db.PUMS.people refused"),
+    ("SELECT COUNT(*) FROM PUMS.nothere", "unknown table 'nothere' (tables: people)"),
+    ("SELECT COUNT(*) FROM information_schema.tables", "qualified table name "
+     "information_schema.tables refused"),
+])
+def test_other_qualifiers_are_refused_in_one_line(sql, fragment):
+    with pytest.raises(QueryRefused) as info:
+        build_plan(parse_select(sql), SCHEMA_POLICY, sql)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_without_a_schema_in_the_policy_a_qualifier_is_refused_as_before():
+    assert _refusal("SELECT COUNT(*) FROM PUMS.people") == \
+        "qualified table name PUMS.people refused: name the table alone"
+
+
+@pytest.mark.parametrize("schema", ["main", "pg_catalog", "a.b", "", 3])
+def test_a_schema_that_names_a_catalog_or_no_name_is_refused_by_the_policy(schema):
+    from dpsql.engine.errors import PolicyError
+    with pytest.raises(PolicyError, match="^schema: "):
+        parse_policy({**copy.deepcopy(BASE_POLICY), "schema": schema})
+
+
+def test_a_schema_qualified_query_is_answered(people_db, tmp_path):
+    policy = write_policy(tmp_path / "policy.yaml", {"schema": "PUMS"})
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+        result = db.query("SELECT COUNT(*) AS n FROM PUMS.people", epsilon=1.0)
+    assert list(result.df.columns) == ["n"] and result.ci95["n"][0] > 0
