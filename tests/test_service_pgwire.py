@@ -384,6 +384,10 @@ def test_metrics_count_answers_refusals_latency_and_budgets_of_both_endpoints(pg
     assert grew('dpsql_refusals_total{endpoint="http /v1/query",reason="BudgetExhausted"}') == 1
     assert grew('dpsql_request_seconds_count{endpoint="pg query"}') == 2
     assert grew('dpsql_request_seconds_bucket{endpoint="http /v1/query",le="+Inf"}') == 2
+    # Two charges written (one per endpoint; refusals write nothing), each timed.
+    assert grew("dpsql_ledger_write_seconds_count") == 2
+    assert grew('dpsql_ledger_write_seconds_bucket{le="+Inf"}') == 2
+    assert 0 < grew("dpsql_ledger_write_seconds_sum") < 30
     assert after['dpsql_budget_epsilon{state="spent"}'] + after['dpsql_budget_epsilon{state="left"}'] \
         == pytest.approx(after['dpsql_budget_epsilon{state="total"}'])
     assert grew('dpsql_analyst_spent_dp_epsilon{analyst="ana"}') == pytest.approx(0.2)

@@ -39,6 +39,7 @@ import json
 import os
 import secrets
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -131,6 +132,7 @@ class Ledger(AnalystsTable):
     def __init__(self, path: str | Path, binding: LedgerBinding, create: bool = False) -> None:
         self.path = Path(path)
         self.binding = binding
+        self.on_write: Callable[[float], None] | None = None  # seconds each charge's write took
         if self.path.is_dir():
             raise LedgerError(f"ledger path {self.path} is a directory; expected a file path")
         if create:
@@ -398,6 +400,7 @@ class Ledger(AnalystsTable):
                     ledger_totals.rebuild(conn, self.path)
                 totals = ledger_totals.read(conn, self.path)
                 charge, extra = settle(LedgerState(stored, totals.books(self.path)))
+                writing = time.perf_counter()
                 mine = ledger_totals.read(conn, self.path, charge.analyst)  # before the insert
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
@@ -420,6 +423,8 @@ class Ledger(AnalystsTable):
                 ledger_totals.write(conn, charge.analyst, totals, mine, cost.epsilon_dp,
                                     charge.columns, charge.times)
                 conn.execute("COMMIT")
+                if self.on_write is not None:  # the inserts, the totals and the synced commit
+                    self.on_write(time.perf_counter() - writing)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -550,13 +555,13 @@ def _history(conn: sqlite3.Connection, path: Path, analyst: str,
     rows = conn.execute(f"SELECT c.id, c.time, c.sql, c.epsilon, c.epsilon_dp, c.mode, {answer} "
                         f"FROM charges c{joined} WHERE {where} ORDER BY c.id", args).fetchall()
     entries = []
-    for number, time, sql, epsilon, epsilon_dp, mode, text in rows:
+    for number, when, sql, epsilon, epsilon_dp, mode, text in rows:
         try:
             stored = None if text is None else json.loads(text)
         except ValueError:
             raise LedgerError(f"ledger {path}, answer {number}: the stored answer is not valid "
                               "JSON; restore the ledger from a backup") from None
-        entries.append(HistoryEntry(id=number, time=time, analyst=analyst, sql=sql,
+        entries.append(HistoryEntry(id=number, time=when, analyst=analyst, sql=sql,
                                     epsilon=epsilon, epsilon_dp=epsilon_dp, mode=mode,
                                     answer=stored))
     return tuple(entries)

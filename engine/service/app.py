@@ -90,7 +90,15 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     """The service over the database `open_database()` opens (on the worker thread, while the
     endpoints answer 503)."""
     limits = Limits() if limits is None else limits
-    worker = Worker(open_database, limits.queue, on_failure)
+    metrics = Metrics()
+
+    def opened() -> PrivateDatabase:
+        """The database, its ledger timing each charge's write for /metrics."""
+        db = open_database()
+        db.ledger.on_write = metrics.observe_write
+        return db
+
+    worker = Worker(opened, limits.queue, on_failure)
     requests = RateLimiter(limits.rate, limits.burst)
     failures = RateLimiter(limits.failures_per_minute / 60.0, limits.failures_per_minute)
     bearer = HTTPBearer(auto_error=False, description="the token `dpsql analyst add` printed")
@@ -104,7 +112,6 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     app = FastAPI(title="dpsql", version=__version__, lifespan=lifespan,
                   description="Differentially private SQL for analysts who hold only a token.")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
-    metrics = Metrics()
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.state.worker = worker
     app.state.requests, app.state.failures, app.state.limits = requests, failures, limits  # pgwire

@@ -31,6 +31,8 @@ class Metrics:
         self.refusals: Counter[tuple[str, str]] = Counter()  # by (endpoint, reason)
         self._buckets: dict[str, list[int]] = {}
         self._sums: dict[str, float] = {}
+        self._writes = [0] * (len(BUCKETS) + 1)  # the ledger's charge writes, by duration
+        self._write_sum = 0.0
 
     def observe(self, endpoint: str, seconds: float, refusal: str | None = None) -> None:
         """Count one request to `endpoint`: answered, or refused for `refusal` (the error type)."""
@@ -42,6 +44,12 @@ class Metrics:
             counts = self._buckets.setdefault(endpoint, [0] * (len(BUCKETS) + 1))
             counts[bisect.bisect_left(BUCKETS, seconds)] += 1
             self._sums[endpoint] = self._sums.get(endpoint, 0.0) + seconds
+
+    def observe_write(self, seconds: float) -> None:
+        """Count one charge written to the ledger (inserts, totals and the synced commit)."""
+        with self._lock:
+            self._writes[bisect.bisect_left(BUCKETS, seconds)] += 1
+            self._write_sum += seconds
 
     def render(self, db: PrivateDatabase) -> str:
         """The text a Prometheus scrape reads (run on the worker: it reads the ledger)."""
@@ -62,6 +70,15 @@ class Metrics:
                     lines.append(f"dpsql_request_seconds_bucket{_labels(endpoint=endpoint, le=bound)} {total}")
                 lines.append(f"dpsql_request_seconds_sum{_labels(endpoint=endpoint)} {self._sums[endpoint]!r}")
                 lines.append(f"dpsql_request_seconds_count{_labels(endpoint=endpoint)} {total}")
+            lines += ["# HELP dpsql_ledger_write_seconds Time to write one charge to the ledger "
+                      "(its rows, running totals and the synced commit).",
+                      "# TYPE dpsql_ledger_write_seconds histogram"]
+            total = 0
+            for bound, count in zip((*map(str, BUCKETS), "+Inf"), self._writes, strict=True):
+                total += count
+                lines.append(f"dpsql_ledger_write_seconds_bucket{_labels(le=bound)} {total}")
+            lines += [f"dpsql_ledger_write_seconds_sum {self._write_sum!r}",
+                      f"dpsql_ledger_write_seconds_count {total}"]
         budget = db.budget()
         lines += ["# HELP dpsql_budget_epsilon The global budget: total, spent (transcript level) and left.",
                   "# TYPE dpsql_budget_epsilon gauge",
