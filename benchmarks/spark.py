@@ -183,7 +183,7 @@ def main() -> None:
                         help="per_unit bounds each person's rows on the first query; row_level "
                              "measures the per-query cost alone")
     args = parser.parse_args()
-    from dpsql.engine.backends.spark import local_session
+    from dpsql.engine.backends.spark_session import local_session
 
     started = time.perf_counter()
     spark = local_session(args.memory)

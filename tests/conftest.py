@@ -32,7 +32,7 @@ def setup(people_db, tmp_path) -> Setup:
 def spark():
     """One local Spark session for every Spark test (skipped where pyspark is not installed)."""
     pytest.importorskip("pyspark")
-    from dpsql.engine.backends.spark import local_session
+    from dpsql.engine.backends.spark_session import local_session
 
     session = local_session()
     yield session

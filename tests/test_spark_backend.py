@@ -4,6 +4,8 @@ ledger, only rendered SQL reaching Spark, data failures halting, limits cancelli
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import duckdb
@@ -158,3 +160,18 @@ def test_the_cli_answers_on_spark(spark, parquet, tmp_path, capsys):
     assert code == 0, err
     assert [row[0] for row in json.loads(out)["rows"]] == [False, True]
     assert charge_count(ledger) == 1
+
+
+@pytest.mark.slow
+def test_the_cli_on_spark_prints_the_answer_alone(parquet, tmp_path):
+    """A fresh process: no JVM log lines, no JVM notice and no PySpark FutureWarning on stderr
+    (slow: it starts its own JVM)."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = _ledger(tmp_path, policy)
+    done = subprocess.run([sys.executable, "-m", "dpsql.engine.cli", "query", "--engine", "spark", "--db",
+                           str(parquet), "--policy", str(policy), "--ledger", str(ledger), "--epsilon", "1",
+                           "--format", "json", "SELECT COUNT(*) FROM people"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"][0][0] is not None
+    assert done.stderr == ""

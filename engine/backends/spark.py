@@ -30,6 +30,7 @@ from ..rewrite import BOUNDED_CATALOG, bounded_columns, readable_tables
 from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 from .bounding import kept_rows
 from .duckdb_gate import SchemaGate
+from .spark_session import local_session, quiet_pandas_warning
 from .spark_sql import to_spark
 
 if TYPE_CHECKING:
@@ -57,23 +58,6 @@ _TYPES: dict[str, tuple[frozenset[SqlType], str]] = {
 }
 _FLOATS = {"float", "double", "decimal"}
 _REMEMBERED = 1024  # rendered queries kept for `check` (the preparer keeps 256 plans)
-
-
-def local_session(memory: str = "1g") -> SparkSession:
-    """A local Spark session with small settings (2 cores, one shuffle partition, no UI, the
-    driver on 127.0.0.1): for `dpsql --engine spark` and the tests, not a cluster."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise InputError("the Spark engine needs pyspark: pip install 'dpsql[spark]'") from None
-    session = (SparkSession.builder.master("local[2]").appName("dpsql")
-               .config("spark.sql.shuffle.partitions", "1").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.memory", memory).config("spark.sql.ansi.enabled", "false")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 class SparkBackend:
@@ -111,10 +95,11 @@ class SparkBackend:
         """Open a DataFrame, a Parquet path or a catalog table (or a mapping of policy table
         names to them) under `policy`; a single source is the policy's only table, or the table
         the Parquet file is named after."""
-        user = spark if spark is not None else local_session()
-        own = _own_session(user)
-        frames = {name: _frame(own, user, src, name) for name, src in _sources(source, policy).items()}
-        return cls(own, frames, policy)
+        with quiet_pandas_warning():
+            user = spark if spark is not None else local_session()
+            own = _own_session(user)
+            frames = {name: _frame(own, user, src, name) for name, src in _sources(source, policy).items()}
+            return cls(own, frames, policy)
 
     def data_columns(self) -> Mapping[str, frozenset[str]]:
         return {name: frozenset(types) for name, types in self._types.items()}
