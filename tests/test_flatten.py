@@ -105,3 +105,32 @@ def test_the_cli_explains_the_flattened_sql_and_answers_it_once_charged(setup, c
     code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--", sql)
     assert code == 0, err
     assert charge_count(setup.ledger) == 1
+
+
+def _chain(count: int, body: str, first: str = "SELECT * FROM people") -> str:
+    """WITH c0 AS (first), c1 AS (body over c0), ..., the last CTE's name substituted for {prev}."""
+    ctes = [f"c0 AS ({first})"] + [f"c{i} AS ({body.format(prev=f'c{i - 1}')})" for i in range(1, count)]
+    return "WITH " + ", ".join(ctes) + f" SELECT {{out}} FROM c{count - 1}"
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    (_chain(300, "SELECT * FROM {prev}").format(out="COUNT(*)"),
+     "query declares 300 CTEs; at most 100 are accepted in one WITH clause"),
+    (_chain(60, "SELECT age + 1 AS age FROM {prev}", "SELECT age FROM people").format(out="SUM(age)"),
+     "query is nested more than 100 levels deep once its CTEs and subqueries are merged"),
+])
+def test_a_long_chain_of_ctes_is_refused_in_one_line_and_charges_nothing(db, sql, fragment):
+    """Before the change these overflowed Python's stack (a RecursionError), not a refusal."""
+    before = db.budget().spent_dp
+    with pytest.raises(QueryRefused) as info:
+        db.query(sql, epsilon=1.0)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert db.budget().spent_dp == before
+
+
+def test_a_modest_chain_of_ctes_still_answers(db):
+    copies = _chain(20, "SELECT * FROM {prev}").format(out="COUNT(*)")
+    computed = _chain(20, "SELECT age + 1 AS age FROM {prev}", "SELECT age FROM people").format(out="SUM(age)")
+    assert db.explain(copies, epsilon=1.0).rewritten_sql == \
+        db.explain("SELECT COUNT(*) FROM people", epsilon=1.0).rewritten_sql
+    assert "+ 1" in db.explain(computed, epsilon=1.0).flattened_sql

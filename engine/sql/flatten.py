@@ -22,6 +22,7 @@ from ..errors import QueryRefused
 from ..policy import LookupTable, Policy
 from ..sql_types import SqlType
 from .join import ACCEPTED as JOIN_ACCEPTED
+from .parse import check_depth
 
 _SQL_TYPES: dict[SqlType, str] = {SqlType.INT: "BIGINT", SqlType.FLOAT: "DOUBLE", SqlType.BOOL: "BOOLEAN",
                                   SqlType.STR: "VARCHAR"}
@@ -72,6 +73,7 @@ def flatten(select: exp.Select, policy: Policy) -> exp.Select:
         raise QueryRefused(f"could not resolve the CTE or subquery: {_first_line(exc)}") from None
     except RecursionError:
         raise QueryRefused("query is nested too deeply to flatten") from None
+    check_depth(merged, " once its CTEs and subqueries are merged")
     if not isinstance(merged, exp.Select) or merged.args.get("with_") is not None \
             or any(node is not merged for node in merged.find_all(exp.Select)):
         raise QueryRefused(f"CTE or subquery refused: it does not flatten into one SELECT on the "

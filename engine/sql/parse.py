@@ -21,6 +21,7 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 MAX_SQL_LENGTH = 20_000
 MAX_DEPTH = 100  # deeper expressions are refused before any recursive step can overflow the stack
+MAX_CTES = 100  # a longer WITH clause is refused before the CTEs are resolved into one another
 
 # Statement and clause shapes that are refused outright, with a name and an alternative.
 _REFUSED_NODES: dict[type, str] = {
@@ -75,7 +76,8 @@ def parse_select(sql: str) -> exp.Select:
             raise QueryRefused(_not_a_query(sql, _first_keyword(sql)))
         raise QueryRefused(f"{_statement_name(statement, sql)} statement refused: "
                            "only SELECT is supported")
-    _check_depth(statement)
+    check_depth(statement)
+    _check_ctes(statement)
     if statement.args.get("with_") is not None and statement.args["with_"].args.get("recursive"):
         raise QueryRefused("WITH RECURSIVE refused (a CTE may only filter, rename and compute "
                            "columns of one table)")
@@ -168,15 +170,26 @@ def _first_is_word(sql: str) -> bool:
     return bool(tokens) and tokens[0].token_type == TokenType.VAR
 
 
-def _check_depth(statement: exp.Expression) -> None:
-    """Refuse expressions nested deeper than MAX_DEPTH (measured without recursion)."""
+def check_depth(statement: exp.Expression, where: str = "") -> None:
+    """Refuse expressions nested deeper than MAX_DEPTH (measured without recursion); `where`
+    says which form of the query was measured when it is not the analyst's text."""
     stack = [(statement, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise QueryRefused(f"query is nested more than {MAX_DEPTH} levels deep; "
+            raise QueryRefused(f"query is nested more than {MAX_DEPTH} levels deep{where}; "
                                "flatten it (e.g. IN (...) instead of a chain of OR)")
         stack.extend((child, depth + 1) for child in node.iter_expressions())
+
+
+def _check_ctes(statement: exp.Select) -> None:
+    """Refuse a WITH clause of more than MAX_CTES CTEs: resolving a chain of them into one
+    SELECT recurses once per CTE."""
+    with_ = statement.args.get("with_")
+    count = 0 if with_ is None else len(with_.expressions)
+    if count > MAX_CTES:
+        raise QueryRefused(f"query declares {count} CTEs; at most {MAX_CTES} are accepted in one WITH "
+                           "clause (merge CTEs that only rename or filter)")
 
 
 def _parse_detail(exc: ParseError) -> str:
