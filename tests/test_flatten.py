@@ -120,7 +120,8 @@ def _chain(count: int, body: str, first: str = "SELECT * FROM people") -> str:
      "query is nested more than 100 levels deep once its CTEs and subqueries are merged"),
 ])
 def test_a_long_chain_of_ctes_is_refused_in_one_line_and_charges_nothing(db, sql, fragment):
-    """Before the change these overflowed Python's stack (a RecursionError), not a refusal."""
+    """Refused before the recursive steps: the computed chain overflowed Python's stack (a
+    RecursionError in the type check) before these checks."""
     before = db.budget().spent_dp
     with pytest.raises(QueryRefused) as info:
         db.query(sql, epsilon=1.0)
