@@ -21,16 +21,14 @@ a client that lost an answer can fetch it again without a second charge or fresh
 records the columns its answer read, since the transcript's level depends on their union
 (column-scoped eta, docs/theory.md §11), and a chain answer the time points it read (a declared
 Markov chain accounts per time point, §14). Ledgers of schema versions 2 to 4 are migrated in
-place, in one transaction; their past charges are read as having read every column, and as
-read at no single time point.
+place, in one transaction (past charges read every column, at no single time point).
 
 What the accountant reads (the spending, the columns read, the spending per time point, in
 total and per analyst) is kept as running totals in each charge's own transaction
 (`totals.py`), so a query costs the same however many answers the ledger holds. A version 5
 ledger without them is migrated in place on open, with its answers moved to their own table.
 
-The analysts of `dpsql serve` live in their own table (`analysts.py`); released answers are
-indexed by what they answer (`reuse_index.py`, created on open when missing).
+Analysts live in `analysts.py`, the answer index in `reuse_index.py`, the hash chain in `chain.py`.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ from typing import TypeVar
 
 from ..errors import EngineHalted, LedgerError
 from ..result import AggregateRecord, AnswerCost, HistoryEntry
-from . import reuse_index
+from . import chain, reuse_index
 from . import totals as ledger_totals
 from .analysts import AnalystsTable, now
 from .books import Books
@@ -157,6 +155,7 @@ class Ledger(AnalystsTable):
             self._conn.execute("PRAGMA synchronous = FULL")
             self._check_file()
             self._bind()
+            chain.prepare(self._conn, self.path)
         except sqlite3.Error as exc:
             self._conn.close()
             raise LedgerError(_explain(self.path, exc)) from None
@@ -420,6 +419,7 @@ class Ledger(AnalystsTable):
                     if charge.reuse_key is not None:
                         reuse_index.record(conn, charge.analyst, charge.reuse_key,
                                            cost.epsilon_dp, ident)
+                chain.append(conn, ident)
                 ledger_totals.write(conn, charge.analyst, totals, mine, cost.epsilon_dp,
                                     charge.columns, charge.times)
                 conn.execute("COMMIT")
