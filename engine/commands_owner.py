@@ -100,21 +100,31 @@ def prepare(db, policy_path, path) -> None:
                       "records and the head link (keep both elsewhere: deleting the last records "
                       "is only found against them), exit 2 and one line naming the first bad record.")
 @click.option("--ledger", "path", required=True, help="The sqlite ledger to check (read only).")
-def ledger_verify(path) -> None:
+@click.option("--kept", default=None, metavar="N:HEAD",
+              help="A record count and head link an earlier verify printed, kept elsewhere: the "
+                   "chain must pass through them (finds deleted last records and a rewritten chain).")
+def ledger_verify(path, kept) -> None:
     from pathlib import Path
 
+    count, _, head = (kept or "").partition(":")
+    if kept is not None and not (count.isdigit() and len(head) == 64
+                                 and all(c in "0123456789abcdefABCDEF" for c in head)):
+        raise InputError(f"--kept {kept!r} is not N:HEAD (a record count, a colon and the "
+                         "64-hex-digit head link that dpsql ledger verify printed)")
     conn = open_read_only(Path(path), "verify")
     try:
-        report = chain.verify(conn)
+        report = chain.verify(conn, None if kept is None else (int(count), head))
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot read ledger {path} as a dpsql ledger: {exc}") from None
     finally:
         conn.close()
     if report.problem is not None:
-        click.echo(visible(f"ledger {path}: record {report.bad_id}: {report.problem} "
+        where = "" if report.bad_id is None else f"record {report.bad_id}: "
+        click.echo(visible(f"ledger {path}: {where}{report.problem} "
                            f"({report.records} records before it verified)"))
         raise SystemExit(2)
-    click.echo(f"ledger {path}: {report.records} records verified; head link {report.head}")
+    click.echo(visible(f"ledger {path}: {report.records} records verified; head link "
+                       f"{report.records}:{report.head}"))
 
 
 @ledger_group.command(name="resume", help="After inspecting a halt (a query that passed every "

@@ -108,3 +108,31 @@ def test_an_old_ledger_is_chained_once_when_opened(capsys, charged):
     with contextlib.closing(sqlite3.connect(charged.ledger)) as conn:
         answer = json.loads(conn.execute("SELECT answer FROM answers WHERE id = 1").fetchone()[0])
     assert answer["epsilon"] == 0.5
+
+
+def test_a_kept_head_finds_deleted_last_records_and_a_rewritten_chain(capsys, charged):
+    from dpsql.engine.accounting import chain
+
+    code, line = _verify(capsys, charged.ledger)
+    kept = line.split()[-1]
+    assert code == 0 and kept.startswith(f"{len(QUERIES)}:")
+    code, _, err = run_cli(capsys, "ledger", "verify", "--ledger", str(charged.ledger),
+                           "--kept", "4:xyz")
+    assert code == 2 and "--kept" in err and "N:HEAD" in err
+    assert run_cli(capsys, "ledger", "verify", "--ledger", str(charged.ledger),
+                   "--kept", kept)[0] == 0
+    with contextlib.closing(sqlite3.connect(charged.ledger, isolation_level=None)) as conn:
+        conn.execute("UPDATE charges SET sql = 'SELECT 1' WHERE id = 1")
+        conn.execute("DROP TABLE links")  # rewritten by someone holding the key
+        chain.prepare(conn, charged.ledger)
+    assert _verify(capsys, charged.ledger)[0] == 0, "a rewritten chain is valid on its own"
+    code, out, _ = run_cli(capsys, "ledger", "verify", "--ledger", str(charged.ledger),
+                           "--kept", kept)
+    assert code == 2 and f"record {len(QUERIES)}:" in out and "rewritten" in out, out
+    with contextlib.closing(sqlite3.connect(charged.ledger, isolation_level=None)) as conn:
+        conn.execute("DELETE FROM charges WHERE id = ?", [len(QUERIES)])
+        conn.execute("DELETE FROM links WHERE id = ?", [len(QUERIES)])
+    assert _verify(capsys, charged.ledger)[0] == 0, "a shorter chain is valid on its own"
+    code, out, _ = run_cli(capsys, "ledger", "verify", "--ledger", str(charged.ledger),
+                           "--kept", kept)
+    assert code == 2 and "last records were deleted" in out, out

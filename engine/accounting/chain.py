@@ -84,9 +84,10 @@ def append(conn: sqlite3.Connection, ident: int) -> None:
                  [ident, link(chain_key(conn), _GENESIS if last is None else last[0], row)])
 
 
-def verify(conn: sqlite3.Connection) -> ChainReport:
+def verify(conn: sqlite3.Connection, kept: tuple[int, str] | None = None) -> ChainReport:
     """Walk the whole chain and each record's costs; the first bad record ends the walk (reads
-    only, so a read-only connection will do)."""
+    only, so a read-only connection will do). `kept` is a (records, head link) pair an earlier
+    verify printed and the owner kept elsewhere: the chain must still pass through it."""
     if not _has_links(conn):
         return ChainReport(0, _GENESIS.hex(), 0, "the ledger has no chain yet (open it once with "
                            "this version of dpsql to chain its records)")
@@ -113,6 +114,12 @@ def verify(conn: sqlite3.Connection) -> ChainReport:
         if problem is not None:
             return ChainReport(count, previous.hex(), ident, problem)
         previous, count = expected, count + 1
+        if kept is not None and count == kept[0] and previous.hex() != kept[1].lower():
+            return ChainReport(count, previous.hex(), ident, "its link is not the head link kept "
+                               f"for {kept[0]} records: the chain up to it was rewritten")
+    if kept is not None and count < kept[0]:
+        return ChainReport(count, previous.hex(), None, f"the ledger holds {count} records, "
+                           f"{kept[0]} were kept: its last records were deleted")
     if links:
         first = min(links)
         return ChainReport(count, previous.hex(), first, "its charge row was deleted")
