@@ -63,16 +63,23 @@ def prepare(conn: sqlite3.Connection, path: object) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if not _has_links(conn):
-            conn.execute("CREATE TABLE links (id INTEGER PRIMARY KEY, link BLOB NOT NULL)")
-            key, previous = chain_key(conn), _GENESIS
-            for row in conn.execute(_ROWS + " ORDER BY c.id").fetchall():
-                previous = link(key, previous, row)
-                conn.execute("INSERT INTO links (id, link) VALUES (?, ?)", [row[0], previous])
+            relink(conn)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def relink(conn: sqlite3.Connection) -> None:
+    """(Re)build the links of every charge, inside the caller's transaction: when a ledger is
+    first chained, or migrated from an older layout (whose rows the links did not cover)."""
+    conn.execute("DROP TABLE IF EXISTS links")
+    conn.execute("CREATE TABLE links (id INTEGER PRIMARY KEY, link BLOB NOT NULL)")
+    key, previous = chain_key(conn), _GENESIS
+    for row in conn.execute(_ROWS + " ORDER BY c.id").fetchall():
+        previous = link(key, previous, row)
+        conn.execute("INSERT INTO links (id, link) VALUES (?, ?)", [row[0], previous])
 
 
 def append(conn: sqlite3.Connection, ident: int) -> None:

@@ -260,12 +260,11 @@ class Ledger(AnalystsTable):
 
     def _migrate(self) -> None:
         """Bring a version 2 to 4 ledger to version 5 in one transaction: version 3 added the
-        stored answers (empty for past charges) and the binding's mode (auto, what version 2
-        accounted with); version 4 the columns each answer read (unknown, so every column, for
-        past charges) and the binding's eta per column set; version 5 the time points of each
-        chain answer (none for past charges). Then the stored answers move to their own table
-        and the running totals are computed from the charges (`ledger_totals`). Concurrent
-        openers are serialised; whoever comes second finds it done and does nothing."""
+        stored answers (none for past charges) and the binding's mode (auto, what version 2 used);
+        version 4 the columns each answer read (every column, for past charges) and the
+        binding's eta per column set; version 5 each chain answer's time points (none for past
+        charges). Then the answers move to their own table, the running totals and the hash
+        chain are computed from the charges. Concurrent openers are serialised."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -277,6 +276,7 @@ class Ledger(AnalystsTable):
                                   "'totals'").fetchone()
             if version in _MIGRATIONS or totals is None:
                 ledger_totals.migrate(conn, self.path)
+                chain.relink(conn)  # links made before the migration cover other rows
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
