@@ -95,11 +95,11 @@ def verify(conn: sqlite3.Connection, kept: tuple[int, str] | None = None) -> Cha
     """Walk the whole chain and each record's costs; the first bad record ends the walk (reads
     only, so a read-only connection will do). `kept` is a (records, head link) pair an earlier
     verify printed and the owner kept elsewhere: the chain must still pass through it."""
-    if not _has_links(conn):
-        return ChainReport(0, _GENESIS.hex(), 0, "the ledger has no chain yet (open it once with "
-                           "this version of dpsql to chain its records)")
-    (value,) = conn.execute("SELECT value FROM meta WHERE key = 'chain_key'").fetchone()
-    key, previous, count = bytes.fromhex(value), _GENESIS, 0
+    value = conn.execute("SELECT value FROM meta WHERE key = 'chain_key'").fetchone()
+    if not _has_links(conn) or value is None:
+        return ChainReport(0, _GENESIS.hex(), None, "the ledger has no chain yet (open it once "
+                           "with this version of dpsql to chain its records)")
+    key, previous, count = bytes.fromhex(value[0]), _GENESIS, 0
     links = dict(conn.execute("SELECT id, link FROM links").fetchall())
     linked = iter(sorted(links))
     expect = next(linked, None)  # the next linked id: one below a charge's id lost its charge
