@@ -5,19 +5,21 @@ analyst's token."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import asdict, replace
 
 import click
 
 from ..calibration import CalibrationError, DependenceModel, compare_modes
+from .accounting import chain
 from .accounting.analysts import ROLES
-from .accounting.ledger import Ledger
+from .accounting.ledger import Ledger, open_read_only
 from .accounting.ledger_binding import binding_of
 from .backends.duckdb import DuckDBBackend
 from .commands_output import terminal
 from .display import number as _number
 from .display import visible
-from .errors import DpsqlError, InputError, PolicyError
+from .errors import DpsqlError, InputError, LedgerError, PolicyError
 from .policy_yaml import load_policy
 from .progress_bar import progress_bar
 from .service.auth import check_cap, check_name, new_analyst
@@ -47,7 +49,7 @@ def init(db, output) -> None:
     click.echo(f"wrote {target}: fill in every FILL IN before opening the data with it", err=True)
 
 
-@click.group(name="ledger", help="Create budget ledgers (the data owner's act).")
+@click.group(name="ledger", help="Create, resume and verify budget ledgers (the data owner's act).")
 def ledger_group() -> None:
     """Command group."""
 
@@ -91,6 +93,38 @@ def prepare(db, policy_path, path) -> None:
         table.add_row(Text(visible(c.table)), f"{c.rows:,}", f"{c.bytes / 2**20:,.1f} MB",
                       f"{c.seconds:.2f}", Text(visible(str(c.path))))
     terminal().print(table if copies else "no table has a privacy unit: nothing to prepare")
+
+
+@ledger_group.command(name="verify", help="Check a ledger's hash chain and re-derive each "
+                      "charge's cost from its record: exit 0 and one line with the number of "
+                      "records and the head link (keep both elsewhere: deleting the last records "
+                      "is only found against them), exit 2 and one line naming the first bad record.")
+@click.option("--ledger", "path", required=True, help="The sqlite ledger to check (read only).")
+@click.option("--kept", default=None, metavar="N:HEAD",
+              help="A record count and head link an earlier verify printed, kept elsewhere: the "
+                   "chain must pass through them (finds deleted last records and a rewritten chain).")
+def ledger_verify(path, kept) -> None:
+    from pathlib import Path
+
+    count, _, head = (kept or "").partition(":")
+    if kept is not None and not (count.isdigit() and len(head) == 64
+                                 and all(c in "0123456789abcdefABCDEF" for c in head)):
+        raise InputError(f"--kept {kept!r} is not N:HEAD (a record count, a colon and the "
+                         "64-hex-digit head link that dpsql ledger verify printed)")
+    conn = open_read_only(Path(path), "verify")
+    try:
+        report = chain.verify(conn, None if kept is None else (int(count), head))
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read ledger {path} as a dpsql ledger: {exc}") from None
+    finally:
+        conn.close()
+    if report.problem is not None:
+        where = "" if report.bad_id is None else f"record {report.bad_id}: "
+        click.echo(visible(f"ledger {path}: {where}{report.problem} "
+                           f"({report.records} records before it verified)"))
+        raise SystemExit(2)
+    click.echo(visible(f"ledger {path}: {report.records} records verified; head link "
+                       f"{report.records}:{report.head}"))
 
 
 @ledger_group.command(name="resume", help="After inspecting a halt (a query that passed every "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from dpsql.engine.accounting import chain
 from dpsql.engine.accounting.ledger import Ledger
 from dpsql.engine.accounting.ledger_binding import LedgerBinding
 
@@ -42,3 +45,6 @@ def test_two_processes_never_overspend(tmp_path, people_db):
     assert all(p.returncode == 0 for p in procs)
     assert sum(answered) == 12
     assert Ledger(ledger, LedgerBinding(3.0, 1, 0.0)).spent_dp() == pytest.approx(3.0)
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        chained = chain.verify(conn)
+    assert (chained.problem, chained.records) == (None, 12), "both processes' charges chain"

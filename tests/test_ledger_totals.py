@@ -11,6 +11,7 @@ import math
 import sqlite3
 from pathlib import Path
 
+from dpsql.engine.accounting import chain
 from dpsql.engine.accounting import totals as ledger_totals
 from dpsql.engine.accounting.ledger import Charge, Ledger
 from dpsql.engine.accounting.ledger_binding import LedgerBinding
@@ -102,6 +103,7 @@ def _as_version_5(path: Path, sequence: list) -> None:
         conn.execute("DROP TABLE charges")
         conn.execute("DROP TABLE answers")
         conn.execute("DROP TABLE totals")
+        conn.execute("DROP TABLE links")  # version 5 predates the hash chain
         conn.execute(V5_CHARGES)
         conn.execute("DELETE FROM meta WHERE key = 'totals'")
         for i, (analyst, eps_dp, cols, points) in enumerate(sequence):
@@ -134,7 +136,9 @@ def test_a_version_5_ledger_is_migrated_in_place_with_identical_figures(tmp_path
     with contextlib.closing(sqlite3.connect(path)) as conn:
         layout = [row[1] for row in conn.execute("PRAGMA table_info(charges)")]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        chained = chain.verify(conn)
     assert "answer" not in layout and {"answers", "totals", "charges_by_analyst"} <= tables
+    assert (chained.problem, chained.records) == (None, len(sequence)), "chained when migrated"
 
 
 def test_stored_answers_are_read_from_their_own_table(tmp_path):

@@ -21,16 +21,14 @@ a client that lost an answer can fetch it again without a second charge or fresh
 records the columns its answer read, since the transcript's level depends on their union
 (column-scoped eta, docs/theory.md §11), and a chain answer the time points it read (a declared
 Markov chain accounts per time point, §14). Ledgers of schema versions 2 to 4 are migrated in
-place, in one transaction; their past charges are read as having read every column, and as
-read at no single time point.
+place, in one transaction (past charges read every column, at no single time point).
 
 What the accountant reads (the spending, the columns read, the spending per time point, in
 total and per analyst) is kept as running totals in each charge's own transaction
 (`totals.py`), so a query costs the same however many answers the ledger holds. A version 5
 ledger without them is migrated in place on open, with its answers moved to their own table.
 
-The analysts of `dpsql serve` live in their own table (`analysts.py`); released answers are
-indexed by what they answer (`reuse_index.py`, created on open when missing).
+Analysts live in `analysts.py`, the answer index in `reuse_index.py`, the hash chain in `chain.py`.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ from typing import TypeVar
 
 from ..errors import EngineHalted, LedgerError
 from ..result import AggregateRecord, AnswerCost, HistoryEntry
-from . import reuse_index
+from . import chain, reuse_index
 from . import totals as ledger_totals
 from .analysts import AnalystsTable, now
 from .books import Books
@@ -157,6 +155,7 @@ class Ledger(AnalystsTable):
             self._conn.execute("PRAGMA synchronous = FULL")
             self._check_file()
             self._bind()
+            chain.prepare(self._conn, self.path)
         except sqlite3.Error as exc:
             self._conn.close()
             raise LedgerError(_explain(self.path, exc)) from None
@@ -261,12 +260,11 @@ class Ledger(AnalystsTable):
 
     def _migrate(self) -> None:
         """Bring a version 2 to 4 ledger to version 5 in one transaction: version 3 added the
-        stored answers (empty for past charges) and the binding's mode (auto, what version 2
-        accounted with); version 4 the columns each answer read (unknown, so every column, for
-        past charges) and the binding's eta per column set; version 5 the time points of each
-        chain answer (none for past charges). Then the stored answers move to their own table
-        and the running totals are computed from the charges (`ledger_totals`). Concurrent
-        openers are serialised; whoever comes second finds it done and does nothing."""
+        stored answers (none for past charges) and the binding's mode (auto, what version 2 used);
+        version 4 the columns each answer read (every column, for past charges) and the
+        binding's eta per column set; version 5 each chain answer's time points (none for past
+        charges). Then the answers move to their own table, the running totals and the hash
+        chain are computed from the charges. Concurrent openers are serialised."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -278,6 +276,7 @@ class Ledger(AnalystsTable):
                                   "'totals'").fetchone()
             if version in _MIGRATIONS or totals is None:
                 ledger_totals.migrate(conn, self.path)
+                chain.relink(conn)  # links made before the migration cover other rows
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -420,6 +419,7 @@ class Ledger(AnalystsTable):
                     if charge.reuse_key is not None:
                         reuse_index.record(conn, charge.analyst, charge.reuse_key,
                                            cost.epsilon_dp, ident)
+                chain.append(conn, ident)
                 ledger_totals.write(conn, charge.analyst, totals, mine, cost.epsilon_dp,
                                     charge.columns, charge.times)
                 conn.execute("COMMIT")
