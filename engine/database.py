@@ -164,9 +164,11 @@ class PrivateDatabase:
         books = self.bookkeeper.books()
         price = self.bookkeeper.price(prepared, books)
         cal = price.calibration
+        admissible, largest, status = self.bookkeeper.figures(prepared, books, price, analyst)
         stored = self._reusable(analyst, prepared, price)
         if stored is not None:  # answered from a released answer: nothing to charge
             price = replace(price, level_after=price.level_before, admissible=True)
+            admissible = True
         mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
         return Explanation(
             sql=sql, table=plan.table.name, privacy_unit=plan.table.privacy_unit,
@@ -176,11 +178,11 @@ class PrivateDatabase:
             rewritten_sql=prepared.sql, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp,
             mode=cal.mode, justification=cal.justification, k=self.policy.k,
             eta=prepared.scope.eta, aggregates=aggregate_infos(plan, mechanisms),
-            budget=self.bookkeeper.status(books), level_before=price.level_before,
-            level_after=price.level_after, cost=price.cost, admissible=price.admissible,
+            budget=status, level_before=price.level_before,
+            level_after=price.level_after, cost=price.cost, admissible=admissible,
             eta_from=prepared.scope.source, columns_read=tuple(sorted(prepared.columns)),
             transcript_eta=self.policy.eta_for(union(books.read, prepared.columns)).eta,
-            largest_epsilon=self.bookkeeper.largest_epsilon(prepared, books),
+            largest_epsilon=largest,
             **model_fields(prepared.declared, cal.epsilon_dp, prepared.times,
                              prepared.tight_dp),
             flattened_sql=plan.flattened_sql,
@@ -219,6 +221,7 @@ class PrivateDatabase:
         def settle(state: LedgerState) -> tuple[Charge, QueryResult]:
             price = self.bookkeeper.admit(prepared, self.bookkeeper.books(state), analyst)
             cal = price.calibration
+            largest, status = self.bookkeeper.charged_figures(prepared, price, analyst)
             mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
             infos = aggregate_infos(plan, mechanisms)
             try:
@@ -231,13 +234,13 @@ class PrivateDatabase:
                     epsilon=cal.epsilon,
                     epsilon_dp=cal.epsilon_dp, mode=cal.mode, k=self.policy.k,
                     eta=prepared.scope.eta, aggregates=infos,
-                    budget=self.bookkeeper.status(price.charged),
+                    budget=status,
                     level_before=price.level_before, level_after=price.level_after,
                     cost=price.cost, eta_from=prepared.scope.source,
                     columns_read=tuple(sorted(prepared.columns)),
                     **model_fields(prepared.declared, cal.epsilon_dp, prepared.times,
                              prepared.tight_dp),
-                    largest_epsilon=self.bookkeeper.largest_epsilon(prepared, price.charged),
+                    largest_epsilon=largest,
                     possible=possible, no_interval=no_interval,
                 )
                 stored_answer = result.to_dict()

@@ -99,6 +99,49 @@ class Bookkeeper:
         return books.largest_epsilon(query.mode, query.columns, *_answer(query),
                                      times=query.times)
 
+    def figures(self, query: Asked, books: Books, price: Price,
+                analyst: str) -> tuple[bool, float, BudgetStatus]:
+        """For `analyst`, as admission sees them: whether the priced answer is admitted (every
+        accountant and their cap), the largest epsilon `query` can still ask at the books and
+        the budget's status (its largest epsilon also bounded by their cap)."""
+        own = self._own_books(analyst, books.accountants)
+        status, largest = self.status(books), self.largest_epsilon(query, books)
+        admissible = price.admissible
+        if own is not None:
+            cal = price.calibration
+            admissible = admissible and own.admits(cal.epsilon_dp, query.columns, query.times)
+            largest = min(largest, self.largest_epsilon(query, own))
+            status = replace(status, largest_epsilon=min(status.largest_epsilon,
+                                                         self.status(own).largest_epsilon))
+        return admissible, largest, status
+
+    def charged_figures(self, query: Asked, price: Price,
+                        analyst: str) -> tuple[float, BudgetStatus]:
+        """For `analyst`, once the priced answer is charged: the largest epsilon `query` can
+        still ask and the budget's status, bounded by their cap as admission bounds them."""
+        own = self._own_books(analyst, price.charged.accountants)
+        charged = price.charged
+        status, largest = self.status(charged), self.largest_epsilon(query, charged)
+        if own is not None:
+            own = own.after(price.calibration.epsilon_dp, query.columns, query.times)
+            largest = min(largest, self.largest_epsilon(query, own))
+            status = replace(status, largest_epsilon=min(status.largest_epsilon,
+                                                         self.status(own).largest_epsilon))
+        return largest, status
+
+    def _own_books(self, analyst: str,
+                   accountants: tuple[ScopedAccountant, ...]) -> Books | None:
+        """A capped analyst's own books with their cap as the budget (None: no cap); a revoked
+        analyst's books admit nothing."""
+        account = self.ledger.account(analyst)
+        if account is None:
+            return None
+        if account.analyst.revoked is not None:
+            return _capped(account.books, 0.0, accountants)
+        if account.analyst.cap is None:
+            return None
+        return _capped(account.books, account.analyst.cap, accountants)
+
     def status(self, books: Books) -> BudgetStatus:
         """What is spent and left, under the strictest of the accountants; what is left is for
         queries that read no column beyond those already read."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...calibration import guarantee
 from ...calibration.declared import SeriesPoints, SeriesSpend
-from ...calibration.model_exact import largest_within
-from .transcript import AnswerMap, ScopedAccountant, TimeSpend, inverse, union
+from .transcript import AnswerMap, ScopedAccountant, TimeSpend, union
 
 
 @dataclass(frozen=True)
@@ -62,22 +62,37 @@ class Books:
         """The largest epsilon a query reading `columns`, calibrated under `mode` (under a
         declared model: `answer(query model)` its level at an eps_dp), can ask. A chain
         answer (`chain`: the model's cap and the answer's time points) raises the level
-        through its time points, not through S alone: its largest eps_dp is found by bisection
-        on the level after it (non-decreasing in it), below cap times the tight DP budget.
+        through its time points, not through S alone: its largest eps_dp is the one admission
+        admits, found by bisection (admission is monotone in it).
         Otherwise `times` are the answer's time points (None: it has none; an answer reading a
         column without them takes the transcript out of the models needing them)."""
         after = union(self.read, columns)
         if answer is not None and chain is not None:
-            cap, times = chain
-            ceiling = cap * min(inverse(a.budget, a.model(after), "tight") for a in self.accountants)
-            budget = min(a.budget for a in self.accountants)
-            if isinstance(times, SeriesPoints):  # its level is at least eps_dp / cap (§20)
-                ceiling = max(ceiling, cap * budget)
-            room = largest_within(lambda x: self.after(x, columns, times).level(), budget, 0.0,
-                                  ceiling)
+            _, times = chain
+            room = self._room(columns, times)
             return 0.0 if room <= 0.0 else min(answer(a.model(columns))(room)
                                                 for a in self.accountants)
         spend = self.after(0.0, columns, times).times  # None if this answer leaves a chain's
+        if spend is not None and columns:  # counted per time point: admission's, by bisection
+            room = self._room(columns, times)
+            return min(guarantee(mode, room, a.model(columns)) if answer is None
+                       else answer(a.model(columns))(room) for a in self.accountants) \
+                if room > 0.0 else 0.0
         return min(a.at(after, spend).largest_epsilon(  # or a Gaussian model's time spending
             self.spent, mode, a.model(columns), None if answer is None else answer(a.model(columns)))
             for a in self.accountants)
+
+    def _room(self, columns: frozenset[str], times: tuple[int, ...] | None) -> float:
+        """The largest eps_dp `admits` admits on top of the books (admission is monotone in it)."""
+        high = 1.0
+        while self.admits(high, columns, times):
+            if high > 1e9:
+                return high
+            high *= 2.0
+        low = 0.0
+        for _ in range(200):
+            mid = (low + high) / 2.0
+            if mid in (low, high):
+                break
+            low, high = (mid, high) if self.admits(mid, columns, times) else (low, mid)
+        return low
