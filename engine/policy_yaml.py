@@ -4,8 +4,7 @@ engine/policy.py, naming the field path of whatever is wrong."""
 from __future__ import annotations
 
 import datetime as dt
-import math
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,13 @@ from ..calibration import (
     MODEL_MODE,
     CalibrationError,
     DependenceModel,
-    HouseholdModel,
-    MarkovModel,
     applies,
     require_budget,
 )
-from ..calibration.declared import DEFAULT_CAP, DeclaredModel
-from ..calibration.model_gaussian import GaussianHousehold
 from .errors import PolicyError
 from .policy import (
     COLUMN_TYPES,
     ColumnSpec,
-    EtaDeclaration,
     Limits,
     ParentTableSpec,
     Policy,
@@ -37,10 +31,10 @@ from .policy import (
     TableSpec,
     parse_time,
 )
+from .policy_dependence import parse_eta_by_columns, parse_models
+from .policy_fields import check_mapping, finite_number, positive_number
 from .sql_types import TIME_TYPES, SqlType
 
-MAX_MODEL_SIZE = 64
-"""Largest household a household model may give a probability to."""
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
 MAX_QUANTILE_BINS = 4096  # a quantile's histogram releases bins x groups noisy counts
@@ -79,21 +73,21 @@ def _yaml_error(path: Path, exc: yaml.YAMLError) -> PolicyError:
 
 def parse_policy(raw: Any, base: Path | None = None) -> Policy:
     """Validate an already-parsed policy mapping."""
-    top = _mapping(raw, "policy", required={"budget", "dependence", "tables"})
-    budget = _mapping(top["budget"], "budget", required={"epsilon"})
-    epsilon = _positive_number(budget["epsilon"], "budget.epsilon")
+    top = check_mapping(raw, "policy", required={"budget", "dependence", "tables"})
+    budget = check_mapping(top["budget"], "budget", required={"epsilon"})
+    epsilon = positive_number(budget["epsilon"], "budget.epsilon")
     try:
         require_budget("budget.epsilon", epsilon)
     except CalibrationError as exc:
         raise PolicyError(str(exc)) from exc
-    dep = _mapping(top["dependence"], "dependence", required={"k", "eta"},
+    dep = check_mapping(top["dependence"], "dependence", required={"k", "eta"},
                    optional={"mode", "eta_by_columns", "models"})
     k = dep["k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise PolicyError(f"dependence.k: expected an integer >= 1, got {k!r}")
     if k > MAX_K:
         raise PolicyError(f"dependence.k: expected an integer <= {MAX_K}, got {k}")
-    eta = _number(dep["eta"], "dependence.eta")
+    eta = finite_number(dep["eta"], "dependence.eta")
     if not 0 <= eta <= 1:
         raise PolicyError(f"dependence.eta: expected a number in [0, 1], got {eta!r}")
     mode = dep.get("mode", "auto")
@@ -112,7 +106,7 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
             f"dependence.mode: {mode!r} contradicts k > 1 and eta > 0 "
             f"(records are dependent); use {', '.join(valid[:-1])} or {valid[-1]}"
         )
-    tables_raw = _mapping(top["tables"], "tables")
+    tables_raw = check_mapping(top["tables"], "tables")
     if not tables_raw:
         raise PolicyError("tables: expected at least one table")
     tables: dict[str, TableSpec] = {}
@@ -134,8 +128,8 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
                           "or parent_of)")
     parent_tables = {name: _parent_table(name, spec, tables, public) for name, spec in parents.items()}
     limits = _limits(top["limits"]) if "limits" in top else Limits()
-    declarations = _eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables, parent_tables)
-    models = _models(dep.get("models", []), tables, k, float(eta), declarations, parent_tables)
+    declarations = parse_eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables, parent_tables)
+    models = parse_models(dep.get("models", []), tables, k, float(eta), declarations, parent_tables)
     return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
                   limits=limits, eta_by_columns=declarations, models=models,
                   prefer_model=prefer_model, public_tables=public, parent_tables=parent_tables,
@@ -153,237 +147,10 @@ def _schema(raw: Any) -> str | None:
     return raw.lower()
 
 
-def _models(raw: Any, tables: Mapping[str, TableSpec], k: int, eta: float,
-            declarations: tuple[EtaDeclaration, ...],
-            parents: Mapping[str, ParentTableSpec]) -> tuple[DeclaredModel, ...]:
-    """Validate `dependence.models`: household models of a two-valued column, Gaussian household
-    models of a bounded float column (§21) and Markov chains
-    of a column over an int time column, each on a row-level table and each implying a (k, eta)
-    the policy declares at least (docs/theory.md §14)."""
-    path = "dependence.models"
-    if not isinstance(raw, list):
-        raise PolicyError(f"{path}: expected a list of models (kind: household or markov), "
-                          f"got {type(raw).__name__}")
-    models: list[DeclaredModel] = []
-    for i, item in enumerate(raw):
-        where = f"{path}[{i}]"
-        kind = _mapping(item, where, required={"kind"}).get("kind")
-        if kind == "household":
-            spec = _mapping(item, where, required={"kind", "table", "column", "sizes", "marginal",
-                                                   "rho"}, optional={"cap"})
-        elif kind == "gaussian":
-            spec = _mapping(item, where, required={"kind", "table", "column", "max_size", "rho",
-                                                   "mean", "sd"}, optional={"cap"})
-        elif kind == "markov":
-            spec = _mapping(item, where, required={"kind", "table", "column", "time", "initial",
-                                                   "transition"}, optional={"cap"})
-        else:
-            raise PolicyError(f"{where}.kind: expected household, gaussian or markov, got "
-                              f"{kind!r}")
-        table = _model_table(spec["table"], f"{where}.table", tables, parents)
-        column = _model_column(spec["column"], f"{where}.column", table)
-        values = column.group_values
-        cap = _number(spec.get("cap", DEFAULT_CAP), f"{where}.cap")
-        if cap < 1:
-            raise PolicyError(f"{where}.cap: expected a number >= 1 (1: never less noise than "
-                              f"the tight map), got {cap!r}")
-        try:
-            if kind == "household":
-                if values is None or len(values) != 2:
-                    raise PolicyError(
-                        f"{where}.column: household models need a two-valued column (bool, or a "
-                        f"domain of 2 values); {table.name}.{column.name} has "
-                        f"{'no public domain' if values is None else f'{len(values)} values'}; "
-                        "for more values declare eta_by_columns")
-                model = DeclaredModel(kind, table.name, column.name, values, float(cap),
-                                      household=_household(spec, where))
-            elif kind == "gaussian":
-                model = DeclaredModel(kind, table.name, column.name, (), float(cap),
-                                      gaussian=_gaussian(spec, where, column))
-            else:
-                if values is None:
-                    raise PolicyError(f"{where}.column: a chain's column needs a public domain "
-                                      f"(bool, or an int or str domain)")
-                time = _model_column(spec["time"], f"{where}.time", table)
-                if time.type != SqlType.INT or not time.bounded or time.name == column.name:
-                    raise PolicyError(f"{where}.time: expected another int column with lower "
-                                      f"and upper bounds (the time points), got {time.name!r}")
-                first, last = time.bounds
-                initial = _floats(spec["initial"], f"{where}.initial")
-                if len(initial) != len(values):
-                    raise PolicyError(f"{where}.initial: expected {len(values)} probabilities, "
-                                      f"one per value of {column.name} {list(values)}")
-                chain = MarkovModel(initial, tuple(_floats(row, f"{where}.transition")
-                                                   for row in _list(spec["transition"],
-                                                                    f"{where}.transition")))
-                model = DeclaredModel(kind, table.name, column.name, values, float(cap),
-                                      chain=chain, time=time.name, first=int(first),
-                                      last=int(last))
-            implied = model.own_eta()
-        except CalibrationError as exc:
-            raise PolicyError(f"{where}: {exc}") from None
-        for columns, declared in _sets_holding(model, eta, declarations):
-            if implied.k > k or implied.eta > declared + 1e-12:
-                raise PolicyError(
-                    f"{where}: the model implies k={implied.k} and eta={implied.eta:.6g} for "
-                    f"{columns}, but the policy declares k={k} and eta={declared:g} there; the "
-                    "declared (k, eta) must hold whatever the model, so raise them",
-                    k=implied.k, eta=implied.eta, declared_k=k, declared_eta=declared)
-        if any(other.columns & model.columns for other in models):
-            raise PolicyError(f"{where}: {table.name}.{column.name} is already in another model")
-        models.append(model)
-    return tuple(models)
-
-
-def _sets_holding(model: DeclaredModel, eta: float, declarations: tuple[EtaDeclaration, ...]
-                  ) -> list[tuple[str, float]]:
-    """Every declared column set holding the model's column, with its eta: the whole record
-    (the default eta) and each eta_by_columns set naming the column. The model implies its eta
-    for each of them (docs/theory.md §19): each record's time point is its own, so the others'
-    records projected onto any set holding the column carry the whole chain's dependence."""
-    column = f"{model.table}.{model.column}"
-    return [("every column (dependence.eta)", eta)] + [
-        (d.describe(), d.eta) for d in declarations if column in d.columns]
-
-
-def _household(spec: dict, where: str) -> HouseholdModel:
-    """The household part of a model: sizes {size: probability}, marginal and rho."""
-    sizes = _mapping(spec["sizes"], f"{where}.sizes")
-    if not sizes:
-        raise PolicyError(f"{where}.sizes: expected a mapping of household size to probability")
-    pmf = [0.0] * MAX_MODEL_SIZE
-    for size, p in sizes.items():
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_MODEL_SIZE:
-            raise PolicyError(f"{where}.sizes: expected sizes from 1 to {MAX_MODEL_SIZE}, "
-                              f"got {size!r}")
-        pmf[size - 1] = float(_number(p, f"{where}.sizes.{size}"))
-    while pmf and pmf[-1] == 0.0:
-        pmf.pop()
-    low, high = _rho(spec["rho"], f"{where}.rho")
-    return HouseholdModel(tuple(pmf), _floats(spec["marginal"], f"{where}.marginal"), low, high)
-
-
-def _rho(rho: Any, path: str) -> tuple[float, float]:
-    """A model's rho: a number or a range [low, high]."""
-    low, high = (rho, rho) if not isinstance(rho, list) else (
-        tuple(rho) if len(rho) == 2 else (None, None))
-    if low is None:
-        raise PolicyError(f"{path}: expected a number or a range [low, high], got {rho!r}")
-    return float(_number(low, path)), float(_number(high, path))
-
-
-def _gaussian(spec: dict, where: str, column: ColumnSpec) -> GaussianHousehold:
-    """The Gaussian household part of a model (docs/theory.md §21): households of at most
-    max_size members, rho, and the latent's mean and sd in the units of a bounded float column
-    (whose policy bounds are the model's clamp)."""
-    if column.type != SqlType.FLOAT or not column.bounded:
-        raise PolicyError(f"{where}.column: a gaussian model needs a float column with lower "
-                          f"and upper bounds, got {column.name!r} ({column.type})")
-    size = spec["max_size"]
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_MODEL_SIZE:
-        raise PolicyError(f"{where}.max_size: expected a whole number from 1 to "
-                          f"{MAX_MODEL_SIZE}, got {size!r}")
-    low, high = _rho(spec["rho"], f"{where}.rho")
-    if not 0.0 <= low <= high < 1.0:
-        raise PolicyError(f"{where}.rho: expected a number in [0, 1) or a range [low, high] "
-                          f"with 0 <= low <= high < 1, got {spec['rho']!r}")
-    sd = _positive_number(spec["sd"], f"{where}.sd")
-    lower, upper = column.bounds
-    return GaussianHousehold(size, low, high, float(_number(spec["mean"], f"{where}.mean")), sd,
-                             float(lower), float(upper))
-
-
-def _model_table(name: Any, path: str, tables: Mapping[str, TableSpec],
-                 parents: Mapping[str, ParentTableSpec]) -> TableSpec:
-    """A policy table whose rows are each one individual (a model describes individuals)."""
-    if isinstance(name, str) and name.lower() in parents:
-        raise PolicyError(f"{path}: {name.lower()} is a parent table, whose rows are shared by "
-                          "several individuals; a model describes a table whose rows are each "
-                          "one individual")
-    table = tables.get(str(name).lower()) if isinstance(name, str) else None
-    if table is None:
-        raise PolicyError(f"{path}: unknown table {name!r} (tables: {', '.join(sorted(tables))})")
-    if table.privacy_unit is not None:
-        raise PolicyError(f"{path}: {table.name} has a privacy_unit; a model describes a table "
-                          "whose rows are each one individual")
-    return table
-
-
-def _model_column(name: Any, path: str, table: TableSpec) -> ColumnSpec:
-    column = table.columns.get(str(name).lower()) if isinstance(name, str) else None
-    if column is None:
-        raise PolicyError(f"{path}: unknown column {name!r} of {table.name} (columns: "
-                          f"{', '.join(sorted(table.columns))})")
-    return column
-
-
-def _list(value: Any, path: str) -> list:
-    if not isinstance(value, list) or not value:
-        raise PolicyError(f"{path}: expected a non-empty list, got {value!r}")
-    return value
-
-
-def _floats(value: Any, path: str) -> tuple[float, ...]:
-    return tuple(float(_number(v, path)) for v in _list(value, path))
-
-
-def _eta_by_columns(raw: Any, default: float, tables: Mapping[str, TableSpec],
-                    parents: Mapping[str, ParentTableSpec]) -> tuple[EtaDeclaration, ...]:
-    """Validate `dependence.eta_by_columns`: a list of {columns: [...], eta: x}, each column a
-    policy column (`column`, or `table.column` when several tables have it), each eta in
-    [0, dependence.eta] (no column set can depend more than the whole record), or in [0, 1]
-    for a set holding a parent table's column (whose eta is otherwise 1)."""
-    path = "dependence.eta_by_columns"
-    if not isinstance(raw, list):
-        raise PolicyError(f"{path}: expected a list of {{columns: [...], eta: ...}} entries, "
-                          f"got {type(raw).__name__}")
-    declarations: list[EtaDeclaration] = []
-    for i, item in enumerate(raw):
-        where = f"{path}[{i}]"
-        spec = _mapping(item, where, required={"columns", "eta"}, optional=set())
-        names = spec["columns"]
-        if not isinstance(names, list) or not names:
-            raise PolicyError(f"{where}.columns: expected a non-empty list of column names, "
-                              f"got {names!r}")
-        columns = frozenset(_qualified(name, f"{where}.columns", {**tables, **parents})
-                            for name in names)
-        eta = _number(spec["eta"], f"{where}.eta")
-        shared = any(c.split(".", 1)[0] in parents for c in columns)
-        if shared and not 0 <= eta <= 1:
-            raise PolicyError(f"{where}.eta: expected a number in [0, 1], got {eta!r}")
-        if not shared and not 0 <= eta <= default:
-            raise PolicyError(
-                f"{where}.eta: expected a number in [0, {default:g}] (dependence.eta bounds every "
-                f"column set: projecting records onto fewer columns cannot raise eta), got {eta!r}")
-        if any(d.columns == columns for d in declarations):
-            raise PolicyError(f"{where}.columns: the column set {sorted(columns)} is declared twice")
-        declarations.append(EtaDeclaration(columns, float(eta)))
-    return tuple(declarations)
-
-
-def _qualified(name: Any, path: str, tables: Mapping[str, TableSpec | ParentTableSpec]) -> str:
-    """`table.column` for a column named plainly or qualified; refuses unknown or ambiguous names."""
-    if not isinstance(name, str) or not name.strip():
-        raise PolicyError(f"{path}: expected column names, got {name!r}")
-    text = name.strip().lower()
-    known = sorted(f"{t.name}.{c}" for t in tables.values() for c in t.columns)
-    if "." in text:
-        if text not in known:
-            raise PolicyError(f"{path}: unknown column {name!r} (policy columns: {', '.join(known)})")
-        return text
-    matches = [q for q in known if q.split(".", 1)[1] == text]
-    if not matches:
-        raise PolicyError(f"{path}: unknown column {name!r} (policy columns: {', '.join(known)})")
-    if len(matches) > 1:
-        raise PolicyError(f"{path}: column {name!r} is in several tables; write one of "
-                          f"{', '.join(matches)}")
-    return matches[0]
-
-
 def _limits(raw: Any) -> Limits:
     fields = {"max_noisy_values", "time_seconds", "memory_mb", "quantile_bins", "max_sql_chars",
               "max_noisy_columns", "plan_seconds"}
-    spec = _mapping(raw, "limits", optional=fields)
+    spec = check_mapping(raw, "limits", optional=fields)
     default = Limits()
     values = _whole(spec.get("max_noisy_values", default.max_noisy_values),
                     "limits.max_noisy_values", 1)
@@ -408,7 +175,7 @@ def _limits(raw: Any) -> Limits:
 
 
 def _seconds(value: Any, path: str) -> float:
-    seconds = _number(value, path)
+    seconds = finite_number(value, path)
     if not 0.001 <= seconds <= MAX_TIME_SECONDS:
         raise PolicyError(f"{path}: expected a number of seconds from 0.001 to "
                           f"{MAX_TIME_SECONDS:g}, got {seconds!r}")
@@ -423,7 +190,7 @@ def _whole(value: Any, path: str, least: int) -> int:
 
 def _table(name: str, raw: Any) -> TableSpec:
     path = f"tables.{name}"
-    spec = _mapping(raw, path, required={"columns"},
+    spec = check_mapping(raw, path, required={"columns"},
                     optional={"privacy_unit", "max_rows_per_unit", "dependence_group", "public"})
     unit = spec.get("privacy_unit")
     if unit is not None and (not isinstance(unit, str) or not unit.strip()):
@@ -436,7 +203,7 @@ def _table(name: str, raw: Any) -> TableSpec:
             f"{path}.max_rows_per_unit: without a privacy_unit each row is one individual, "
             f"so it must be 1 (got {m})"
         )
-    cols_raw = _mapping(spec["columns"], f"{path}.columns")
+    cols_raw = check_mapping(spec["columns"], f"{path}.columns")
     if not cols_raw:
         raise PolicyError(f"{path}.columns: expected at least one column")
     columns: dict[str, ColumnSpec] = {}
@@ -459,7 +226,7 @@ def _public_table(name: str, raw: dict, base: Path | None) -> PublicTableSpec:
     """`tables.<name>` with `public: true`: its unique `key` column, its columns and, optionally,
     the CSV or Parquet file holding it (`data`, relative to the policy file's folder)."""
     path = f"tables.{name}"
-    spec = _mapping(raw, path, required={"public", "key", "columns"}, optional={"data"})
+    spec = check_mapping(raw, path, required={"public", "key", "columns"}, optional={"data"})
     if spec["public"] is not True:
         raise PolicyError(f"{path}.public: expected true or false, got {spec['public']!r}")
     columns, key = _keyed_columns(spec, path)
@@ -474,7 +241,7 @@ def _public_table(name: str, raw: dict, base: Path | None) -> PublicTableSpec:
 
 def _keyed_columns(spec: dict, path: str) -> tuple[dict[str, ColumnSpec], str]:
     """A lookup table's `columns` and its `key` (one of them, lower-cased)."""
-    cols_raw = _mapping(spec["columns"], f"{path}.columns")
+    cols_raw = check_mapping(spec["columns"], f"{path}.columns")
     columns: dict[str, ColumnSpec] = {}
     for col_name, col_raw in cols_raw.items():
         col = _column(str(col_name), col_raw, f"{path}.columns.{col_name}")
@@ -493,8 +260,8 @@ def _parent_table(name: str, raw: dict, tables: Mapping[str, TableSpec],
     """`tables.<name>` with `parent_of: {table: <child>, foreign_key: <column>}`: its `key`, its
     columns and the private table that references it (docs/theory.md §16)."""
     path = f"tables.{name}"
-    spec = _mapping(raw, path, required={"parent_of", "key", "columns"}, optional=set())
-    ref = _mapping(spec["parent_of"], f"{path}.parent_of", required={"table", "foreign_key"},
+    spec = check_mapping(raw, path, required={"parent_of", "key", "columns"}, optional=set())
+    ref = check_mapping(spec["parent_of"], f"{path}.parent_of", required={"table", "foreign_key"},
                    optional=set())
     child_name = ref["table"]
     child = tables.get(child_name.lower()) if isinstance(child_name, str) else None
@@ -527,7 +294,7 @@ def _dependence_group(raw: Any, path: str) -> str | None:
 
 
 def _column(name: str, raw: Any, path: str) -> ColumnSpec:
-    spec = _mapping(raw, path, required={"type"}, optional={"lower", "upper", "domain"})
+    spec = check_mapping(raw, path, required={"type"}, optional={"lower", "upper", "domain"})
     if spec["type"] not in COLUMN_TYPES:
         raise PolicyError(f"{path}.type: expected one of {', '.join(COLUMN_TYPES)}, "
                           f"got {spec['type']!r}")
@@ -561,7 +328,7 @@ def _span(lower: Any, upper: Any, path: str, ctype: SqlType) -> tuple[dt.datetim
 
 
 def _bound(value: Any, path: str, ctype: SqlType) -> float:
-    number = _number(value, path)
+    number = finite_number(value, path)
     if ctype == SqlType.INT and number != int(number):
         raise PolicyError(f"{path}: expected an integer bound for an int column, got {value!r}")
     if abs(number) > 1e15:
@@ -581,31 +348,3 @@ def _domain(values: Any, path: str, ctype: SqlType) -> tuple:
     if len(values) > 10_000:
         raise PolicyError(f"{path}: at most 10000 values are supported, got {len(values)}")
     return tuple(values)
-
-
-def _mapping(raw: Any, path: str, required: Set[str] = frozenset(),
-             optional: Set[str] | None = None) -> dict:
-    if not isinstance(raw, dict):
-        raise PolicyError(f"{path}: expected a mapping, got {type(raw).__name__}")
-    missing = sorted(required - raw.keys())
-    if missing:
-        raise PolicyError(f"{path}.{missing[0]}: required field is missing")
-    if optional is not None:
-        unknown = sorted(str(key) for key in raw.keys() - required - optional)
-        if unknown:
-            allowed = ", ".join(sorted(required | optional))
-            raise PolicyError(f"{path}.{unknown[0]}: unknown field (allowed: {allowed})")
-    return raw
-
-
-def _number(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise PolicyError(f"{path}: expected a finite number, got {value!r}")
-    return value
-
-
-def _positive_number(value: Any, path: str) -> float:
-    number = _number(value, path)
-    if number <= 0:
-        raise PolicyError(f"{path}: expected a number > 0, got {value!r}")
-    return float(number)

@@ -240,7 +240,9 @@ def test_answers_charged_before_columns_were_recorded_count_as_reading_every_col
     with PrivateDatabase.connect(db, policy, ledger) as conn:
         conn.query("SELECT COUNT(*) AS n FROM people WHERE sick", epsilon=0.5)
     with contextlib.closing(sqlite3.connect(ledger)) as raw:
+        # As a ledger written before columns were recorded (and before its charges were chained).
         raw.execute("UPDATE charges SET columns = NULL")
+        raw.execute("DROP TABLE links")
         raw.commit()
     with PrivateDatabase.connect(db, policy, ledger) as conn:
         assert conn.budget().eta == DEFAULT_ETA
