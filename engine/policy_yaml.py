@@ -206,12 +206,7 @@ def _table(name: str, raw: Any) -> TableSpec:
     cols_raw = check_mapping(spec["columns"], f"{path}.columns")
     if not cols_raw:
         raise PolicyError(f"{path}.columns: expected at least one column")
-    columns: dict[str, ColumnSpec] = {}
-    for col_name, col_raw in cols_raw.items():
-        col = _column(str(col_name), col_raw, f"{path}.columns.{col_name}")
-        if col.name in columns:
-            raise PolicyError(f"{path}.columns.{col_name}: column listed twice")
-        columns[col.name] = col
+    columns = _columns(cols_raw, path)
     unit_name = unit.lower() if unit else None
     if unit_name is not None and unit_name in columns:
         raise PolicyError(
@@ -239,15 +234,21 @@ def _public_table(name: str, raw: dict, base: Path | None) -> PublicTableSpec:
     return PublicTableSpec(name.lower(), key, columns, data)
 
 
-def _keyed_columns(spec: dict, path: str) -> tuple[dict[str, ColumnSpec], str]:
-    """A lookup table's `columns` and its `key` (one of them, lower-cased)."""
-    cols_raw = check_mapping(spec["columns"], f"{path}.columns")
+def _columns(cols_raw: dict, path: str) -> dict[str, ColumnSpec]:
+    """A table's `columns`, each validated, by lower-cased name (a name listed twice refused)."""
     columns: dict[str, ColumnSpec] = {}
     for col_name, col_raw in cols_raw.items():
         col = _column(str(col_name), col_raw, f"{path}.columns.{col_name}")
         if col.name in columns:
             raise PolicyError(f"{path}.columns.{col_name}: column listed twice")
         columns[col.name] = col
+    return columns
+
+
+def _keyed_columns(spec: dict, path: str) -> tuple[dict[str, ColumnSpec], str]:
+    """A lookup table's `columns` and its `key` (one of them, lower-cased)."""
+    cols_raw = check_mapping(spec["columns"], f"{path}.columns")
+    columns = _columns(cols_raw, path)
     key = spec["key"]
     if not isinstance(key, str) or key.lower() not in columns:
         raise PolicyError(f"{path}.key: expected one of its columns ({', '.join(sorted(columns))}), "
