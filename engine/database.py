@@ -18,7 +18,6 @@ from .accounting.analysts import check_analyst
 from .accounting.bookkeeper import Bookkeeper, Price
 from .accounting.ledger import Charge, Ledger, LedgerState, peek_hash_key
 from .accounting.ledger_binding import binding_of
-from .accounting.reuse_index import StoredAnswer
 from .accounting.transcript import union
 from .accuracy import AccuracyPlan, smallest_epsilon
 from .backends import Backend, DataFailure
@@ -187,7 +186,7 @@ class PrivateDatabase:
                              prepared.tight_dp),
             flattened_sql=plan.flattened_sql,
             errors=postprocess.expected_errors(plan, mechanisms),
-            derived_from=() if stored is None else (stored.id,),
+            derived_from=() if stored is None else stored.ids,
         )
 
     @_serialized
@@ -215,7 +214,7 @@ class PrivateDatabase:
         # with no budget left cannot run queries on the data at all (their timing or a
         # cancellation would otherwise be free); the charge admits again under the write lock.
         self.bookkeeper.admit(prepared, books, analyst)
-        key = reuse.reuse_key(prepared, self.ledger.binding)
+        key = reuse.entry(prepared, self.ledger.binding)
         exact = self._run(prepared, f"analyst {analyst!r}, query {sql!r}")
 
         def settle(state: LedgerState) -> tuple[Charge, QueryResult]:
@@ -304,10 +303,12 @@ class PrivateDatabase:
         return self._preparer.prepare(sql, epsilon, mode, cost)
 
     def _reusable(self, analyst: str, prepared: PreparedQuery,
-                  price: Price) -> StoredAnswer | None:
-        """The analyst's released answer `prepared` may be given as, when reuse is on."""
-        return reuse.find(self.ledger, self.ledger.binding, analyst, prepared, price) \
-            if self.reuse else None
+                  price: Price) -> reuse.Reused | None:
+        """The analyst's released answers `prepared` may be answered from, when reuse is on."""
+        if not self.reuse:
+            return None
+        fresh = self._preparer.mechanisms(prepared.plan, price.calibration.epsilon_dp)
+        return reuse.find(self.ledger, self.ledger.binding, analyst, prepared, price, fresh)
 
     def _run(self, prepared: PreparedQuery, who: str) -> ExactAnswer:
         """The exact values of the rewritten query, on the bounded copies of the tables it

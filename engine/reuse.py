@@ -1,6 +1,8 @@
-"""Answers for free from released ones: before a query is priced, find an answer already
-released to the same analyst that it is post-processing of (the same query, at least as
-accurate), so it is answered from it at no charge (docs/theory.md §22).
+"""Answers for free from released ones: before a query is priced, find answers already
+released to the same analyst that it is post-processing of: the same query, at least as
+accurate (answered as that answer), or a marginal of a finer released table whose summed cells
+are at least as accurate as a fresh answer (`reuse_marginal`); so it is answered from them at
+no charge (docs/theory.md §22).
 
 Depends only on the query text as the engine normalised it, the policy, the asked level and
 the ledger's released answers: never on the data."""
@@ -9,15 +11,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
+from . import postprocess, reuse_marginal
 from .accounting.bookkeeper import Bookkeeper, Price
 from .accounting.books import Books
 from .accounting.ledger import Ledger
 from .accounting.ledger_binding import LedgerBinding
-from .accounting.reuse_index import StoredAnswer
+from .accounting.reuse_index import Ask, Entry
+from .noise import Mechanism
 from .prepare import PreparedQuery
 from .result import QueryResult
+
+
+@dataclass(frozen=True)
+class Reused:
+    """What a query is answered as without a charge: the released answers it comes from and
+    the answer in the stored JSON form (theirs, or the marginal summed from their cells)."""
+
+    ids: tuple[int, ...]
+    answer: dict
 
 
 def reuse_key(prepared: PreparedQuery, binding: LedgerBinding) -> str:
@@ -35,24 +48,47 @@ def reuse_key(prepared: PreparedQuery, binding: LedgerBinding) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def entry(prepared: PreparedQuery, binding: LedgerBinding) -> Entry:
+    """How a charged answer is indexed: its key, and its base and shape when marginals may
+    later be summed from its cells."""
+    return reuse_marginal.entry(reuse_key(prepared, binding), prepared, binding)
+
+
 def find(ledger: Ledger, binding: LedgerBinding, analyst: str, prepared: PreparedQuery,
-         price: Price) -> StoredAnswer | None:
+         price: Price, fresh: dict[str, Mechanism]) -> Reused | None:
     """The analyst's released answer to the same query whose noise is at most what `price`
-    would draw now (its eps_dp at least the one asked), or None: a less accurate answer is
-    not the answer asked for, so it is charged afresh. A revoked analyst gets none (the
-    charge then refuses them)."""
+    would draw now (its eps_dp at least the one asked); else a marginal summed from one of
+    their finer released answers whose every cell's 95% half-width is at most that of
+    `fresh` (the mechanisms `price` draws); else None: a less accurate answer is not the
+    answer asked for, so it is charged afresh. A revoked analyst gets none (the charge then
+    refuses them)."""
     account = ledger.account(analyst)
     if account is not None and account.analyst.revoked is not None:
         return None
-    return ledger.reusable(analyst, reuse_key(prepared, binding), price.calibration.epsilon_dp)
+    readings = reuse_marginal.readings(prepared, binding)
+    found = ledger.reusable(analyst, Ask(reuse_key(prepared, binding),
+                                         tuple(r.base for r in readings)),
+                            price.calibration.epsilon_dp)
+    if found.same is not None:
+        return Reused((found.same.id,), found.same.answer)
+    possible, no_interval = postprocess.interval_notes(prepared.plan, fresh)
+    for candidate in found.summable:
+        for reading in readings:
+            if reading.base != candidate.base:
+                continue
+            derived = reuse_marginal.derive(reading, prepared.plan, candidate, fresh,
+                                            possible, no_interval)
+            if derived is not None:
+                return Reused(derived.ids, derived.answer)
+    return None
 
 
-def derived(stored: StoredAnswer, sql: str, bookkeeper: Bookkeeper, prepared: PreparedQuery,
+def derived(reused: Reused, sql: str, bookkeeper: Bookkeeper, prepared: PreparedQuery,
             books: Books, price: Price) -> QueryResult:
-    """The stored answer given again for `sql`: its values, intervals and levels, at cost 0,
-    with today's budget, and saying which answer it came from."""
-    return replace(QueryResult.from_dict(stored.answer), sql=sql, cost=0.0,
+    """The answer given for `sql` from released ones: its values, intervals and levels, at
+    cost 0, with today's budget, and saying which answers it came from."""
+    return replace(QueryResult.from_dict(reused.answer), sql=sql, cost=0.0,
                    level_before=price.level_before, level_after=price.level_before,
                    budget=bookkeeper.status(books),
                    largest_epsilon=bookkeeper.largest_epsilon(prepared, books),
-                   derived_from=(stored.id,))
+                   derived_from=reused.ids)

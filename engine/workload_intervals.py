@@ -1,5 +1,6 @@
 """95% intervals of a linear combination of independent Laplace noises (a workload answer's
-error), by inverting its characteristic function (docs/theory.md §18)."""
+error), by inverting its characteristic function (docs/theory.md §18), and of a sum of n
+independent discrete or continuous Laplace draws (a marginal summed from released cells, §22)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import functools
 import math
 
 import numpy as np
-from scipy import integrate, optimize
+from scipy import integrate, optimize, signal, stats
+
+from .noise import NoiseKind, _accuracy, _sum_accuracy
 
 GRID = 1e6  # coefficients are rounded up to multiples of 1/GRID of the largest one
 
@@ -53,3 +56,43 @@ def _unit_halfwidth(key: tuple[tuple[int, int], ...], alpha: float) -> float:
     high = math.sqrt(variance / alpha)  # Chebyshev: Pr[|X| > high] <= alpha
     return float(optimize.brentq(lambda h: coverage(h) - (1.0 - alpha), 1e-9, high,
                                  xtol=1e-10, rtol=1e-10))
+
+
+EXACT_TERMS = 2_000_000  # beyond this many support points a discrete sum's quantile is bounded
+
+
+def sum_halfwidth(mechanism: NoiseKind, scale: float, terms: int, alpha: float) -> float:
+    """An h with Pr[|Z_1 + ... + Z_terms| > h] <= alpha, the Z_j independent draws of one
+    mechanism's noise at `scale`: one draw's own (OpenDP's accuracy); the exact quantile for a
+    sum of Laplace draws (`laplace_combination_halfwidth`) or of discrete Laplace draws
+    (`_discrete_sum_halfwidth`); Chernoff's bound when the latter's support is too large."""
+    if terms == 1 or scale == 0.0:
+        return _accuracy(mechanism, scale, alpha)
+    if mechanism == NoiseKind.LAPLACE:
+        return laplace_combination_halfwidth(np.ones(terms), scale, alpha)
+    exact = _discrete_sum_halfwidth(scale, terms, alpha)
+    return _sum_accuracy(mechanism, scale, terms, alpha) if exact is None else exact
+
+
+@functools.lru_cache(maxsize=4096)
+def _discrete_sum_halfwidth(scale: float, terms: int, alpha: float) -> float | None:
+    """The least integer h with Pr[|S| > h] <= alpha, S the sum of `terms` discrete Laplace
+    draws, P(k) ∝ r^|k| with r = e^(-1/scale), or None when its support is too large to sum.
+
+    A discrete Laplace draw is the difference of two independent geometric draws of success
+    probability 1 - r, so S = X - Y with X, Y independent negative binomial (terms, 1 - r),
+    and Pr[S = k] = Σ_y Pr[X = k + y]·Pr[Y = y], one correlation (by FFT) of X's
+    probabilities over 0..N, N beyond which Pr[X > N] < alpha·1e-9. The mass cut off (at
+    most 2·Pr[X > N]) is added to each tail whole, which can only widen h; by symmetry
+    Pr[|S| > h] = 2·Pr[S >= h + 1]."""
+    r = math.exp(-1.0 / scale)
+    law = stats.nbinom(terms, 1.0 - r)
+    last = int(law.isf(alpha * 1e-9)) + 1
+    if last > EXACT_TERMS:
+        return None
+    p = law.pmf(np.arange(last + 1))
+    pmf = np.clip(signal.fftconvolve(p, p[::-1]), 0.0, None)  # S = -last .. last
+    above = np.cumsum(pmf[::-1])[::-1]  # above[last + m] = Pr[S >= m] (within the support)
+    beyond = 2.0 * (above[last + 1:] + 2.0 * float(law.sf(last)))  # beyond[h] >= Pr[|S| > h]
+    fits = np.nonzero(beyond <= alpha)[0]
+    return float(fits[0]) if fits.size else None

@@ -17,7 +17,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("query", frozenset({"sql", "rewrite", "sensitivity", "noise", "intervals", "postprocess",
                         "workload_strategy", "workload_intervals"})),
     ("storage", frozenset({"accounting"})),
-    ("run", frozenset({"backends", "prepare", "release", "reuse", "workload"})),
+    ("run", frozenset({"backends", "prepare", "release", "reuse", "reuse_marginal", "workload"})),
     ("owner", frozenset({"dependence_model", "dependence_data", "dependence_report", "chain_check",
                         "starter_policy"})),
     ("reporting", frozenset({"report"})),

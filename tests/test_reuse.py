@@ -63,10 +63,12 @@ def test_another_analysts_identical_query_is_charged(setup):
 
 def test_another_mode_or_query_is_charged(setup):
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
-        db.query(SQL, epsilon=1.0)
-        assert db.query(SQL.replace("COUNT(*) AS n", "COUNT(*) AS m"),
-                        epsilon=1.0).derived_from == ()
+        first = db.query(SQL, epsilon=1.0)
+        assert db.query(SQL.replace("SUM(income)", "SUM(age)"), epsilon=1.0).derived_from == ()
         assert db.query(SQL, epsilon=1.0, mode="theorem2").derived_from == ()
+        # Another name for the same cells is post-processing: answered from them.
+        renamed = db.query(SQL.replace("COUNT(*) AS n", "COUNT(*) AS m"), epsilon=1.0)
+        assert renamed.derived_from == (first.id,) and list(renamed.df["m"]) == list(first.df["n"])
     assert _charges(setup.ledger) == 3
 
 
@@ -84,6 +86,7 @@ def test_a_ledger_written_before_the_index_opens_and_reuses_nothing_old(setup):
         db.query(SQL, epsilon=1.0)
     with contextlib.closing(sqlite3.connect(setup.ledger)) as conn:
         conn.execute("DROP TABLE reusable")  # as a ledger written before this index
+        conn.execute("DROP TABLE summable")
         conn.commit()
     with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
         old = db.query(SQL, epsilon=1.0)

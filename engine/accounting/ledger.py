@@ -112,7 +112,7 @@ class Charge:
     answer: dict | None = None  # the released answer as `--format json` prints it (None: not kept)
     columns: frozenset[str] | None = None  # the columns the answer read (None: every column)
     times: tuple[int, ...] | None = None  # a chain answer's time points (None: not per time)
-    reuse_key: str | None = None  # what the answer answers (`reuse_index`; None: not reusable)
+    reuse_key: reuse_index.Entry | None = None  # what it answers (`reuse_index`; None: not reusable)
 
 
 @dataclass(frozen=True)
@@ -441,11 +441,11 @@ class Ledger(AnalystsTable):
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
-    def reusable(self, analyst: str, key: str,
-                 epsilon_dp: float) -> reuse_index.StoredAnswer | None:
-        """The analyst's released answer to `key` at eps_dp >= `epsilon_dp` (one index lookup)."""
+    def reusable(self, analyst: str, ask: reuse_index.Ask,
+                 epsilon_dp: float) -> reuse_index.Found:
+        """The analyst's released answers `ask` finds (indexed lookups, `reuse_index`)."""
         try:
-            return reuse_index.lookup(self._conn, self.path, analyst, key, epsilon_dp)
+            return reuse_index.lookup(self._conn, self.path, analyst, ask, epsilon_dp)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
