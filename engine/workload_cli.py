@@ -13,7 +13,7 @@ from .display import number, visible
 from .errors import InputError
 from .service.client import Service
 from .workload import split_statements
-from .workload_result import WorkloadExplanation, WorkloadResult
+from .workload_result import ADMITTED_LIMIT, WorkloadExplanation, WorkloadResult
 
 
 def run_workload(path: str, sql: str | None, db: str | None, engine: str, policy: str | None,
@@ -129,6 +129,10 @@ def _print_explanation(ex: WorkloadExplanation) -> None:
                           ex.level_after))
     if not ex.admissible:
         click.echo("over budget: the ledger would refuse this workload")
+    else:
+        more = f"{ex.admitted} or more" if ex.admitted >= ADMITTED_LIMIT else str(ex.admitted)
+        click.echo(f"the budget left admits {more} such workload{'s' if ex.admitted > 1 else ''} "
+                   "(this one included)")
 
 
 def _cost_line(epsilon: float, epsilon_dp: float, k: int, eta: float, cost: float,

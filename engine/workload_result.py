@@ -106,6 +106,9 @@ class QueryError:
     rmse_separate: float  # the same, asked alone at epsilon / (number of statements)
 
 
+ADMITTED_LIMIT = 1000  # an explanation counts the workloads the budget admits up to this
+
+
 @dataclass(frozen=True)
 class WorkloadExplanation:
     """The strategy, each statement's expected error against asking them separately, and the
@@ -124,6 +127,9 @@ class WorkloadExplanation:
     level_after: float
     cost: float
     admissible: bool
+    # How many workloads like this one the budget left admits in a row, this one included (each
+    # priced on the books the ones before it would leave); at most ADMITTED_LIMIT is counted.
+    admitted: int = 0
 
     def to_dict(self) -> dict:
         return _json_ready(asdict(self))

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..calibration import MODEL_MODE, DependenceModel
 from .accounting.analysts import check_analyst
-from .accounting.bookkeeper import Bookkeeper
+from .accounting.bookkeeper import Bookkeeper, Price
 from .accounting.ledger import Charge, Ledger, LedgerState
 from .accuracy import AccuracyPlan
 from .backends import Backend, DataFailure
@@ -32,7 +32,13 @@ from .workload import (
     check_statements,
     plan_workload,
 )
-from .workload_result import QueryError, WorkloadAnswer, WorkloadExplanation, WorkloadResult
+from .workload_result import (
+    ADMITTED_LIMIT,
+    QueryError,
+    WorkloadAnswer,
+    WorkloadExplanation,
+    WorkloadResult,
+)
 
 
 class Database(Protocol):
@@ -136,7 +142,19 @@ def explain_many(db: Database, statements: list[str], epsilon: float | None = No
         sensitivity=work.sensitivity if work.solved is not None else 0.0,
         errors=tuple(errors), epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
         k=db.policy.k, eta=combined.scope.eta, level_before=price.level_before,
-        level_after=price.level_after, cost=price.cost, admissible=price.admissible)
+        level_after=price.level_after, cost=price.cost, admissible=price.admissible,
+        admitted=admitted(db, combined, price))
+
+
+def admitted(db: Database, combined: PreparedQuery, price: Price) -> int:
+    """How many workloads like `combined` the global budget admits in a row from `price`'s
+    books: each priced, as admission prices it, on the books the ones before it leave (a
+    function of the ledger's books and the text only), counted up to ADMITTED_LIMIT."""
+    count = 0
+    while price.admissible and count < ADMITTED_LIMIT:
+        count += 1
+        price = db.bookkeeper.price(combined, price.charged)
+    return count
 
 def _plan_workload(db: Database, statements: list[str], epsilon: float | None, mode: str | None,
                    cost: float | None) -> tuple[WorkloadPlan, PreparedQuery]:

@@ -59,6 +59,7 @@ def test_a_workload_is_answered_together_and_charged_once_as_locally(service):
     with PrivateDatabase.connect(service.db, service.policy, local_ledger) as local:
         mine = local.explain_many(MARGINALS, epsilon=1.0)
     assert mine.strategy == explained.strategy and mine.cost == pytest.approx(explained.cost)
+    assert mine.admitted == explained.admitted > 0
     assert [e.rmse_workload for e in mine.errors] == pytest.approx(
         [e.rmse_workload for e in explained.errors])
 

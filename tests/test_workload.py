@@ -272,6 +272,10 @@ def test_the_command_line_answers_and_explains_a_workload_file(capsys, setup, tm
     assert code == 0
     explained = json.loads(out)
     assert len(explained["errors"]) == 5 and explained["cost"] == pytest.approx(1.0)
+    assert explained["admitted"] == 1000  # the test policy's budget is 1000: the count's limit
+    code, out, _ = run_cli(capsys, "explain", *cli_paths(setup), "--epsilon", "1", "--file",
+                           str(path))
+    assert code == 0 and "the budget left admits 1000 or more such workloads" in out
     code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
                            str(path), "--format", "json")
     assert code == 0
@@ -303,3 +307,24 @@ def test_a_count_filtered_on_a_column_without_public_domain_is_answered_alone(pe
         "least squares from the workload's strategy",
         "alone: its output n is an expression",
         "least squares from the workload's strategy"]
+
+
+def test_explain_counts_the_workloads_the_budget_left_admits(people, tmp_path):
+    """The count explain gives is what admission does: that many workloads are charged one
+    after the other, the next is refused, and each charge lowers the count by one."""
+    from dpsql.engine.errors import BudgetExhausted
+
+    folder, data = people
+    policy = dict(BASE_POLICY, budget={"epsilon": 3.5}, dependence={"k": 2, "eta": 0.05,
+                                                                     "mode": "auto"})
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    with _open(tmp_path, data) as db:
+        count = db.explain_many(MARGINALS, epsilon=0.5).admitted
+        assert 1 < count < 20
+        for done in range(count):
+            assert db.explain_many(MARGINALS, epsilon=0.5).admitted == count - done
+            db.query_many(MARGINALS, epsilon=0.5)
+        last = db.explain_many(MARGINALS, epsilon=0.5)
+        assert last.admitted == 0 and not last.admissible
+        with pytest.raises(BudgetExhausted):
+            db.query_many(MARGINALS, epsilon=0.5)
