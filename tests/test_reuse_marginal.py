@@ -142,3 +142,15 @@ def test_a_sum_of_released_cells_interval_covers_95_percent_of_opendp_noise(kind
         assert covered > 0.95 - 0.005 and np.mean(sums <= width - 1) < 0.95 + 0.005
     else:
         assert abs(covered - 0.95) < 0.005
+
+
+def test_the_candidates_are_found_by_the_index_not_a_scan(setup):
+    from dpsql.engine.accounting import reuse_index
+
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+        db.query(FINE, epsilon=1.0)
+    with contextlib.closing(sqlite3.connect(setup.ledger)) as conn:
+        plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + reuse_index.SUMMABLE,
+                                                 ["analyst", "base", 32])]
+    assert plan[0].startswith("SEARCH s USING PRIMARY KEY (analyst=? AND base=?"), plan
+    assert not any(step.startswith("SCAN") for step in plan), plan
