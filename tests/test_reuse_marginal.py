@@ -120,8 +120,10 @@ def test_another_analysts_table_is_not_summed(setup):
 
 
 @pytest.mark.parametrize("kind, scale, terms", [
-    (NoiseKind.DISCRETE_LAPLACE, 8.0, 2), (NoiseKind.DISCRETE_LAPLACE, 2.0, 10),
-    (NoiseKind.DISCRETE_LAPLACE, 40.0, 8), (NoiseKind.LAPLACE, 8000.0, 8),
+    (NoiseKind.DISCRETE_LAPLACE, 8.0, 2),
+    pytest.param(NoiseKind.DISCRETE_LAPLACE, 2.0, 10, marks=pytest.mark.slow),
+    pytest.param(NoiseKind.DISCRETE_LAPLACE, 40.0, 8, marks=pytest.mark.slow),
+    pytest.param(NoiseKind.LAPLACE, 8000.0, 8, marks=pytest.mark.slow),
 ])
 def test_a_sum_of_released_cells_interval_covers_95_percent_of_opendp_noise(kind, scale, terms):
     """50,000 sums of OpenDP's own draws: the half-width covers 95% (within 0.5%, 5 standard
