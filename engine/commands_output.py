@@ -99,8 +99,10 @@ def print_result(result: QueryResult) -> None:
         f"{_number(b.spent_ip)} of budget {_number(b.total)}; {result.largest_line()}"
         + ("" if result.id is None else f" (answer id {result.id}: dpsql history --id {result.id})")
     )
-    if result.derived_from:
+    if result.derived_from:  # with the released noise its cells carry (summed, for a marginal)
         console.print(derived_line(result.derived_from))
+        for info in result.aggregates:
+            console.print(Text(visible(info.describe())))
 
 
 def derived_line(ids: tuple[int, ...]) -> str:

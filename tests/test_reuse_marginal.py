@@ -156,3 +156,15 @@ def test_the_candidates_are_found_by_the_index_not_a_scan(setup):
                                                  ["analyst", "base", 32])]
     assert plan[0].startswith("SEARCH s USING PRIMARY KEY (analyst=? AND base=?"), plan
     assert not any(step.startswith("SCAN") for step in plan), plan
+
+
+def test_the_command_line_says_a_marginal_was_summed_from_a_released_table(capsys, setup):
+    from tests.support import cli_paths, run_cli
+
+    code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--reuse", FINE)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.1", "--reuse",
+                             "SELECT sick, COUNT(*) AS n FROM people GROUP BY sick")
+    assert code == 0, err
+    assert "derived from answer 1; cost 0" in out and "summed over 4 released cells" in out
+    assert _charges(setup.ledger) == 1
