@@ -51,9 +51,11 @@ def _common(func, local: bool = True):
                      help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
-        click.option("--reuse", is_flag=True,
-                     help="Answer a query you asked before from your released answer, at no "
-                          "charge, when it is at least as accurate as asked."),
+        click.option("--reuse/--no-reuse", default=False,
+                     help="Answer a query you asked before, or a marginal, total or kept groups "
+                          "of a table you were released, from your released answers at no "
+                          "charge, when at least as accurate as asked (--no-reuse, the "
+                          "default: charge and draw fresh noise)."),
         click.argument("sql", metavar="SQL", required=False),
     ]
     for option in reversed(options):
