@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from dpsql.engine import PrivateDatabase
+from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.backends.bounded_store import copy_path
 from dpsql.engine.backends.duckdb import DuckDBBackend
@@ -321,3 +321,34 @@ def test_prepared_copies_of_a_chain_are_the_rows_bounding_keeps(hostile_db: Path
     other = replace(lineitem, chain=(UnitLink("l_orderkey", "orders", "o_custkey"), *lineitem.chain[1:]))
     assert copy_path(tmp_path, hostile_db, lineitem, "k", types) != \
         copy_path(tmp_path, hostile_db, other, "k", types)
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT SUM(l_orderkey) FROM lineitem",
+     "column 'l_orderkey' exists in table lineitem but is not in the policy"),
+    ("SELECT l_orderkey, COUNT(*) FROM lineitem GROUP BY l_orderkey",
+     "column 'l_orderkey' exists in table lineitem but is not in the policy"),
+    ("SELECT COUNT(*) FROM orders WHERE o_custkey = 3",
+     "column 'o_custkey' exists in table orders but is not in the policy"),
+    ("SELECT COUNT(*) FROM lineitem WHERE c_custkey = 1",
+     "column c_custkey is the privacy unit: it may only appear as COUNT(DISTINCT c_custkey)"),
+    ("SELECT SUM(c_custkey) FROM orders",
+     "column c_custkey is the privacy unit: it may only appear as COUNT(DISTINCT c_custkey)"),
+    ("SELECT COUNT(*) FROM lineitem AS l JOIN lineitem AS m ON l.c_custkey = m.c_custkey",
+     "JOIN refused: lineitem joined to itself"),
+])
+def test_a_chain_s_links_and_derived_unit_cannot_be_read(hostile_db: Path, tmp_path: Path, sql: str,
+                                                         message: str) -> None:
+    """A hostile analyst reading a link (which names a customer's orders), the derived unit or
+    a self-join: refused before anything is spent."""
+    with _ledger_connect(hostile_db, tmp_path) as conn:
+        with pytest.raises(QueryRefused, match=re.escape(message)):
+            conn.query(sql, 1.0)
+        assert conn.budget().spent_dp == 0
+
+
+def test_counting_customers_through_their_lines_has_sensitivity_one(hostile_db: Path,
+                                                                  tmp_path: Path) -> None:
+    with _ledger_connect(hostile_db, tmp_path) as conn:
+        plan = conn.explain("SELECT COUNT(DISTINCT c_custkey), COUNT(*) FROM lineitem", 1.0)
+    assert [a.sensitivity for a in plan.aggregates] == [1, M_LINES]
