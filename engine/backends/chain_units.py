@@ -71,14 +71,14 @@ def chain_source(policy: Policy, table: TableSpec, locate: Locate) -> exp.Select
 
 
 def bounded_rows(policy: Policy, table: TableSpec, hash_key: str, locate: Locate,
-                 unit_is_float: bool) -> exp.Query:
+                 unit_is_float: bool) -> exp.Expression:
     """The rows of `table` each unit keeps under the bound (engine/backends/bounding.py), for a
     chained table over its rows with their derived unit."""
     if not table.chain:
         return kept_rows(table, hash_key, locate(table.name), unit_is_float)
     rows = kept_rows(table, hash_key, exp.to_table(SOURCE, quoted=True), unit_is_float)
-    return exp.select("*").from_(rows.subquery("kept")).with_(
-        SOURCE, as_=chain_source(policy, table, locate))
+    kept = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("kept")))
+    return exp.select("*").from_(kept).with_(SOURCE, as_=chain_source(policy, table, locate))
 
 
 def check_chains(policy: Policy, columns: Callable[[str], Mapping[str, str]],
