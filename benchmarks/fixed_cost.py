@@ -127,7 +127,9 @@ def _compare(other: Path, repeats: int, rounds: int) -> None:
             load = os.getloadavg()[0]
             out = subprocess.run([sys.executable, *command, "--repeats", str(repeats)],
                                  capture_output=True, text=True, check=True, cwd=here).stdout
-            table = [line for line in out.splitlines() if line.startswith("| ")][:10]
+            table = [line for line in out.splitlines()
+                     if line.startswith(("| policy", "|---|---|---:|---:|---:", "| row_level",
+                                         "| per_unit"))]
             print(f"Round {round_}, {name} (load average {load:.1f} at its start):\n")
             print("\n".join(table) + "\n")
 

@@ -151,7 +151,9 @@ class Bookkeeper:
         their cap as admission bounds them."""
         charged = price.charged
         own = _own_books(account, charged.accountants)
-        status, largest = self.status(charged), self.largest_epsilon(query, charged)
+        status = self.status(charged)
+        largest = status.largest_epsilon if self._asks_as_status(query) \
+            else self.largest_epsilon(query, charged)
         if own is not None:
             own = own.after(price.calibration.epsilon_dp, query.columns, query.times)
             largest = min(largest, self.largest_epsilon(query, own))
@@ -177,12 +179,21 @@ class Bookkeeper:
             mode=self.policy.mode, eta=scope.eta, eta_from=scope.source,
         )
 
+    def _asks_as_status(self, query: Asked) -> bool:
+        """Whether the query's largest epsilon is the status's by definition: it reads no
+        column and no time point, under the policy's mode, and the status's is the mode's."""
+        return (not query.columns and query.times is None and query.declared is None
+                and query.mode == self.policy.mode and self._no_column_answers() == (None,))
+
+    def _no_column_answers(self) -> tuple[AnswerMap | None, ...]:
+        return no_column_answers(self.policy.models, tuple(self.policy.tables),
+                                 self.policy.prefer_model)
+
     def _largest_left(self, books: Books) -> float:
         """The status's largest epsilon: the least a query reading no column beyond those
         already read can ask, over how such a query is calibrated on each table."""
         return min(books.largest_epsilon(self.policy.mode, frozenset(), answer)
-                   for answer in no_column_answers(self.policy.models, tuple(self.policy.tables),
-                                                   self.policy.prefer_model))
+                   for answer in self._no_column_answers())
 
     def cap_status(self, analyst: str) -> BudgetStatus | None:
         """A registered analyst's cap as a budget: the level of their own answers, what is left
