@@ -4,13 +4,19 @@ durable charge, noise and post-processing.
 
 Run: `python -m benchmarks.fixed_cost [--repeats 400]`. Prints a Markdown section, with the
 post-processing of AVG answers timed both ways (the query in the second DuckDB, and numpy).
+`--compare DIR` runs it in turn on this checkout's engine and on the engine of another checkout
+(e.g. an older commit from `git archive`), each in a process of its own, `--rounds` times, so that
+both are measured on one machine in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,10 +43,30 @@ QUERIES = {
 }
 
 
-def main() -> None:
+# Runs `main` with the engine and calibration packages of the checkout in argv[1].
+IN_TREE = """import importlib.util, sys
+tree = sys.argv[1]
+for name in ("calibration", "engine"):
+    spec = importlib.util.spec_from_file_location(f"dpsql.{name}", f"{tree}/{name}/__init__.py",
+                                                  submodule_search_locations=[f"{tree}/{name}"])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"dpsql.{name}"] = module
+    spec.loader.exec_module(module)
+from benchmarks import fixed_cost
+fixed_cost.main(sys.argv[2:])
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=400)
-    args = parser.parse_args()
+    parser.add_argument("--compare", type=Path, default=None,
+                        help="another checkout whose engine is measured in turn with this one's")
+    parser.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each")
+    args = parser.parse_args(argv)
+    if args.compare is not None:
+        _compare(args.compare.resolve(), args.repeats, args.rounds)
+        return
     with tempfile.TemporaryDirectory() as work:
         data = Path(work) / "people.duckdb"
         with duckdb.connect(str(data)) as conn:
@@ -59,30 +85,53 @@ def main() -> None:
                 for _ in range(5):
                     private.query(sql, epsilon=1.0)
                     plain.execute(sql).fetchall()
-                engine, raw = [], []
+                engine, raw, cpu = [], [], []
                 for _ in range(args.repeats):  # alternate, so both see the same machine
-                    start = time.perf_counter()
+                    start, used = time.perf_counter(), time.process_time()
                     private.query(sql, epsilon=1.0)
                     engine.append(time.perf_counter() - start)
+                    cpu.append(time.process_time() - used)
                     start = time.perf_counter()
                     plain.execute(sql).fetchall()
                     raw.append(time.perf_counter() - start)
                 e, p = statistics.median(engine) * 1000, statistics.median(raw) * 1000
-                rows.append(f"| {policy_name} | {name} | {p:.2f} | {e:.2f} | {e - p:.2f} |")
+                c = statistics.mean(cpu) * 1000
+                rows.append(f"| {policy_name} | {name} | {p:.2f} | {e:.2f} | {e - p:.2f} | "
+                            f"{c:.2f} |")
             if policy_name == "row_level":
                 post = [_post_row(private, name, sql, args.repeats) for name, sql in POST.items()]
             private.close()
             plain.close()
     print("### Fixed cost per query on a warm connection (10,000 rows)\n")
     print(f"Command: `python -m benchmarks.fixed_cost --repeats {args.repeats}`\n")
-    print("| policy | template | plain DuckDB ms | dpsql ms | dpsql - plain ms |")
-    print("|---|---|---:|---:|---:|")
+    print("| policy | template | plain DuckDB ms | dpsql ms | dpsql - plain ms | dpsql CPU ms |")
+    print("|---|---|---:|---:|---:|---:|")
     print("\n".join(rows))
-    print(f"\nMedians of {args.repeats} alternating runs; dpsql's time includes the durable sqlite charge.")
+    print(f"\nMedians of {args.repeats} alternating runs; dpsql's time includes the durable sqlite "
+          "charge; its CPU time (the mean of this process's, all threads) leaves out waits for the "
+          "disk and for other processes.")
     print("\nPost-processing one answer's noisy values (row_level), the two ways alternating:\n")
     print("| template | post-processing query (second DuckDB) ms | numpy (`direct`) ms |")
     print("|---|---:|---:|")
     print("\n".join(post))
+
+
+def _compare(other: Path, repeats: int, rounds: int) -> None:
+    """This checkout's and `other`'s fixed cost, alternating, each run a process of its own."""
+    here = Path(__file__).resolve().parent.parent
+    print(f"Command: `python -m benchmarks.fixed_cost --repeats {repeats} --compare {other} "
+          f"--rounds {rounds}`\n")
+    for round_ in range(1, rounds + 1):
+        for name, command in (("this checkout", ["-m", "benchmarks.fixed_cost"]),
+                              (f"--compare {other}", ["-c", IN_TREE, str(other)])):
+            load = os.getloadavg()[0]
+            out = subprocess.run([sys.executable, *command, "--repeats", str(repeats)],
+                                 capture_output=True, text=True, check=True, cwd=here).stdout
+            table = [line for line in out.splitlines()
+                     if line.startswith(("| policy", "|---|---|---:|---:|---:", "| row_level",
+                                         "| per_unit"))]
+            print(f"Round {round_}, {name} (load average {load:.1f} at its start):\n")
+            print("\n".join(table) + "\n")
 
 
 def _post_row(private: PrivateDatabase, name: str, sql: str, repeats: int) -> str:

@@ -7,6 +7,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,9 +19,10 @@ from .database import DEFAULT_ANALYST, ENGINES, PrivateDatabase
 from .errors import InputError, PolicyError
 from .policy_yaml import load_policy
 from .progress_bar import progress_bar
-from .report.build import build_report
-from .report.values import Report
-from .service.client import Service
+
+if TYPE_CHECKING:  # the report and the service client are imported by the calls that use them
+    from .report.values import Report
+    from .service.client import Service
 
 QUERY_FORMATS = click.Choice(["table", "json", "csv"])
 EXPLAIN_FORMATS = click.Choice(["table", "json"])
@@ -80,7 +82,7 @@ def _common(func, local: bool = True):
 @click.option("--yes", is_flag=True, help="Spend the epsilon --ci95 finds without asking.")
 def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, reuse, fmt, server,
           token, workload, ci95, yes, sql) -> None:
-    service = None if server is None else Service(server, token, _written_locally())
+    service = _service(server, token)
     asked = _asked("answer", sql, workload, ci95, db, engine, policy_path, ledger, epsilon, cost,
                    mode, analyst, fmt, service, confirm=not yes)
     if asked is None:
@@ -281,6 +283,7 @@ def history(ledger, analyst, ident, fmt) -> None:
 @click.option("--output", default=None, help="Write the report to this file instead of standard output.")
 @click.option("--plot", "plot_path", default=None, help="Also write the cumulative spend plot (.png).")
 def report_command(ledger, policy_path, analyst, fmt, output, plot_path) -> None:
+    from .report.build import build_report
     from .report.plot import plot_png
 
     if plot_path is not None and not plot_path.lower().endswith(".png"):
@@ -294,6 +297,15 @@ def report_command(ledger, policy_path, analyst, fmt, output, plot_path) -> None
         _write(output, text.encode("utf-8"))
     if plot_path is not None:
         _write(plot_path, plot_png(report))
+
+
+def _service(server: str | None, token: str | None) -> Service | None:
+    """The client of the service at `server` (None: answer locally)."""
+    if server is None:
+        return None
+    from .service.client import Service
+
+    return Service(server, token, _written_locally())
 
 
 def _render_report(report: Report, fmt: str, output: str | None) -> str:

@@ -204,7 +204,8 @@ class PrivateDatabase:
         analyst = self.analyst if analyst is None else check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
-        books = self.bookkeeper.books()
+        before = self.ledger.state()
+        books = self.bookkeeper.books(before)
         if self.reuse:  # priced only to know how accurate an answer is asked
             price = self.bookkeeper.price(prepared, books)
             stored = self._reusable(analyst, prepared, price)
@@ -213,14 +214,17 @@ class PrivateDatabase:
         # Admit on the ledger as it is before touching the data, so that an analyst
         # with no budget left cannot run queries on the data at all (their timing or a
         # cancellation would otherwise be free); the charge admits again under the write lock.
-        self.bookkeeper.admit(prepared, books, analyst)
+        admitted = self.bookkeeper.admit(prepared, books, analyst)
         key = reuse.entry(prepared, self.ledger.binding)
         exact = self._run(prepared, f"analyst {analyst!r}, query {sql!r}")
 
         def settle(state: LedgerState) -> tuple[Charge, QueryResult]:
-            price = self.bookkeeper.admit(prepared, self.bookkeeper.books(state), analyst)
+            # Priced again only if another charge or the owner changed the books meanwhile;
+            # the analyst's cap is always checked again, under the write lock.
+            settled = self.bookkeeper.settle(prepared, self.bookkeeper.books(state), analyst,
+                                             admitted if state == before else None)
+            price, largest, status = settled.price, settled.largest_epsilon, settled.status
             cal = price.calibration
-            largest, status = self.bookkeeper.charged_figures(prepared, price, analyst)
             mechanisms = self._preparer.mechanisms(plan, cal.epsilon_dp)
             infos = aggregate_infos(plan, mechanisms)
             try:

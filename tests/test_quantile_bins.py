@@ -11,7 +11,7 @@ import math
 import duckdb
 import numpy as np
 import pytest
-from dpsql.engine.aggregates.quantile import grid
+from dpsql.engine.aggregates.quantile import grid, within_one
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sql.bind import build_plan
@@ -112,3 +112,21 @@ def test_edges_that_rounding_merges_are_still_binned_by_the_definition():
     rows = [("a", v, 0) for v in values]
     (whole,), _ = _run(64, "SELECT MEDIAN(x) FROM t", rows, bounds)
     assert list(whole) == _expected(values, cut, *bounds)
+
+
+@pytest.mark.parametrize("bounds", [(-3.0, 7.3), (1e9, 1e9 + 1.0), (-1e-300, 1e-300),
+                                    (0.1, 0.7), (1e15 - 1.0, 1e15)])
+def test_the_branch_free_bin_is_used_only_where_the_guess_is_within_one_bin(bounds):
+    """Grids whose arithmetic guess is at most one bin off are binned by one comparison with
+    each edge of the guessed bin (no search in the SQL), others by the search; both give the
+    counts of the definition at, beside and between every edge."""
+    cut = grid(_operand("x", 64, bounds), 64)
+    near = within_one(cut.lower, cut.width, cut.bins)
+    assert near == (len(set(cut.edges)) == len(cut.edges) and bounds[0] != 1e15 - 1.0)
+    values = _values(cut.edges) + list(np.linspace(*bounds, 301))
+    rows = [("a", v, 0) for v in values]
+    sql = "SELECT MEDIAN(x) FROM t"
+    (whole,), plan = _run(64, sql, rows, bounds)
+    assert list(whole) == _expected(values, cut, *bounds)
+    searched = rewrite(plan).sql("duckdb").count('_row" < CAST(') >= 63  # a test per edge
+    assert searched != near

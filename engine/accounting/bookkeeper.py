@@ -15,6 +15,7 @@ from ...calibration.declared import DeclaredModel, model_calibration
 from ..errors import AccessDenied, BudgetExhausted, InputError
 from ..policy import Policy, ScopedEta
 from ..result import BudgetStatus
+from .analysts import AnalystAccount
 from .books import Books
 from .ledger import Ledger, LedgerState
 from .ledger_binding import LedgerBinding, binding_of
@@ -59,6 +60,17 @@ class Price:
         return self.level_after - self.level_before
 
 
+@dataclass(frozen=True)
+class Settled:
+    """A charge as the bookkeeper settles it: the admitted price, and once it is charged the
+    largest epsilon the query can still ask and the budget's status (both as admission sees
+    them for the analyst)."""
+
+    price: Price
+    largest_epsilon: float
+    status: BudgetStatus
+
+
 class Bookkeeper:
     """Prices, admits and reports on the budget of one policy's connection to a ledger."""
 
@@ -88,11 +100,21 @@ class Bookkeeper:
     def admit(self, query: Asked, books: Books, analyst: str) -> Price:
         """The answer's price, or BudgetExhausted unless every accountant admits it on top of
         the books and a registered analyst's cap admits it (AccessDenied: a revoked analyst)."""
-        price = self.price(query, books)
-        if not price.admissible:
-            self._refuse(query, price, books)
-        self._admit_analyst(query, price.calibration, analyst, books.accountants)
+        price = self._admitted(query, books)
+        self._admit_analyst(query, price.calibration, self.ledger.account(analyst),
+                            books.accountants)
         return price
+
+    def settle(self, query: Asked, books: Books, analyst: str,
+               price: Price | None = None) -> Settled:
+        """Inside a charge: admit the answer as `admit` does (`price`, when given, is its price
+        at these very books, computed before the run, so it is not computed again), reading the
+        analyst's account once, and give the figures once it is charged."""
+        price = self._admitted(query, books) if price is None else price
+        account = self.ledger.account(analyst)
+        self._admit_analyst(query, price.calibration, account, books.accountants)
+        largest, status = self._charged(query, price, account)
+        return Settled(price, largest, status)
 
     def largest_epsilon(self, query: Asked, books: Books) -> float:
         """The largest epsilon `query` can still ask at the books."""
@@ -104,7 +126,7 @@ class Bookkeeper:
         """For `analyst`, as admission sees them: whether the priced answer is admitted (every
         accountant and their cap), the largest epsilon `query` can still ask at the books and
         the budget's status (its largest epsilon also bounded by their cap)."""
-        own = self._own_books(analyst, books.accountants)
+        own = _own_books(self.ledger.account(analyst), books.accountants)
         status, largest = self.status(books), self.largest_epsilon(query, books)
         admissible = price.admissible
         if own is not None:
@@ -112,54 +134,66 @@ class Bookkeeper:
             admissible = admissible and own.admits(cal.epsilon_dp, query.columns, query.times)
             largest = min(largest, self.largest_epsilon(query, own))
             status = replace(status, largest_epsilon=min(status.largest_epsilon,
-                                                         self.status(own).largest_epsilon))
+                                                         self._largest_left(own)))
         return admissible, largest, status
 
-    def charged_figures(self, query: Asked, price: Price,
-                        analyst: str) -> tuple[float, BudgetStatus]:
-        """For `analyst`, once the priced answer is charged: the largest epsilon `query` can
-        still ask and the budget's status, bounded by their cap as admission bounds them."""
-        own = self._own_books(analyst, price.charged.accountants)
+    def _admitted(self, query: Asked, books: Books) -> Price:
+        """The answer's price at the books, or BudgetExhausted unless every accountant admits it."""
+        price = self.price(query, books)
+        if not price.admissible:
+            self._refuse(query, price, books)
+        return price
+
+    def _charged(self, query: Asked, price: Price,
+                 account: AnalystAccount | None) -> tuple[float, BudgetStatus]:
+        """For the analyst of `account` (as read in the charge), once the priced answer is
+        charged: the largest epsilon `query` can still ask and the budget's status, bounded by
+        their cap as admission bounds them."""
         charged = price.charged
-        status, largest = self.status(charged), self.largest_epsilon(query, charged)
+        own = _own_books(account, charged.accountants)
+        status = self.status(charged)
+        largest = status.largest_epsilon if self._asks_as_status(query) \
+            else self.largest_epsilon(query, charged)
         if own is not None:
             own = own.after(price.calibration.epsilon_dp, query.columns, query.times)
             largest = min(largest, self.largest_epsilon(query, own))
             status = replace(status, largest_epsilon=min(status.largest_epsilon,
-                                                         self.status(own).largest_epsilon))
+                                                         self._largest_left(own)))
         return largest, status
-
-    def _own_books(self, analyst: str,
-                   accountants: tuple[ScopedAccountant, ...]) -> Books | None:
-        """A capped analyst's own books with their cap as the budget (None: no cap); a revoked
-        analyst's books admit nothing."""
-        account = self.ledger.account(analyst)
-        if account is None:
-            return None
-        if account.analyst.revoked is not None:
-            return _capped(account.books, 0.0, accountants)
-        if account.analyst.cap is None:
-            return None
-        return _capped(account.books, account.analyst.cap, accountants)
 
     def status(self, books: Books) -> BudgetStatus:
         """What is spent and left, under the strictest of the accountants; what is left is for
         queries that read no column beyond those already read."""
-        spent, nothing = books.spent, frozenset[str]()
+        spent = books.spent
         now = [a.at(books.read, books.times) for a in books.accountants]
+        levels = [a.level(spent) for a in now]
         scope = self.accountant.scope(books.read)
         return BudgetStatus(
             total=min(a.budget for a in now),
-            spent_ip=max(a.level(spent) for a in now),
+            spent_ip=max(levels),
             spent_dp=spent,
-            remaining=max(0.0, min(a.budget - a.level(spent) for a in now)),
+            remaining=max(0.0, min(a.budget - level for a, level in zip(now, levels,
+                                                                         strict=True))),
             remaining_dp=max(0.0, min(a.dp_budget() - spent for a in now)),
-            largest_epsilon=min(books.largest_epsilon(self.policy.mode, nothing, answer)
-                                for answer in no_column_answers(self.policy.models,
-                                                                tuple(self.policy.tables),
-                                                                self.policy.prefer_model)),
+            largest_epsilon=self._largest_left(books),
             mode=self.policy.mode, eta=scope.eta, eta_from=scope.source,
         )
+
+    def _asks_as_status(self, query: Asked) -> bool:
+        """Whether the query's largest epsilon is the status's by definition: it reads no
+        column and no time point, under the policy's mode, and the status's is the mode's."""
+        return (not query.columns and query.times is None and query.declared is None
+                and query.mode == self.policy.mode and self._no_column_answers() == (None,))
+
+    def _no_column_answers(self) -> tuple[AnswerMap | None, ...]:
+        return no_column_answers(self.policy.models, tuple(self.policy.tables),
+                                 self.policy.prefer_model)
+
+    def _largest_left(self, books: Books) -> float:
+        """The status's largest epsilon: the least a query reading no column beyond those
+        already read can ask, over how such a query is calibrated on each table."""
+        return min(books.largest_epsilon(self.policy.mode, frozenset(), answer)
+                   for answer in self._no_column_answers())
 
     def cap_status(self, analyst: str) -> BudgetStatus | None:
         """A registered analyst's cap as a budget: the level of their own answers, what is left
@@ -232,14 +266,14 @@ class Bookkeeper:
             f"{price.level_after:.4g}, over the budget of {status.total:g}); {left}; nothing "
             "was charged", asked=asked, cost=price.cost, largest_epsilon=largest)
 
-    def _admit_analyst(self, query: Asked, cal: Calibration, analyst: str,
+    def _admit_analyst(self, query: Asked, cal: Calibration, account: AnalystAccount | None,
                        accountants: tuple[ScopedAccountant, ...]) -> None:
         """Refuse a revoked analyst, and raise BudgetExhausted unless a registered analyst's cap
         admits eps_dp: the cap bounds the level of their own answers, accounted like the whole
         transcript (the global budget stays the guarantee; analysts may collude)."""
-        account = self.ledger.account(analyst)
         if account is None:
             return
+        analyst = account.analyst.name
         if account.analyst.revoked is not None:
             raise AccessDenied(f"analyst {analyst!r} was revoked by the data owner at "
                                f"{account.analyst.revoked}; nothing was charged")
@@ -300,6 +334,19 @@ def _answer(query: Asked) -> tuple[AnswerMap | None, tuple[float, tuple[int, ...
     times = query.times or ()
     chain = None if declared.chain is None else (declared.cap, times)
     return (lambda model: lambda eps_dp: declared.answer_level(eps_dp, model, times)), chain
+
+
+def _own_books(account: AnalystAccount | None,
+               accountants: tuple[ScopedAccountant, ...]) -> Books | None:
+    """A capped analyst's own books with their cap as the budget (None: no cap); a revoked
+    analyst's books admit nothing."""
+    if account is None:
+        return None
+    if account.analyst.revoked is not None:
+        return _capped(account.books, 0.0, accountants)
+    if account.analyst.cap is None:
+        return None
+    return _capped(account.books, account.analyst.cap, accountants)
 
 
 def _capped(books: Books, cap: float, accountants: tuple[ScopedAccountant, ...]) -> Books:

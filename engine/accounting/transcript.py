@@ -23,6 +23,7 @@ spending): their level is min(L_mode, L_model), with the model's map counted onl
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,13 +71,8 @@ class Accountant:
         """L^-1(B): the most DP level the whole transcript may spend (0 if L cannot reach B).
         A chain's level depends on the spending per time point, not on S alone, so its model
         only widens the budget of a household model's transcript."""
-        total = inverse(self.budget, self.model, self.mode)
-        tight = inverse(self.budget, self.model, "tight")
-        for declared in self.exact:
-            if declared.chain is None:
-                total = max(total, capped_inverse(declared.level, self.budget, tight,
-                                                  declared.cap))
-        return total
+        return _dp_budget(self.budget, self.model, self.mode,
+                          tuple(m for m in self.exact if m.chain is None))
 
     def admits(self, spent_dp: float, new_dp: float) -> bool:
         """True if an answer of new_dp keeps the transcript level within the budget."""
@@ -101,6 +97,18 @@ class Accountant:
             return answer(room)
         return guarantee(self.mode if mode is None else mode, room,
                          self.model if query is None else query)
+
+
+@functools.lru_cache(maxsize=256)
+def _dp_budget(budget: float, model: DependenceModel, mode: str,
+               households: tuple[DeclaredModel, ...]) -> float:
+    """`Accountant.dp_budget`, a pure function of the budget, model, mode and household
+    models, kept per binding so a charge's admission and figures invert the map once."""
+    total = inverse(budget, model, mode)
+    tight = inverse(budget, model, "tight")
+    for declared in households:
+        total = max(total, capped_inverse(declared.level, budget, tight, declared.cap))
+    return total
 
 
 def inverse(level: float, model: DependenceModel, mode: str) -> float:

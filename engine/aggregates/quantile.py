@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -110,6 +112,7 @@ class Histogram(Measured):
         edges. Either way a bin is returned only if it is the bin of the definition."""
         cut = grid(_operand(operand), self.bins)
         last = float(cut.bins - 1)
+        known = exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
 
         def edge(i: exp.Expr) -> exp.Expr:
             return exp.Paren(this=exp.Add(this=_double(cut.lower), expression=exp.Mul(
@@ -125,6 +128,14 @@ class Histogram(Measured):
 
         before = exp.Sub(this=guess.copy(), expression=_double(1.0))
         after = exp.Add(this=guess.copy(), expression=_double(1.0))
+        if within_one(cut.lower, cut.width, cut.bins):  # the guess moved by at most one bin,
+            down = exp.and_(exp.GT(this=guess.copy(), expression=_double(0.0)),  # branch-free
+                            exp.LT(this=row.copy(), expression=edge(guess.copy())), copy=False)
+            up = exp.and_(exp.LT(this=guess.copy(), expression=_double(last)),
+                          exp.GTE(this=row.copy(), expression=edge(after.copy())), copy=False)
+            moved = exp.Add(this=exp.Sub(this=guess.copy(), expression=exp.cast(
+                exp.Paren(this=down), "DOUBLE")), expression=exp.cast(exp.Paren(this=up), "DOUBLE"))
+            return exp.Case(ifs=[exp.If(this=known, true=moved)])
         found = exp.Case(ifs=[
             exp.If(this=holds(guess), true=guess.copy()),
             exp.If(this=exp.and_(exp.GT(this=guess.copy(), expression=_double(0.0)),
@@ -132,7 +143,6 @@ class Histogram(Measured):
             exp.If(this=exp.and_(exp.LT(this=guess.copy(), expression=_double(last)),
                                  holds(after), copy=False), true=after.copy()),
         ], default=self._search(cut, row))
-        known = exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
         return exp.Case(ifs=[exp.If(this=known, true=found)])
 
     @staticmethod
@@ -148,6 +158,47 @@ class Histogram(Measured):
                                         true=search(first, middle - 1))],
                             default=search(middle, last))
         return search(0, cut.bins - 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def within_one(lower: float, width: float, bins: int) -> bool:
+    """Whether, for every double v, the bin `guess_sql` computes (floor((v - lower) / width)
+    within 0..bins-1) is at most one bin from v's bin by the definition (the count of the edges
+    lower + width * i, i = 1..bins-1 in doubles, at most v); `bin_sql` then moves the guess by
+    one comparison with each of its bin's edges, with no search. Both are non-decreasing step
+    functions of v, so this holds exactly when the guess reaches each bin j + 1 no sooner than
+    edge j and edge j + 1 no sooner than the guess reaches bin j: checked at the smallest double
+    where the guess reaches each bin (a bisection over the doubles in order). A function of the
+    policy's grid alone."""
+    last = bins - 1
+    edges = [lower + width * float(i) for i in range(bins)]
+
+    def guess(v: float) -> float:  # as DuckDB computes it (FLOOR keeps an infinity)
+        ratio = (v - lower) / width
+        return min(max(math.floor(ratio) if math.isfinite(ratio) else ratio, 0.0), float(last))
+
+    def first(j: int) -> float:  # the smallest double whose guess is at least j (1 <= j <= last)
+        low, high = _order(-sys.float_info.max), _order(sys.float_info.max)
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if guess(_double_at(middle)) >= j else (middle + 1, high)
+        return _double_at(low)
+
+    reach = {j: first(j) for j in range(1, last + 1)}
+    return all(reach[j + 1] >= edges[j] and edges[j + 1] >= reach[j] for j in range(1, last))
+
+
+def _order(value: float) -> int:
+    """The double's place among all doubles, as an integer (0.0 and -0.0 both at 0)."""
+    (bits,) = struct.unpack("<q", struct.pack("<d", value))
+    return bits if bits >= 0 else -(bits & 0x7FFFFFFFFFFFFFFF)
+
+
+def _double_at(place: int) -> float:
+    """The double at `place` (the inverse of `_order`)."""
+    bits = place if place >= 0 else (-place) | -0x8000000000000000
+    (value,) = struct.unpack("<d", struct.pack("<q", bits))
+    return value
 
 
 def _double(value: float) -> exp.Expr:
