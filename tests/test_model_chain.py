@@ -20,7 +20,8 @@ from dpsql.calibration.inversion import invert
 from dpsql.calibration.model_maps import chain_level
 from dpsql.calibration.model_markov import chain_eta
 from dpsql.engine import PrivateDatabase
-from dpsql.engine.accounting.ledger import SCHEMA_VERSION, Ledger
+from dpsql.engine.accounting.ledger import Ledger
+from dpsql.engine.accounting.ledger_schema import SCHEMA_VERSION
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.policy_yaml import parse_policy
 
@@ -207,7 +208,7 @@ V4_CHARGES = """CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, time
 
 
 def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_path) -> None:
-    """A ledger as version 4 wrote it (no time points, no models) migrates in place to 5; its
+    """A ledger as version 4 wrote it (no time points, no models) migrates in place to 6; its
     past charges read no single time point, so a chain never covers them."""
     plain = policy([]) | {"dependence": {"k": DAYS, "eta": 0.9}}
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(plain))
@@ -234,7 +235,7 @@ def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_
     with contextlib.closing(sqlite3.connect(path)) as conn:
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         columns = [row[1] for row in conn.execute("PRAGMA table_info(charges)")]
-    assert version == (SCHEMA_VERSION,) == ("5",) and columns[-1] == "times"
+    assert version == (SCHEMA_VERSION,) == ("6",) and columns[-1] == "times"
 
 
 @pytest.mark.parametrize("change,message", [
