@@ -148,8 +148,9 @@ def test_chain_answers_are_charged_per_time_point_and_survive_a_restart(setup) -
 
 def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
     """A chain answer's own largest epsilon (its time points, by bisection) is explain's for
-    the same query next; the status's is that of a query reading no column, which no chain
-    covers (it reads no time point), so the tight map re-prices the transcript for it."""
+    the same query next; the status's is that of a query reading no column, calibrated by the
+    mode (it reads no time point) and admitted through the chain's capped map (§28): its
+    admission threshold."""
     with connect(setup) as db:
         answers = [db.query(GROUPED, epsilon=0.8), db.query(PINNED, epsilon=0.5)]
         for result in answers:
@@ -159,7 +160,9 @@ def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
         star = db.explain("SELECT COUNT(*) FROM readings", epsilon=0.1)
         assert star.mode == "tight"
         assert db.budget().largest_epsilon == pytest.approx(star.largest_epsilon, rel=1e-12, abs=1e-12)
-        assert answers[1].largest_epsilon > db.budget().largest_epsilon
+        figure = db.budget().largest_epsilon
+        assert db.explain("SELECT COUNT(*) FROM readings", epsilon=figure * (1 - 1e-6)).admissible
+        assert not db.explain("SELECT COUNT(*) FROM readings", epsilon=figure * 1.001).admissible
         assert db.explain(PINNED, epsilon=answers[1].largest_epsilon * (1 - 1e-5)).admissible
         assert not db.explain(PINNED, epsilon=answers[1].largest_epsilon * 1.01).admissible
 
