@@ -154,8 +154,8 @@ def dataset(case: Case, side: tuple[Row, ...], folder: Path) -> tuple[Path, Path
     return _write(folder / "people.duckdb", rows), folder / "policy.yaml"
 
 
-def _releases(private: PrivateDatabase, case: Case, n: int) -> tuple[np.ndarray, str | None]:
-    """n answers as a matrix (one row per answer), and what the ledger got wrong: each answer
+def _releases(private: PrivateDatabase, case: Case, n: int) -> tuple[list[np.ndarray], str | None]:
+    """n answers (each its numeric cells in order), and what the ledger got wrong: each answer
     must be charged its stated epsilon_dp and kept in the history."""
     before = private.budget().spent_dp
     stated = 0.0
@@ -170,7 +170,25 @@ def _releases(private: PrivateDatabase, case: Case, n: int) -> tuple[np.ndarray,
         problem = f"charged {spent:.6g} for answers stating {stated:.6g}"
     elif len(private.ledger.history(private.analyst)) < n:
         problem = "answers missing from the history"
-    return np.nan_to_num(np.array(out), nan=-1e12), problem
+    return out, problem
+
+
+def as_matrices(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides' answers as matrices of one width: answers of fewer cells are padded with a
+    value far below any answer and, when the number of cells varies, it is a released column of
+    its own (the answer's shape is part of what is released)."""
+    width = max(len(x) for x in (*a, *b))
+    shaped = len({len(x) for x in (*a, *b)}) > 1
+
+    def matrix(rows: list[np.ndarray]) -> np.ndarray:
+        padded = np.full((len(rows), width + shaped), -1e12)
+        for i, row in enumerate(rows):
+            padded[i, :len(row)] = np.nan_to_num(row, nan=-1e12)
+            if shaped:
+                padded[i, width] = len(row)
+        return padded
+
+    return matrix(a), matrix(b)
 
 
 def with_derived(values: np.ndarray) -> np.ndarray:
@@ -198,9 +216,8 @@ def audit(case: Case, n: int, alpha: float, root: Path | None = None) -> Verdict
                 released, problem = _releases(private, case, n)
             samples.append(released)
             problems.append(problem)
-    width = samples[0].shape[1]
-    bound, events = loss_lower_bound(with_derived(samples[0]), with_derived(samples[1]), alpha,
-                                     width)
+    a, b = as_matrices(*samples)
+    bound, events = loss_lower_bound(with_derived(a), with_derived(b), alpha, a.shape[1])
     accounting = next((p for p in problems if p is not None), None)
     return Verdict(case, bound, bound > case.epsilon or accounting is not None, accounting,
                    2 * n, time.perf_counter() - started, events)

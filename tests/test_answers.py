@@ -149,7 +149,7 @@ def test_a_version_2_ledger_is_migrated_in_place_and_keeps_its_spending(setup, c
     with contextlib.closing(sqlite3.connect(setup.ledger)) as conn:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         bindings = conn.execute("SELECT budget, k, eta, mode FROM bindings").fetchall()
-    assert meta["schema_version"] == "5" and meta["mode"] == "auto"
+    assert meta["schema_version"] == "6" and meta["mode"] == "auto"
     assert bindings == [(1000.0, 1, 0.0, "auto")]
     assert _charges(setup.ledger)[:3] == [(1, 0.5), (2, 0.5), (3, 0.5)]
     code, _, err = _history(capsys, setup, "--id", "1")
@@ -159,11 +159,12 @@ def test_a_version_2_ledger_is_migrated_in_place_and_keeps_its_spending(setup, c
 def test_a_failed_migration_changes_nothing(setup, monkeypatch):
     """The migration is one transaction: if it fails midway the ledger stays version 2."""
     from dpsql.engine.accounting import ledger as ledger_module
+    from dpsql.engine.accounting import ledger_schema
 
     setup.ledger.unlink()
     _v2_ledger(setup.ledger, charges=2)
-    broken = (*ledger_module._MIGRATE_2_TO_3[:2], "THIS IS NOT SQL")
-    monkeypatch.setitem(ledger_module._MIGRATIONS, "2", broken)
+    broken = (*ledger_schema._MIGRATE_2_TO_3[:2], "THIS IS NOT SQL")
+    monkeypatch.setitem(ledger_schema.MIGRATIONS, "2", broken)
     with pytest.raises(DpsqlError):
         ledger_module.Ledger(setup.ledger, LedgerBinding(1000.0, 1, 0.0))
     with contextlib.closing(sqlite3.connect(setup.ledger)) as conn:

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from tests.support import create_ledger
 from tests.test_model_chain import GROUPED, PINNED, policy, write_readings
 
-QUERIES = (GROUPED, PINNED, 'SELECT COUNT(*) FROM readings WHERE "on"')
+NO_COLUMN = "SELECT COUNT(*) FROM readings"
+QUERIES = (GROUPED, PINNED, 'SELECT COUNT(*) FROM readings WHERE "on"', NO_COLUMN)
 
 
 def make(root: Path, caps: dict[str, float | None], budget: float = 3.0) -> Path:
@@ -82,6 +83,24 @@ def test_a_tight_chain_answer_shows_what_admission_admits(tmp_path) -> None:
         assert db.explain(PINNED, epsilon=0.5, mode="tight").largest_epsilon == pytest.approx(f)
         assert db.explain(PINNED, epsilon=f * (1 - 1e-6), mode="tight").admissible
         assert not db.explain(PINNED, epsilon=f * 1.001, mode="tight").admissible
+
+
+def test_a_query_reading_no_column_shows_what_the_chain_admits(tmp_path) -> None:
+    """Under a chain policy with budget 1, COUNT(*) (no column read: its level under the model
+    is 0, docs/theory.md §19) is admitted at epsilon 10 through the chain's capped map; the
+    figure shown is that threshold (before: 1, the mode's alone), before and after answers."""
+    root = make(tmp_path, {}, budget=1.0)
+    with connect(root, "analyst") as db:
+        for ask in (None, PINNED, NO_COLUMN):
+            if ask is not None:
+                db.query(ask, epsilon=0.2)
+            f = db.explain(NO_COLUMN, epsilon=0.1).largest_epsilon
+            assert f is not None and f > (9.0 if ask is None else 0.0)
+            assert db.budget().largest_epsilon == pytest.approx(f, rel=1e-9)
+            assert not db.explain(NO_COLUMN, epsilon=f * 1.001).admissible
+            assert db.explain(NO_COLUMN, epsilon=f * (1 - 1e-6)).admissible
+        assert not admitted(db, NO_COLUMN, f * 1.001, None)
+        assert admitted(db, NO_COLUMN, f * (1 - 1e-6), None)
 
 
 asks = st.lists(st.tuples(st.sampled_from(["alice", "bob", "carol"]),

@@ -9,6 +9,7 @@ import sqlite3
 
 import pytest
 from dpsql.engine import PrivateDatabase
+from dpsql.engine.accounting.ledger_schema import SCHEMA_VERSION
 from dpsql.engine.errors import LedgerError
 
 from tests.support import run_cli
@@ -136,3 +137,56 @@ def test_a_kept_head_finds_deleted_last_records_and_a_rewritten_chain(capsys, ch
     code, out, _ = run_cli(capsys, "ledger", "verify", "--ledger", str(charged.ledger),
                            "--kept", kept)
     assert code == 2 and "last records were deleted" in out, out
+
+
+def _as_version_5(ledger, *statements: tuple[str, list]) -> None:
+    """The ledger as a dpsql of schema version 5 left it (links made by the release that
+    chained it, version 5 still in its meta), with `statements` applied."""
+    _edit(ledger, ("UPDATE meta SET value = '5' WHERE key = 'schema_version'", []), *statements)
+
+
+def _version(ledger) -> str:
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        return conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+
+
+def test_a_chained_version_5_ledger_migrates_in_place_keeping_its_links(capsys, charged):
+    _, before = _verify(capsys, charged.ledger)
+    _as_version_5(charged.ledger)
+    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger) as db:
+        assert db.budget().spent_dp > 0
+    assert _version(charged.ledger) == SCHEMA_VERSION == "6"
+    code, after = _verify(capsys, charged.ledger)
+    assert code == 0 and after == before, "its links were kept, not remade"
+
+
+def test_charges_an_older_release_appended_without_links_are_linked_by_the_migration(capsys,
+                                                                                      charged):
+    """A version 5 dpsql without the chain charged the ledger after it was chained: the
+    migration checks the linked records and links the rest."""
+    _as_version_5(charged.ledger, ("DELETE FROM links WHERE id >= 3", []))
+    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger) as db:
+        db.query(QUERIES[0], epsilon=0.5)
+    code, line = _verify(capsys, charged.ledger)
+    assert code == 0 and f"{len(QUERIES) + 1} records verified" in line, line
+
+
+def test_a_version_5_ledger_with_an_edited_linked_record_is_refused(charged):
+    _as_version_5(charged.ledger, ("DELETE FROM links WHERE id = 4", []),
+                  ("UPDATE charges SET epsilon_dp = epsilon_dp / 2 WHERE id = 2", []))
+    with pytest.raises(LedgerError, match="record 2: its link does not match"):
+        PrivateDatabase.connect(charged.db, charged.policy, charged.ledger)
+    assert _version(charged.ledger) == "5", "the refused migration changed nothing"
+
+
+def test_a_release_of_schema_version_5_refuses_a_version_6_ledger(charged, monkeypatch):
+    """A dpsql of version 5 opened only version 5 ledgers (and migrated 2 to 4): given a
+    chained ledger it refuses rather than charge it without a link."""
+    from dpsql.engine.accounting import ledger as ledger_module
+    from dpsql.engine.accounting import ledger_schema
+
+    monkeypatch.setattr(ledger_module, "SCHEMA_VERSION", "5")
+    monkeypatch.delitem(ledger_schema.MIGRATIONS, "5")
+    with pytest.raises(LedgerError, match="not a dpsql ledger of schema version 5 .*schema "
+                                          "version 6"):
+        PrivateDatabase.connect(charged.db, charged.policy, charged.ledger)

@@ -106,6 +106,7 @@ def _as_version_5(path: Path, sequence: list) -> None:
         conn.execute("DROP TABLE links")  # version 5 predates the hash chain
         conn.execute(V5_CHARGES)
         conn.execute("DELETE FROM meta WHERE key = 'totals'")
+        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
         for i, (analyst, eps_dp, cols, points) in enumerate(sequence):
             conn.execute(
                 "INSERT INTO charges (time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, "

@@ -20,7 +20,8 @@ from dpsql.calibration.inversion import invert
 from dpsql.calibration.model_maps import chain_level
 from dpsql.calibration.model_markov import chain_eta
 from dpsql.engine import PrivateDatabase
-from dpsql.engine.accounting.ledger import SCHEMA_VERSION, Ledger
+from dpsql.engine.accounting.ledger import Ledger
+from dpsql.engine.accounting.ledger_schema import SCHEMA_VERSION
 from dpsql.engine.errors import InputError, PolicyError
 from dpsql.engine.policy_yaml import parse_policy
 
@@ -147,8 +148,9 @@ def test_chain_answers_are_charged_per_time_point_and_survive_a_restart(setup) -
 
 def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
     """A chain answer's own largest epsilon (its time points, by bisection) is explain's for
-    the same query next; the status's is that of a query reading no column, which no chain
-    covers (it reads no time point), so the tight map re-prices the transcript for it."""
+    the same query next; the status's is that of a query reading no column, calibrated by the
+    mode (it reads no time point) and admitted through the chain's capped map (§28): its
+    admission threshold."""
     with connect(setup) as db:
         answers = [db.query(GROUPED, epsilon=0.8), db.query(PINNED, epsilon=0.5)]
         for result in answers:
@@ -158,7 +160,9 @@ def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
         star = db.explain("SELECT COUNT(*) FROM readings", epsilon=0.1)
         assert star.mode == "tight"
         assert db.budget().largest_epsilon == pytest.approx(star.largest_epsilon, rel=1e-12, abs=1e-12)
-        assert answers[1].largest_epsilon > db.budget().largest_epsilon
+        figure = db.budget().largest_epsilon
+        assert db.explain("SELECT COUNT(*) FROM readings", epsilon=figure * (1 - 1e-6)).admissible
+        assert not db.explain("SELECT COUNT(*) FROM readings", epsilon=figure * 1.001).admissible
         assert db.explain(PINNED, epsilon=answers[1].largest_epsilon * (1 - 1e-5)).admissible
         assert not db.explain(PINNED, epsilon=answers[1].largest_epsilon * 1.01).admissible
 
@@ -207,7 +211,7 @@ V4_CHARGES = """CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, time
 
 
 def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_path) -> None:
-    """A ledger as version 4 wrote it (no time points, no models) migrates in place to 5; its
+    """A ledger as version 4 wrote it (no time points, no models) migrates in place to 6; its
     past charges read no single time point, so a chain never covers them."""
     plain = policy([]) | {"dependence": {"k": DAYS, "eta": 0.9}}
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(plain))
@@ -234,7 +238,7 @@ def test_a_version_4_ledger_is_migrated_and_its_charges_have_no_time_points(tmp_
     with contextlib.closing(sqlite3.connect(path)) as conn:
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         columns = [row[1] for row in conn.execute("PRAGMA table_info(charges)")]
-    assert version == (SCHEMA_VERSION,) == ("5",) and columns[-1] == "times"
+    assert version == (SCHEMA_VERSION,) == ("6",) and columns[-1] == "times"
 
 
 @pytest.mark.parametrize("change,message", [

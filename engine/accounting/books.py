@@ -73,7 +73,9 @@ class Books:
             return 0.0 if room <= 0.0 else min(answer(a.model(columns))(room)
                                                 for a in self.accountants)
         spend = self.after(0.0, columns, times).times  # None if this answer leaves a chain's
-        if spend is not None and columns:  # counted per time point: admission's, by bisection
+        chained = spend is not None and any(m.chain is not None for a in self.accountants
+                                            for m in a.at(after, spend).exact)
+        if spend is not None and (columns or chained):  # per time point: admission's, bisected
             room = self._room(columns, times)
             return min(guarantee(mode, room, a.model(columns)) if answer is None
                        else answer(a.model(columns))(room) for a in self.accountants) \

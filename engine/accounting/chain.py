@@ -82,6 +82,26 @@ def relink(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO links (id, link) VALUES (?, ?)", [row[0], previous])
 
 
+def extend(conn: sqlite3.Connection, path: object) -> None:
+    """Link the charges an older dpsql appended, without links, after the last linked one (inside
+    the caller's transaction), once the linked records verify; a bad linked record is refused.
+    A ledger with no links at all is chained afresh."""
+    if not _has_links(conn):
+        relink(conn)
+        return
+    report = verify(conn)
+    last = conn.execute("SELECT MAX(id) FROM links").fetchone()[0]
+    if report.problem is None:
+        return
+    if report.bad_id is None or last is None or report.bad_id <= last or not report.problem.startswith(
+            "has no link"):
+        raise LedgerError(f"ledger {path}, record {report.bad_id}: {report.problem}; restore it "
+                          "from a backup (dpsql ledger verify names the first bad record)")
+    for (ident,) in conn.execute("SELECT id FROM charges WHERE id > ? ORDER BY id",
+                                 [last]).fetchall():
+        append(conn, ident)
+
+
 def append(conn: sqlite3.Connection, ident: int) -> None:
     """Link the charge `ident` just inserted (inside its own transaction) to the last link."""
     last = conn.execute("SELECT link FROM links WHERE id < ? ORDER BY id DESC LIMIT 1",

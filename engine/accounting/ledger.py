@@ -20,13 +20,13 @@ Each charge stores the answer it released (the JSON form of the result, in its o
 a client that lost an answer can fetch it again without a second charge or fresh noise. Each charge also
 records the columns its answer read, since the transcript's level depends on their union
 (column-scoped eta, docs/theory.md §11), and a chain answer the time points it read (a declared
-Markov chain accounts per time point, §14). Ledgers of schema versions 2 to 4 are migrated in
-place, in one transaction (past charges read every column, at no single time point).
+Markov chain accounts per time point, §14). Older ledgers (schema versions 2 to 5) are migrated
+in place, in one transaction (`ledger_schema.py`: past charges read every column, at no single
+time point).
 
 What the accountant reads (the spending, the columns read, the spending per time point, in
 total and per analyst) is kept as running totals in each charge's own transaction
-(`totals.py`), so a query costs the same however many answers the ledger holds. A version 5
-ledger without them is migrated in place on open, with its answers moved to their own table.
+(`totals.py`), so a query costs the same however many answers the ledger holds.
 
 Analysts live in `analysts.py`, the answer index in `reuse_index.py`, the hash chain in `chain.py`.
 """
@@ -45,59 +45,15 @@ from typing import TypeVar
 
 from ..errors import EngineHalted, LedgerError
 from ..result import AggregateRecord, AnswerCost, HistoryEntry
-from . import chain, reuse_index
+from . import chain, ledger_schema, reuse_index
 from . import totals as ledger_totals
 from .analysts import AnalystsTable, now
 from .books import Books
-from .ledger_binding import LEGACY_MODE, LedgerBinding, binding_from_meta, binding_meta
+from .ledger_binding import LedgerBinding, binding_from_meta, binding_meta
+from .ledger_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES
 from .totals import write_points
 
-SCHEMA_VERSION = "5"
 HALT_ATTEMPTS = 5  # busy timeouts (60 s each) a halt waits for a locked ledger
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE charges (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time TEXT NOT NULL,
-    analyst TEXT NOT NULL,
-    sql TEXT NOT NULL,
-    epsilon REAL NOT NULL,
-    epsilon_dp REAL NOT NULL CHECK (epsilon_dp >= 0),
-    mode TEXT NOT NULL,
-    k INTEGER NOT NULL,
-    eta REAL NOT NULL,
-    aggregates TEXT NOT NULL,
-    columns TEXT,
-    times TEXT
-);
-CREATE TABLE bindings (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time TEXT NOT NULL,
-    budget REAL NOT NULL,
-    k INTEGER NOT NULL,
-    eta REAL NOT NULL,
-    mode TEXT NOT NULL DEFAULT 'auto',
-    eta_by_columns TEXT NOT NULL DEFAULT ''
-);
-"""
-_MIGRATE_2_TO_3 = (
-    "ALTER TABLE charges ADD COLUMN answer TEXT",
-    "ALTER TABLE bindings ADD COLUMN mode TEXT NOT NULL DEFAULT 'auto'",
-    f"INSERT OR IGNORE INTO meta (key, value) VALUES ('mode', '{LEGACY_MODE}')",
-    "UPDATE meta SET value = '3' WHERE key = 'schema_version'",
-)
-_MIGRATE_3_TO_4 = (
-    "ALTER TABLE charges ADD COLUMN columns TEXT",
-    "ALTER TABLE bindings ADD COLUMN eta_by_columns TEXT NOT NULL DEFAULT ''",
-    "UPDATE meta SET value = '4' WHERE key = 'schema_version'",
-)
-_MIGRATE_4_TO_5 = (
-    "ALTER TABLE charges ADD COLUMN times TEXT",
-    "UPDATE meta SET value = '5' WHERE key = 'schema_version'",
-)
-_MIGRATIONS = {"2": _MIGRATE_2_TO_3 + _MIGRATE_3_TO_4 + _MIGRATE_4_TO_5,
-               "3": _MIGRATE_3_TO_4 + _MIGRATE_4_TO_5, "4": _MIGRATE_4_TO_5}
-_TABLES = {"meta", "charges", "bindings"}
 T = TypeVar("T")
 
 
@@ -191,7 +147,7 @@ class Ledger(AnalystsTable):
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("BEGIN IMMEDIATE")
-                for statement in _SCHEMA.strip().split(";"):
+                for statement in SCHEMA.strip().split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 for statement in ledger_totals.STORAGE:
@@ -236,13 +192,12 @@ class Ledger(AnalystsTable):
             raise LedgerError(f"ledger {self.path} is corrupted ({problems[0][0]}); restore it "
                               "from a backup: its recorded spending cannot be trusted")
         version = self._version(tables)
-        if _TABLES <= tables and (version in _MIGRATIONS or (
-                version == SCHEMA_VERSION and not ledger_totals.STORAGE_TABLES <= tables)):
+        if TABLES <= tables and version in MIGRATIONS:
             self._migrate()
             version = self._version(tables)
             tables = {row[0] for row in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-        if not _TABLES | ledger_totals.STORAGE_TABLES <= tables or version != SCHEMA_VERSION:
+        if not TABLES | ledger_totals.STORAGE_TABLES <= tables or version != SCHEMA_VERSION:
             raise LedgerError(f"{self.path} is not a dpsql ledger of schema version "
                               f"{SCHEMA_VERSION} (found tables: {', '.join(sorted(tables))}, "
                               f"schema version {version})")
@@ -259,24 +214,12 @@ class Ledger(AnalystsTable):
             "schema_version")
 
     def _migrate(self) -> None:
-        """Bring a version 2 to 4 ledger to version 5 in one transaction: version 3 added the
-        stored answers (none for past charges) and the binding's mode (auto, what version 2 used);
-        version 4 the columns each answer read (every column, for past charges) and the
-        binding's eta per column set; version 5 each chain answer's time points (none for past
-        charges). Then the answers move to their own table, the running totals and the hash
-        chain are computed from the charges. Concurrent openers are serialised."""
+        """Bring an older ledger to this schema in one transaction (`ledger_schema.migrate`);
+        concurrent openers are serialised, the second finds it done."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            version = self._version({"meta"})
-            if version in _MIGRATIONS:
-                for statement in _MIGRATIONS[version]:
-                    conn.execute(statement)
-            totals = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
-                                  "'totals'").fetchone()
-            if version in _MIGRATIONS or totals is None:
-                ledger_totals.migrate(conn, self.path)
-                chain.relink(conn)  # links made before the migration cover other rows
+            ledger_schema.migrate(conn, self.path)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

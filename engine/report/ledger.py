@@ -15,14 +15,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ...calibration import MODE_CHOICES
-from ..accounting.ledger import SCHEMA_VERSION, open_read_only
+from ..accounting.ledger import open_read_only
 from ..accounting.ledger_binding import LEGACY_MODE, LedgerBinding
+from ..accounting.ledger_schema import SCHEMA_VERSION
 from ..accounting.totals import read_points
 from ..errors import LedgerError
 from ..policy import declarations_from_json, shared_from_json
 from ..result import AggregateRecord, AnswerCost
 
-READABLE_VERSIONS = ("2", "3", "4", SCHEMA_VERSION)
+READABLE_VERSIONS = ("2", "3", "4", "5", SCHEMA_VERSION)
 """Reports read older ledgers as they are (a report never migrates): version 2 accounted with
 auto, and answers before version 4 are read as having read every column."""
 
@@ -59,8 +60,8 @@ def read_ledger(path: str | Path) -> LedgerSnapshot:
         if not {"meta", "charges"} <= tables:
             raise LedgerError(f"{path} is not a dpsql ledger: it has no meta and charges tables")
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        columns = "columns" if meta.get("schema_version") in ("4", SCHEMA_VERSION) else "NULL"
-        times = "times" if meta.get("schema_version") == SCHEMA_VERSION else "NULL"
+        columns = "columns" if meta.get("schema_version") in ("4", "5", SCHEMA_VERSION) else "NULL"
+        times = "times" if meta.get("schema_version") in ("5", SCHEMA_VERSION) else "NULL"
         rows = conn.execute(
             "SELECT id, time, analyst, sql, epsilon, epsilon_dp, mode, k, eta, aggregates, "
             f"{columns}, {times} FROM charges ORDER BY id"
