@@ -141,7 +141,7 @@ def test_a_workload_is_charged_once_at_its_epsilon_and_its_answers_are_consisten
     state, sick, both, ca_ny, mean = result.answers
     assert [a.answered for a in result.answers[:4]] == ["least squares from the workload's "
                                                         "strategy"] * 4
-    assert mean.answered == "alone: it is not one COUNT(*)"
+    assert mean.answered == "alone: it is not one COUNT(*) or one SUM of a column"
     cells = {(r.state, r.sick): r.n for r in both.df.itertuples()}
     for r in state.df.itertuples():  # marginals sum to the same totals
         assert r.n == pytest.approx(cells[(r.state, False)] + cells[(r.state, True)])
