@@ -136,7 +136,7 @@ def explain_many(db: Database, statements: list[str], epsilon: float | None = No
         errors.append(QueryError(member.sql, _answered(member), mine,
                                  _rmse(alone.mechanisms)))
     return WorkloadExplanation(
-        strategy=_strategy_text(work), candidates=work.compared,
+        strategy=_strategy_text(work), candidates=_candidates(work),
         sensitivity=work.sensitivity, errors=tuple(errors), epsilon=cal.epsilon,
         epsilon_dp=cal.epsilon_dp, mode=cal.mode,
         k=db.policy.k, eta=combined.scope.eta, level_before=price.level_before,
@@ -227,6 +227,14 @@ def _strategy_text(work: WorkloadPlan) -> str:
         if [g.label for g in work.groups] != ["COUNT(*)"] else
         f"{g.solved.name}: {g.solved.detail} (L1 norm {g.solved.l1:.4g})"
         for g in work.groups)
+
+
+def _candidates(work: WorkloadPlan) -> tuple[tuple[str, float], ...]:
+    """Every group's candidate strategies and their per-cell RMSE at scale 1, named after
+    their group when the workload has SUMs."""
+    named = [g.label for g in work.groups] != ["COUNT(*)"]
+    return tuple((f"{g.label} {name}" if named else name, rmse)
+                 for g in work.groups for name, rmse in g.compared)
 
 
 def _answered(member: Member) -> str:

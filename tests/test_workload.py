@@ -282,7 +282,7 @@ def test_the_command_line_answers_and_explains_a_workload_file(capsys, setup, tm
     payload = json.loads(out)
     assert [a["columns"] for a in payload["answers"]] == [["state", "n"], ["sick", "n"],
                                                           ["state", "sick", "n"], ["n"], ["mean"]]
-    assert payload["answers"][4]["answered"] == "alone: it is not one COUNT(*)"
+    assert payload["answers"][4]["answered"] == "alone: it is not one COUNT(*) or one SUM of a column"
     assert payload["epsilon"] == 1.0 and payload["budget"]["spent_dp"] == pytest.approx(1.0)
     code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
                            str(path))

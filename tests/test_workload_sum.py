@@ -89,6 +89,8 @@ def test_explain_shows_the_sums_expected_errors_against_asking_separately(people
         for sql in INCOME:  # three SUMs of income measured together beat a sixth each alone
             assert errors[sql].rmse_workload < errors[sql].rmse_separate
         assert 'SUM("income")' in explained.strategy and explained.cost == pytest.approx(0.9)
+        labels = {name.rsplit(" ", 1)[0] for name, _ in explained.candidates}
+        assert {"COUNT(*)", 'SUM("income") weighted', 'SUM("age")'} <= labels
 
 
 @pytest.mark.slow
