@@ -127,3 +127,16 @@ def test_the_intervals_of_workload_sums_cover_and_explain_predicts_their_error(p
                          * runs)
     assert abs(total / counted) <= 0.1 * promised
     assert math.sqrt(squares / counted) == pytest.approx(promised, rel=0.08)
+
+
+def test_a_workload_with_sums_asked_by_accuracy_meets_it_on_every_cell(people):
+    folder, data = people
+    statements = MIXED[:4]  # the counts by state and the income SUMs, whose cells are widest
+    with _open(folder, data) as db:
+        result = db.query_many(statements, accuracy=20_000.0)
+        widest = max(float(a.ci95.iloc[:, -1].max()) for a in result.answers)
+        assert widest <= 20_000.0
+        assert db.budget().spent_dp == pytest.approx(result.epsilon_dp)
+        # a little less epsilon misses it: the income SUM cells set the epsilon
+        again = db.query_many(statements, epsilon=result.epsilon * 0.99)
+        assert max(float(a.ci95.iloc[:, -1].max()) for a in again.answers) > 20_000.0
