@@ -140,3 +140,32 @@ def test_a_workload_with_sums_asked_by_accuracy_meets_it_on_every_cell(people):
         # a little less epsilon misses it: the income SUM cells set the epsilon
         again = db.query_many(statements, epsilon=result.epsilon * 0.99)
         assert max(float(a.ci95.iloc[:, -1].max()) for a in again.answers) > 20_000.0
+
+
+def test_one_unit_moves_a_sum_groups_measurement_by_at_most_its_sensitivity(people):
+    """A unit's at most m = 2 rows, each clamped into [0, 1000], removed from some cells and
+    added to others: the strategy's answers move by at most the group's sensitivity, and the
+    worst move (m rows of the largest value) reaches it up to the strategy's L1 norm."""
+    folder, data = people
+    with _open(folder, data) as db:
+        work = plan_workload(db._preparer, INCOME, 1.0, None, None)
+    (group,) = work.groups
+    cells = math.prod(group.solved.sizes)
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0, 50_000, cells)
+    worst = 0.0
+    for _ in range(2000):
+        moved = x.copy()
+        for sign in (-1.0, 1.0):
+            rows = rng.integers(0, 3)
+            np.add.at(moved, rng.integers(0, cells, rows), sign * rng.choice([0.0, 1000.0], rows)
+                      * rng.uniform(0.5, 1.0, rows) ** rng.integers(0, 2))
+        move = float(np.abs(group.solved.measure(moved) - group.solved.measure(x)).sum())
+        assert move <= group.sensitivity * (1 + 1e-12)
+        worst = max(worst, move)
+    extreme = x.copy()
+    extreme[0] -= 2 * 1000.0
+    extreme[1] += 2 * 1000.0
+    move = float(np.abs(group.solved.measure(extreme) - group.solved.measure(x)).sum())
+    assert move == pytest.approx(group.sensitivity)  # the identity's bound is reached
+    assert group.solved.name == "identity" and worst <= move
