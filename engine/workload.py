@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
+from .aggregates.sum import SUM
 from .errors import DpsqlError, InputError
 from .plan import GroupKey, QueryPlan
 from .prepare import PreparedQuery, Preparer
@@ -58,9 +59,34 @@ class Member:
     prepared: PreparedQuery
     matrix: np.ndarray | None = None
     alone: str = ""  # why the statement is answered alone ("" when it is in the workload)
+    group: int = -1  # the index of its group in WorkloadPlan.groups (-1 when alone)
     unit_halfwidths: tuple[float, ...] = ()  # per cell, 95%, at noise scale 1
     unit_simultaneous: tuple[float, ...] = ()  # per cell, all cells at once (Bonferroni)
     unit_rmse: float = 0.0  # root mean squared error per cell at noise scale 1
+
+
+@dataclass(frozen=True)
+class Group:
+    """The statements measured together: the COUNT(*)s, or the SUMs of one clamped column,
+    over the workload's domain; one strategy and one noisy measurement of its cell vector."""
+
+    label: str  # "COUNT(*)" or "SUM(x)"
+    contingency: PreparedQuery  # the grouped aggregate over every cell of the domain
+    solved: Strategy
+    compared: tuple[tuple[str, float], ...]  # each candidate strategy and its per-cell RMSE at scale 1
+    size: int  # how many statements it answers (its share of the split is size / n)
+
+    @property
+    def cell_sensitivity(self) -> float:
+        """The cell vector's L1 sensitivity: the grouped aggregate's (2m for COUNT(*),
+        2m·max(|L|, |U|) for a SUM clamped to [L, U]; engine/aggregates/)."""
+        (mech,) = self.contingency.mechanisms.values()
+        return float(mech.sensitivity)
+
+    @property
+    def sensitivity(self) -> float:
+        """The strategy measurement's L1 sensitivity: its L1 norm times the vector's."""
+        return self.solved.l1 * self.cell_sensitivity
 
 
 @dataclass(frozen=True)
@@ -68,9 +94,7 @@ class WorkloadPlan:
     """Everything decided before the data is touched."""
 
     members: tuple[Member, ...]
-    contingency: PreparedQuery | None  # the full table of counts the strategy is measured on
-    solved: Strategy | None
-    compared: tuple[tuple[str, float], ...]  # each candidate strategy and its per-cell RMSE at scale 1
+    groups: tuple[Group, ...]  # the COUNT(*) group first when there is one, then SUMs
 
     @property
     def measured(self) -> tuple[Member, ...]:
@@ -81,17 +105,22 @@ class WorkloadPlan:
         return tuple(m for m in self.members if m.matrix is None)
 
     @property
-    def cell_sensitivity(self) -> float:
-        """The contingency vector's L1 sensitivity (the grouped COUNT(*)'s: 2 × rows per unit)."""
-        assert self.contingency is not None
-        (mech,) = self.contingency.mechanisms.values()
-        return float(mech.sensitivity)
+    def contingency(self) -> PreparedQuery | None:
+        """The first group's cell vector query (the counts' when there are counts)."""
+        return self.groups[0].contingency if self.groups else None
+
+    @property
+    def solved(self) -> Strategy | None:
+        return self.groups[0].solved if self.groups else None
+
+    @property
+    def compared(self) -> tuple[tuple[str, float], ...]:
+        return self.groups[0].compared if self.groups else ()
 
     @property
     def sensitivity(self) -> float:
-        """The strategy measurement's L1 sensitivity: its L1 norm times the vector's."""
-        assert self.solved is not None
-        return self.solved.l1 * self.cell_sensitivity
+        """The first group's measurement sensitivity (every group's is in its own info)."""
+        return self.groups[0].sensitivity if self.groups else 0.0
 
 
 def plan_workload(preparer: Preparer, statements: list[str], epsilon: float | None,
@@ -125,26 +154,39 @@ def plan_workload(preparer: Preparer, statements: list[str], epsilon: float | No
         if contingency is None:
             why = [w or "the public domain of the workload's columns is too large to measure"
                    for w in why]
-    if contingency is None or all(why):
+    if table is None or contingency is None or all(why):
         return WorkloadPlan(tuple(Member(s, p, alone=w or "it is the only count")
                                   for s, p, w in zip(statements, prepared, why, strict=True)),
-                            None, None, ())
+                            ())
     keys = contingency.plan.group_by
     sizes = tuple(len(k.keys) for k in keys)
     cells = _cells(keys)
-    matrices = {i: _matrix(p.plan, cells, keys) for i, (p, w) in enumerate(zip(prepared, why, strict=True))
-                if not w}
-    sets = [tuple(sorted(attributes.index(a) for a in _attributes(prepared[i].plan))) for i in matrices]
+    labels = {i: _aggregate(p.plan) for i, (p, w) in enumerate(zip(prepared, why, strict=True))
+              if not w}
+    order = sorted(set(labels.values()), key=lambda a: (a != "COUNT(*)",
+                                                        list(labels.values()).index(a)))
     ordered = len(keys) == 1 and keys[0].type == SqlType.INT
-    compared, solved, units = _strategy(sizes, tuple(sets), tuple(_Frozen(m) for m in matrices.values()),
-                                        ordered)
+    groups = []
+    units: dict[int, tuple[tuple[float, ...], tuple[float, ...], float]] = {}
+    matrices = {i: _matrix(prepared[i].plan, cells, keys) for i in labels}
+    for label in order:
+        chosen = [i for i in labels if labels[i] == label]
+        cube = contingency if label == "COUNT(*)" else \
+            _contingency(preparer, table, attributes, epsilon, mode, cost, label)
+        assert cube is not None  # the same domain as the counts', only the aggregate differs
+        sets = [tuple(sorted(attributes.index(a) for a in _attributes(prepared[i].plan)))
+                for i in chosen]
+        compared, solved, found = _strategy(sizes, tuple(sets),
+                                            tuple(_Frozen(matrices[i]) for i in chosen), ordered)
+        units.update(zip(chosen, found, strict=True))
+        groups.append(Group(label, cube, solved, compared, len(chosen)))
     members = []
     for i, (sql, p, w) in enumerate(zip(statements, prepared, why, strict=True)):
         if w:
             members.append(Member(sql, p, alone=w))
             continue
-        members.append(Member(sql, p, matrices[i], "", *units[list(matrices).index(i)]))
-    return WorkloadPlan(tuple(members), contingency, solved, compared)
+        members.append(Member(sql, p, matrices[i], "", order.index(labels[i]), *units[i]))
+    return WorkloadPlan(tuple(members), tuple(groups))
 
 
 @dataclass(frozen=True)
@@ -197,9 +239,8 @@ def _outside_shape(plan: QueryPlan) -> str:
     """Why a plan is not a linear count over public columns ("" when it is one)."""
     if plan.join is not None:
         return "it joins another table"
-    if len(plan.measurements) != 1 or plan.measurements[0].label != "COUNT(*)" \
-            or plan.measurements[0].operand is not None:
-        return "it is not one COUNT(*)"
+    if len(plan.measurements) != 1 or not _aggregate(plan):
+        return "it is not one COUNT(*) or one SUM of a column"
     if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None:
         return "it has HAVING, ORDER BY, LIMIT or OFFSET"
     name = plan.measurements[0].name
@@ -217,6 +258,18 @@ def _outside_shape(plan: QueryPlan) -> str:
     return ""
 
 
+def _aggregate(plan: QueryPlan) -> str:
+    """The group a one-measurement plan joins: "COUNT(*)", "SUM(x)" for the SUM of a bounded
+    column x (the SQL it is measured by), or "" for any other aggregate."""
+    (measurement,) = plan.measurements
+    operand = measurement.operand
+    if measurement.label == "COUNT(*)" and operand is None:
+        return "COUNT(*)"
+    if measurement.kind is SUM and operand is not None and isinstance(operand.value, exp.Column):
+        return f'SUM("{operand.value.name}")'
+    return ""
+
+
 def _attributes(plan: QueryPlan) -> list[str]:
     """The policy columns a count reads: its GROUP BY columns and its WHERE columns."""
     names = [k.value.name for k in plan.group_by]
@@ -226,11 +279,12 @@ def _attributes(plan: QueryPlan) -> list[str]:
 
 
 def _contingency(preparer: Preparer, table: str, attributes: list[str], epsilon: float | None,
-                 mode: str | None, cost: float | None) -> PreparedQuery | None:
-    """The grouped COUNT(*) over every workload column (None if some column has no public
+                 mode: str | None, cost: float | None,
+                 aggregate: str = "COUNT(*)") -> PreparedQuery | None:
+    """The grouped aggregate over every workload column (None if some column has no public
     domain or the table is over the size limits: a function of the text and the policy)."""
     columns = ", ".join(f'"{a}"' for a in attributes)
-    sql = f'SELECT {columns}, COUNT(*) AS "n" FROM "{table}" GROUP BY {columns}'
+    sql = f'SELECT {columns}, {aggregate} AS "n" FROM "{table}" GROUP BY {columns}'
     try:
         return preparer.prepare(sql, epsilon, mode, cost)
     except DpsqlError:

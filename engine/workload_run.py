@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 import duckdb
 import numpy as np
@@ -72,11 +72,11 @@ def query_many(db: Database, statements: list[str], epsilon: float | None = None
     db.bookkeeper.admit(combined, db.bookkeeper.books(), analyst)
     text = ";\n".join(statements)
     try:
-        exact_cells = None
-        if work.contingency is not None:
-            db._backend.bound(work.contingency.plan.table, db.ledger.hash_key)
-            exact_cells = db._backend.run(work.contingency.sql,
-                                            len(work.contingency.plan.group_by))
+        exact_cells = []
+        for group in work.groups:
+            db._backend.bound(group.contingency.plan.table, db.ledger.hash_key)
+            exact_cells.append(db._backend.run(group.contingency.sql,
+                                               len(group.contingency.plan.group_by)))
         exact_alone = {}
         for member in work.alone:
             plan = member.prepared.plan
@@ -97,8 +97,7 @@ def query_many(db: Database, statements: list[str], epsilon: float | None = None
                                                     exact_alone)
             result = WorkloadResult(
                 answers=answers, strategy=_strategy_text(work),
-                sensitivity=work.sensitivity if work.solved is not None else 0.0,
-                epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
+                sensitivity=work.sensitivity, epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
                 k=db.policy.k, eta=combined.scope.eta, budget=db.bookkeeper.status(price.charged),
                 level_before=price.level_before, level_after=price.level_after, cost=price.cost,
                 columns_read=tuple(sorted(combined.columns)))
@@ -128,9 +127,8 @@ def explain_many(db: Database, statements: list[str], epsilon: float | None = No
     errors = []
     for member in work.members:
         if member.matrix is not None:
-            assert work.solved is not None
-            scale = work.sensitivity / (share * len(work.measured))
-            mine = member.unit_rmse * scale
+            group = work.groups[member.group]
+            mine = member.unit_rmse * group.sensitivity / (share * group.size)
         else:
             mine = _rmse(db._preparer.mechanisms(member.prepared.plan, share))
         alone = db._preparer.prepare(member.sql, cal.epsilon / len(work.members),
@@ -138,9 +136,9 @@ def explain_many(db: Database, statements: list[str], epsilon: float | None = No
         errors.append(QueryError(member.sql, _answered(member), mine,
                                  _rmse(alone.mechanisms)))
     return WorkloadExplanation(
-        strategy=_strategy_text(work), candidates=work.compared,
-        sensitivity=work.sensitivity if work.solved is not None else 0.0,
-        errors=tuple(errors), epsilon=cal.epsilon, epsilon_dp=cal.epsilon_dp, mode=cal.mode,
+        strategy=_strategy_text(work), candidates=_candidates(work),
+        sensitivity=work.sensitivity, errors=tuple(errors), epsilon=cal.epsilon,
+        epsilon_dp=cal.epsilon_dp, mode=cal.mode,
         k=db.policy.k, eta=combined.scope.eta, level_before=price.level_before,
         level_after=price.level_after, cost=price.cost, admissible=price.admissible,
         admitted=admitted(db, combined, price))
@@ -177,38 +175,38 @@ def _plan_workload(db: Database, statements: list[str], epsilon: float | None, m
     return work, replace(base, calibration=cal, columns=columns, scope=scope, model=model,
                          declared=None, times=None, tight_dp=None, mode=mode)
 
-def _workload_answers(db: Database, work: WorkloadPlan, epsilon_dp: float, exact_cells: Any,
+def _workload_answers(db: Database, work: WorkloadPlan, epsilon_dp: float, exact_cells: list,
                       exact_alone: dict) -> tuple[tuple[WorkloadAnswer, ...],
                                                   tuple[AggregateInfo, ...]]:
     """Noise, least squares and intervals: every statement's answer from one split of
-    epsilon_dp (a 1 / n share per statement; the strategy gets the counts' shares)."""
+    epsilon_dp (a 1 / n share per statement; each group's strategy gets its statements')."""
     share = epsilon_dp / len(work.members)
     infos: list[AggregateInfo] = []
     estimates: dict[str, np.ndarray] = {}
-    scale = 0.0
-    if work.solved is not None and exact_cells is not None:
-        contingency = work.contingency
-        assert contingency is not None
-        (measurement,) = contingency.plan.measurements
-        x = np.asarray(exact_cells.values[measurement.name], dtype=float)
-        mech = build_mechanism(measurement, work.sensitivity, share * len(work.measured),
+    scales: list[float] = []
+    for group, exact in zip(work.groups, exact_cells, strict=True):
+        (measurement,) = group.contingency.plan.measurements
+        x = np.asarray(exact.values[measurement.name], dtype=float)
+        mech = build_mechanism(measurement, group.sensitivity, share * group.size,
                                integer=False)
-        scale = mech.scale
-        y = np.asarray(release(mech, list(work.solved.measure(x))), dtype=float)
+        scales.append(mech.scale)
+        y = np.asarray(release(mech, list(group.solved.measure(x))), dtype=float)
         for member in work.measured:
-            assert member.matrix is not None
-            estimates[member.sql] = work.solved.estimate(y, member.matrix)
+            if member.group == len(scales) - 1:
+                assert member.matrix is not None
+                estimates[member.sql] = group.solved.estimate(y, member.matrix)
         infos.append(AggregateInfo(
-            column="workload", function=f"{work.solved.name} of COUNT(*)",
+            column="workload", function=f"{group.solved.name} of {group.label}",
             mechanism=mech.mechanism, sensitivity=mech.sensitivity, epsilon_dp=mech.epsilon,
             scale=mech.scale, ci95_halfwidth=mech.ci95))
+    groups = tuple(infos)
     answers = []
     for member in work.members:
         plan = member.prepared.plan
         if member.matrix is not None:
-            df, ci, cs = answer_frame(member, estimates[member.sql], scale)
+            df, ci, cs = answer_frame(member, estimates[member.sql], scales[member.group])
             answers.append(WorkloadAnswer(member.sql, df, ci, cs, _answered(member),
-                                          share, tuple(infos[:1])))
+                                          share, (groups[member.group],)))
             continue
         mechanisms = db._preparer.mechanisms(plan, share)
         exact = exact_alone[member.sql]
@@ -219,13 +217,24 @@ def _workload_answers(db: Database, work: WorkloadPlan, epsilon_dp: float, exact
     return tuple(answers), tuple(infos)
 
 
-
 def _strategy_text(work: WorkloadPlan) -> str:
-    """The workload's strategy in words ("" when every statement is answered alone)."""
-    if work.solved is None:
-        return ""
-    strategy = work.solved
-    return f"{strategy.name}: {strategy.detail} (L1 norm {strategy.l1:.4g})"
+    """The workload's strategies in words, one per group with its share of the statements'
+    split and its sensitivity ("" when every statement is answered alone)."""
+    n = len(work.members)
+    return "; ".join(
+        f"{g.label}: {g.solved.name}: {g.solved.detail} (L1 norm {g.solved.l1:.4g}, "
+        f"sensitivity {g.sensitivity:.4g}, {g.size}/{n} of epsilon_dp)"
+        if [g.label for g in work.groups] != ["COUNT(*)"] else
+        f"{g.solved.name}: {g.solved.detail} (L1 norm {g.solved.l1:.4g})"
+        for g in work.groups)
+
+
+def _candidates(work: WorkloadPlan) -> tuple[tuple[str, float], ...]:
+    """Every group's candidate strategies and their per-cell RMSE at scale 1, named after
+    their group when the workload has SUMs."""
+    named = [g.label for g in work.groups] != ["COUNT(*)"]
+    return tuple((f"{g.label} {name}" if named else name, rmse)
+                 for g in work.groups for name, rmse in g.compared)
 
 
 def _answered(member: Member) -> str:
@@ -250,11 +259,12 @@ def workload_halfwidth(db: Database, statements: list[str],
     connection's policy): non-increasing in epsilon, for `epsilon_for`'s bisection."""
     work, combined = _plan_workload(db, statements, 1.0, mode, None)
     n = len(work.members)
-    widest = max((max(m.unit_halfwidths) for m in work.measured), default=0.0)
+    widest = [max(m.unit_halfwidths) * work.groups[m.group].sensitivity / work.groups[m.group].size
+              for m in work.measured]
 
     def halfwidth(epsilon: float) -> float:
         share = db._preparer.calibrate(epsilon, combined.mode, combined.model).epsilon_dp / n
-        out = [widest * work.sensitivity / (share * len(work.measured))] if work.measured else []
+        out = [w / share for w in widest]
         out += [mech.ci95 for member in work.alone
                 for mech in db._preparer.mechanisms(member.prepared.plan, share).values()]
         return max(out)

@@ -141,7 +141,7 @@ def test_a_workload_is_charged_once_at_its_epsilon_and_its_answers_are_consisten
     state, sick, both, ca_ny, mean = result.answers
     assert [a.answered for a in result.answers[:4]] == ["least squares from the workload's "
                                                         "strategy"] * 4
-    assert mean.answered == "alone: it is not one COUNT(*)"
+    assert mean.answered == "alone: it is not one COUNT(*) or one SUM of a column"
     cells = {(r.state, r.sick): r.n for r in both.df.itertuples()}
     for r in state.df.itertuples():  # marginals sum to the same totals
         assert r.n == pytest.approx(cells[(r.state, False)] + cells[(r.state, True)])
@@ -282,7 +282,7 @@ def test_the_command_line_answers_and_explains_a_workload_file(capsys, setup, tm
     payload = json.loads(out)
     assert [a["columns"] for a in payload["answers"]] == [["state", "n"], ["sick", "n"],
                                                           ["state", "sick", "n"], ["n"], ["mean"]]
-    assert payload["answers"][4]["answered"] == "alone: it is not one COUNT(*)"
+    assert payload["answers"][4]["answered"] == "alone: it is not one COUNT(*) or one SUM of a column"
     assert payload["epsilon"] == 1.0 and payload["budget"]["spent_dp"] == pytest.approx(1.0)
     code, out, _ = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--file",
                            str(path))
