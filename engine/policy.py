@@ -82,21 +82,47 @@ class ColumnSpec(Ranged):
 
 
 @dataclass(frozen=True)
+class UnitLink:
+    """One foreign key of a chain: `column` of a private table references `table`.`key`, the
+    privacy unit of a table that holds it, or a key of another chained table, unique in the
+    data (checked when the data is opened). Neither column need be a policy column."""
+
+    column: str  # the referencing table's column (`o_custkey`)
+    table: str  # the referenced private table (`customer`)
+    key: str  # its referenced column (`c_custkey`)
+
+    def describe(self) -> str:
+        return f"{self.column} -> {self.table}.{self.key}"
+
+
+@dataclass(frozen=True)
 class TableSpec:
-    """A private table: its privacy unit, contribution bound and referenceable columns."""
+    """A private table: its privacy unit, contribution bound and referenceable columns.
+
+    A table whose unit is reached through foreign keys (`privacy_unit: {through: ...,
+    references: ...}`) has `chain`, the links from its own column up to the table holding the
+    unit (docs/theory.md §25); its `privacy_unit` is then that table's unit column, which its
+    bounded copy carries, derived through the chain (engine/backends/chain_units.py)."""
 
     name: str
     privacy_unit: str | None
     max_rows_per_unit: int
     columns: Mapping[str, ColumnSpec]
     dependence_group: str | None = None  # column naming each unit's dependence group (owner tools)
+    chain: tuple[UnitLink, ...] = ()  # the foreign keys its rows reach their unit through
 
     @property
     def unit(self) -> str:
-        """The privacy unit column; only for tables whose rows are not each an individual."""
+        """The privacy unit column (of its bounded copy, for a chained table); only for tables
+        whose rows are not each an individual."""
         if self.privacy_unit is None:
             raise ValueError(f"table {self.name} has no privacy unit")
         return self.privacy_unit
+
+    @property
+    def through(self) -> UnitLink | None:
+        """The table's own foreign key toward its unit, or None when it holds its unit."""
+        return self.chain[0] if self.chain else None
 
 
 @dataclass(frozen=True)
@@ -201,6 +227,14 @@ class Policy:
     public_tables: Mapping[str, PublicTableSpec] = field(default_factory=dict)
     parent_tables: Mapping[str, ParentTableSpec] = field(default_factory=dict)
     schema: str | None = None  # a schema name queries may qualify tables with (`PUMS.PUMS`), lower-cased
+
+    def referenced_keys(self, name: str) -> frozenset[str]:
+        """The columns of private table `name` that other tables' chains reference as a key
+        unique in the data (not its privacy unit): checked unique when the data is opened."""
+        if not self.tables[name].chain:
+            return frozenset()
+        return frozenset(other.through.key for other in self.tables.values()
+                         if other.through is not None and other.through.table == name)
 
     @property
     def shared_columns(self) -> frozenset[str]:

@@ -29,8 +29,12 @@ from .policy import (
     Policy,
     PublicTableSpec,
     TableSpec,
+    UnitLink,
     parse_time,
 )
+from .policy_chain import FORM as CHAIN_FORM
+from .policy_chain import parse_link
+from .policy_chain import resolve as resolve_chains
 from .policy_dependence import parse_eta_by_columns, parse_models
 from .policy_fields import check_mapping, finite_number, positive_number
 from .sql_types import TIME_TYPES, SqlType
@@ -112,6 +116,7 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
     tables: dict[str, TableSpec] = {}
     public: dict[str, PublicTableSpec] = {}
     parents: dict[str, dict] = {}
+    links: dict[str, UnitLink] = {}
     for name, spec in tables_raw.items():
         if any(str(name).lower() in known for known in (tables, public, parents)):
             raise PolicyError(f"tables.{name}: table listed twice (names are case-insensitive)")
@@ -121,11 +126,14 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
         if isinstance(spec, dict) and "parent_of" in spec:
             parents[str(name).lower()] = spec
             continue
-        table = _table(str(name), spec)
+        table, link = _table(str(name), spec)
         tables[table.name] = table
+        if link is not None:
+            links[table.name] = link
     if not tables:
         raise PolicyError("tables: expected at least one private table (without public: true "
                           "or parent_of)")
+    tables = resolve_chains(tables, links, public, parents)
     parent_tables = {name: _parent_table(name, spec, tables, public) for name, spec in parents.items()}
     limits = _limits(top["limits"]) if "limits" in top else Limits()
     declarations = parse_eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables, parent_tables)
@@ -188,17 +196,23 @@ def _whole(value: Any, path: str, least: int) -> int:
     return value
 
 
-def _table(name: str, raw: Any) -> TableSpec:
+def _table(name: str, raw: Any) -> tuple[TableSpec, UnitLink | None]:
+    """A private table and, when its unit is reached through a foreign key, its own link (the
+    table's privacy_unit is then set once the chain is followed, engine/policy_chain.py)."""
     path = f"tables.{name}"
     spec = check_mapping(raw, path, required={"columns"},
                     optional={"privacy_unit", "max_rows_per_unit", "dependence_group", "public"})
     unit = spec.get("privacy_unit")
-    if unit is not None and (not isinstance(unit, str) or not unit.strip()):
-        raise PolicyError(f"{path}.privacy_unit: expected a column name, got {unit!r}")
+    link = parse_link(unit, f"{path}.privacy_unit") if isinstance(unit, dict) else None
+    if link is not None:
+        unit = None
+    elif unit is not None and (not isinstance(unit, str) or not unit.strip()):
+        raise PolicyError(f"{path}.privacy_unit: expected a column name or {CHAIN_FORM}, "
+                          f"got {unit!r}")
     m = spec.get("max_rows_per_unit", 1)
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise PolicyError(f"{path}.max_rows_per_unit: expected an integer >= 1, got {m!r}")
-    if unit is None and m != 1:
+    if unit is None and link is None and m != 1:
         raise PolicyError(
             f"{path}.max_rows_per_unit: without a privacy_unit each row is one individual, "
             f"so it must be 1 (got {m})"
@@ -214,7 +228,7 @@ def _table(name: str, raw: Any) -> TableSpec:
             "(it is only usable as COUNT(DISTINCT unit))"
         )
     group = _dependence_group(spec.get("dependence_group"), f"{path}.dependence_group")
-    return TableSpec(name.lower(), unit_name, m, columns, group)
+    return TableSpec(name.lower(), unit_name, m, columns, group), link
 
 
 def _public_table(name: str, raw: dict, base: Path | None) -> PublicTableSpec:

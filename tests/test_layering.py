@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress", "sql_types"})),
-    ("values", frozenset({"policy", "policy_yaml", "policy_dependence", "policy_fields", "result",
-                        "workload_result", "accuracy"})),
+    ("values", frozenset({"policy", "policy_yaml", "policy_chain", "policy_dependence", "policy_fields",
+                        "result", "workload_result", "accuracy"})),
     ("rules", frozenset({"aggregates", "plan"})),
     ("query", frozenset({"sql", "rewrite", "sensitivity", "noise", "intervals", "postprocess",
                         "workload_strategy", "workload_intervals"})),

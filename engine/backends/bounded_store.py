@@ -5,7 +5,8 @@ keyed hash of engine/backends/bounding.py) is the slowest step of a first query,
 process repeated it. `prepare` writes the kept rows of each table with a privacy unit to a
 DuckDB file in `<ledger>.bounded/`, named by a fingerprint of everything they depend on: the
 data file as it is (resolved path, size, modification time in nanoseconds, inode, device), the
-table's bounding fields in the policy, the data's column types, the ledger's secret hash key,
+table's bounding fields in the policy (for a table whose unit is reached through foreign keys,
+its chain), the data's column types, the ledger's secret hash key,
 the bounding rule and the DuckDB version. A connection attaches a file only when its name
 matches, so after a change to any of them the engine bounds in memory again, as before, until
 the owner prepares anew: a stale copy is never used. The files hold private rows and are as
@@ -26,8 +27,9 @@ import duckdb
 from sqlglot import exp
 
 from ..errors import InputError
-from ..policy import TableSpec
-from .bounding import RULE_VERSION, kept_rows
+from ..policy import Policy, TableSpec
+from .bounding import RULE_VERSION
+from .chain_units import bounded_rows, with_unit_type
 
 FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 COPY_CATALOG = "dpsql_copy_"  # prefix of the catalog a prepared copy is attached as
@@ -65,17 +67,19 @@ def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
         "max_rows_per_unit": table.max_rows_per_unit,
         "columns": sorted([name, col.type, types.get(name, "")] for name, col in table.columns.items()),
         "unit_type": types.get(table.unit, ""), "hash_key": hash_key, "rule": RULE_VERSION,
+        "chain": [[link.column, link.table, link.key] for link in table.chain],
         "duckdb": duckdb.__version__,
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
     return store / f"{table.name}-{digest}.duckdb"
 
 
-def prepare_table(data: Path, table: TableSpec, hash_key: str, store: Path,
+def prepare_table(data: Path, policy: Policy, table: TableSpec, hash_key: str, store: Path,
                   loader: str | None) -> PreparedCopy:
     """Write `table`'s bounded copy to its fingerprinted file. `loader` is the table function
     that loads a CSV or Parquet file as the engine does (None for a DuckDB file, attached
-    read-only); the data's types are read the way a connection reads them.
+    read-only); the data's types are read the way a connection reads them (a chained table's
+    unit typed as the column it is derived from, its rows joined up its chain in the data).
 
     The copy is written under a temporary name and renamed into place, so a reader sees a
     whole file or none; copies of the same table under older fingerprints are removed."""
@@ -92,13 +96,12 @@ def prepare_table(data: Path, table: TableSpec, hash_key: str, store: Path,
                 writer.execute("ATTACH ':memory:' AS src")
                 writer.execute(f"CREATE TABLE src.main.{_quoted(table.name)} AS SELECT * FROM {loader}",
                                [str(data)])
-            types = dict(writer.execute(
+            types = with_unit_type(table, {name: dict(writer.execute(
                 "SELECT lower(column_name), data_type FROM information_schema.columns "
                 "WHERE table_catalog = 'src' AND table_schema = 'main' AND lower(table_name) = ?",
-                [table.name]).fetchall())
+                [name]).fetchall()) for name in {table.name, *(link.table for link in table.chain)}})
             final = copy_path(store, data, table, hash_key, types)
-            source = exp.to_table(f"src.main.{_quoted(table.name)}", dialect="duckdb")
-            rows = kept_rows(table, hash_key, source, unit_is_float(table, types))
+            rows = bounded_rows(policy, table, hash_key, _source, unit_is_float(table, types))
             writer.execute(f"CREATE TABLE main.{_quoted(table.name)} AS {rows.sql('duckdb')}")
             count = writer.execute(f"SELECT count(*) FROM main.{_quoted(table.name)}").fetchall()[0][0]
             writer.execute("DETACH src")
@@ -112,6 +115,11 @@ def prepare_table(data: Path, table: TableSpec, hash_key: str, store: Path,
             stale.unlink(missing_ok=True)
     return PreparedCopy(table.name, final, int(count), final.stat().st_size,
                         time.perf_counter() - started)
+
+
+def _source(name: str) -> exp.Table:
+    """A policy table of the data `prepare_table` attaches as `src`."""
+    return exp.to_table(f"src.main.{_quoted(name)}", dialect="duckdb")
 
 
 def attach_copy(conn: duckdb.DuckDBPyConnection, path: Path, table: TableSpec) -> str | None:

@@ -28,6 +28,7 @@ from ..sql_types import SqlType
 from ..watchdog import WATCHDOG
 from . import bounded_store
 from .bounding import kept_rows
+from .chain_units import bounded_rows, check_chains, unit_column, with_unit_type
 from .duckdb_gate import SchemaGate
 
 _LOCKED = {
@@ -56,6 +57,7 @@ class _Guard:
     limits: Limits
     timed_out: bool = False
     copies: dict[str, str] = field(default_factory=dict)  # table -> catalog of its prepared copy
+    policy: Policy | None = None  # the policy the data was opened under (chained units)
 
 
 _GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -105,7 +107,7 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
                 "into a DuckDB database with declared types to see why") from None
         first = str(exc).splitlines()[0]
         raise InputError(f"cannot open data file {path}: {first}") from None
-    _GUARDS[conn] = _Guard(limits, copies=copies)
+    _GUARDS[conn] = _Guard(limits, copies=copies, policy=policy)
     _check_schema(conn, policy)
     _read_as_declared(conn, policy)
     return conn
@@ -144,7 +146,7 @@ def open_frames(frames: Mapping[str, Any], policy: Policy) -> duckdb.DuckDBPyCon
     except BaseException:
         conn.close()
         raise
-    _GUARDS[conn] = _Guard(policy.limits)
+    _GUARDS[conn] = _Guard(policy.limits, policy=policy)
     _check_schema(conn, policy)
     _read_as_declared(conn, policy)
     return conn
@@ -331,9 +333,10 @@ def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
     kinds = dict(rows)
     for name, table in policy.tables.items():
         columns = _table_columns(conn, kinds, name, table.columns)
-        if table.privacy_unit is not None and table.privacy_unit not in columns:
+        if table.privacy_unit is not None and not table.chain and table.privacy_unit not in columns:
             raise PolicyError(f"tables.{name}.privacy_unit: no column {table.privacy_unit!r} "
                               "in the data")
+    check_chains(conn, policy, lambda name: _columns(conn, name))
     for name, public in policy.public_tables.items():
         _table_columns(conn, kinds, name, public.columns)
         _check_unique_key(conn, public)
@@ -476,15 +479,25 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
                          f"SELECT *{replaced} FROM "
                          f"{exp.table_(table.name, 'main', copy, quoted=True).sql('duckdb')}")
             return
-        unit_type = _columns(conn, table.name)[table.unit].split("(")[0].upper()
+        policy = None if guard is None else guard.policy
+        unit_type = _unit_type(conn, table).split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
-            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES))
+            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES, policy))
             conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error as exc:
         cancelled = cancellation(conn, exc)
         if cancelled is not None:
             raise cancelled from None
         raise DataFailure("bounding rows per privacy unit failed on the data") from None
+
+
+def _unit_type(conn: duckdb.DuckDBPyConnection, table: TableSpec) -> str:
+    """The data type of `table`'s unit: its column's, or for a chained table the type of the
+    column it is derived from (engine/backends/chain_units.py)."""
+    if not table.chain:
+        return _columns(conn, table.name)[table.unit]
+    holder, column = unit_column(table)
+    return _columns(conn, holder)[column]
 
 
 def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, store: Path,
@@ -495,7 +508,8 @@ def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, 
     for name, table in policy.tables.items():
         if table.privacy_unit is None:
             continue
-        copy = bounded_store.copy_path(store, path, table, hash_key, _columns(conn, name))
+        types = {**_columns(conn, name), table.unit: _unit_type(conn, table)}
+        copy = bounded_store.copy_path(store, path, table, hash_key, types)
         catalog = bounded_store.attach_copy(conn, copy, table) if copy.is_file() else None
         if catalog is not None:
             copies[name] = catalog
@@ -516,21 +530,31 @@ def prepare_copies(path: str | Path, policy: Policy, hash_key: str,
             continue
         with progress.step(f"preparing the bounded copy of {table.name}"):
             try:
-                copies.append(bounded_store.prepare_table(path, table, hash_key, store, loader))
+                copies.append(bounded_store.prepare_table(path, policy, table, hash_key, store,
+                                                          loader))
             except duckdb.Error:
                 raise DataFailure(f"preparing the bounded copy of {table.name} failed") from None
     return tuple(copies)
 
 
-def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool) -> str:
-    """The DuckDB statement that makes the bounded copy of `table` (engine/backends/bounding.py)."""
-    rows = kept_rows(table, hash_key, exp.to_table(table.name, quoted=True), unit_is_float)
+def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool,
+                     policy: Policy | None = None) -> str:
+    """The DuckDB statement that makes the bounded copy of `table` (engine/backends/bounding.py),
+    a chained table's over its rows with their derived unit (the `policy` it is read under)."""
+    if table.chain and policy is None:
+        raise ValueError(f"table {table.name}'s unit is reached through its chain: bound it "
+                         "with its policy")
+    rows = kept_rows(table, hash_key, exp.to_table(table.name, quoted=True), unit_is_float) \
+        if policy is None else bounded_rows(policy, table, hash_key,
+                                            lambda name: exp.to_table(name, quoted=True), unit_is_float)
     return f"CREATE OR REPLACE TABLE {bounded_table(table).sql('duckdb')} AS {rows.sql('duckdb')}"
 
 
 def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
     """The gate for this data: each policy table and its bounded copy, EMPTY, with the types
     queries read (the policy's declared types, `_read_as_declared`, and the privacy unit's)."""
-    return SchemaGate(readable_tables(policy, {name: _columns(conn, name)
-                                               for name in (*policy.tables, *policy.public_tables,
-                                                            *policy.parent_tables)}))
+    types = {name: _columns(conn, name)
+             for name in (*policy.tables, *policy.public_tables, *policy.parent_tables)}
+    for name, table in policy.tables.items():
+        types[name] = with_unit_type(table, types)
+    return SchemaGate(readable_tables(policy, types))

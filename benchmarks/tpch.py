@@ -1,0 +1,244 @@
+"""TPC-H with the customer as the privacy unit: plain DuckDB against dpsql, side by side in one run.
+
+Data from `tpchgen-cli` (`pip install -e .[bench]`), loaded into one DuckDB file; the policy is
+benchmarks/tpch_policy.yaml (orders reach the customer through o_custkey, line items through
+their order). For each query: plain DuckDB (median of `--repeats` runs after one warm-up), dpsql
+on a warm connection (median, end to end with the durable charge), the one-time bounding of the
+tables it reads (apart), and each answer's largest relative error over its cells at epsilon 1
+with how many runs' answers lay inside their 95% intervals of the exact SQL answer.
+
+Run: `python -m benchmarks.tpch --scale 1 [--repeats 5] [--folder DIR]`. Prints a Markdown
+section for benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine.policy_yaml import load_policy
+from dpsql.engine.result import QueryResult
+
+POLICY = Path(__file__).resolve().parent / "tpch_policy.yaml"
+TABLES = ("customer", "orders", "lineitem", "part", "supplier", "nation", "region")
+EPSILON = 1.0
+
+_REVENUE = "SUM(l_extendedprice * (1 - l_discount))"
+QUERIES = {
+    "Q1": "SELECT l_returnflag, l_linestatus, SUM(l_quantity) AS sum_qty, SUM(l_extendedprice) AS "
+          f"sum_base_price, {_REVENUE} AS sum_disc_price, SUM(l_extendedprice * (1 - l_discount) * "
+          "(1 + l_tax)) AS sum_charge, AVG(l_quantity) AS avg_qty, AVG(l_extendedprice) AS "
+          "avg_price, AVG(l_discount) AS avg_disc, COUNT(*) AS count_order FROM lineitem WHERE "
+          "l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus "
+          "ORDER BY l_returnflag, l_linestatus",
+    "Q6": "SELECT SUM(l_extendedprice * l_discount) AS revenue FROM lineitem WHERE l_shipdate >= "
+          "DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' AND l_discount BETWEEN 0.05 AND "
+          "0.07 AND l_quantity < 24",
+    "Q14": "SELECT 100.00 * SUM(CASE WHEN p_type LIKE 'PROMO%' THEN l_extendedprice * (1 - "
+           f"l_discount) ELSE 0 END) / {_REVENUE} AS promo_revenue FROM lineitem JOIN part ON "
+           "l_partkey = p_partkey WHERE l_shipdate >= DATE '1995-09-01' AND l_shipdate < "
+           "DATE '1995-10-01'",
+    "Q19": f"SELECT {_REVENUE} AS revenue FROM lineitem JOIN part ON p_partkey = l_partkey WHERE "
+           "(p_brand = 'Brand#12' AND p_container IN ('SM CASE', 'SM BOX', 'SM PACK', 'SM PKG') "
+           "AND l_quantity >= 1 AND l_quantity <= 11 AND p_size BETWEEN 1 AND 5 AND l_shipmode "
+           "IN ('AIR', 'AIR REG') AND l_shipinstruct = 'DELIVER IN PERSON') OR (p_brand = "
+           "'Brand#23' AND p_container IN ('MED BAG', 'MED BOX', 'MED PKG', 'MED PACK') AND "
+           "l_quantity >= 10 AND l_quantity <= 20 AND p_size BETWEEN 1 AND 10 AND l_shipmode IN "
+           "('AIR', 'AIR REG') AND l_shipinstruct = 'DELIVER IN PERSON') OR (p_brand = 'Brand#34' "
+           "AND p_container IN ('LG CASE', 'LG BOX', 'LG PACK', 'LG PKG') AND l_quantity >= 20 AND "
+           "l_quantity <= 30 AND p_size BETWEEN 1 AND 15 AND l_shipmode IN ('AIR', 'AIR REG') AND "
+           "l_shipinstruct = 'DELIVER IN PERSON')",
+}
+GROUP_KEYS = {"Q1": 2}
+"""The leading group-key columns of a query's answer (the others are noisy)."""
+
+# Q5 joins along the whole chain and to three lookup tables (lineitem ⋈ orders ⋈ customer ⋈
+# supplier ⋈ nation ⋈ region): it needs several joins in one query. It is run, and its refusal
+# reported, until they are accepted.
+NEEDS_JOINS = {
+    "Q5": "SELECT n_name, SUM(l_extendedprice * (1 - l_discount)) AS revenue FROM customer JOIN "
+          "orders ON c_custkey = o_custkey JOIN lineitem ON l_orderkey = o_orderkey JOIN supplier "
+          "ON l_suppkey = s_suppkey AND c_nationkey = s_nationkey JOIN nation ON s_nationkey = "
+          "n_nationkey JOIN region ON n_regionkey = r_regionkey WHERE r_name = 'ASIA' AND "
+          "o_orderdate >= DATE '1994-01-01' AND o_orderdate < DATE '1995-01-01' GROUP BY n_name "
+          "ORDER BY revenue DESC",
+}
+
+
+def generator() -> str:
+    """The tpchgen-cli program (beside this Python, else on PATH), or an error saying how to
+    install it."""
+    beside = Path(sys.executable).parent / "tpchgen-cli"
+    found = str(beside) if beside.is_file() else shutil.which("tpchgen-cli")
+    if found is None:
+        raise SystemExit("tpchgen-cli not found: pip install -e .[bench]")
+    return found
+
+
+def generate(scale: float, folder: Path) -> Path:
+    """The DuckDB file of TPC-H at `scale` in `folder`, generated (Parquet) and loaded once."""
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / f"tpch-sf{scale:g}.duckdb"
+    if db.is_file():
+        return db
+    parquet = folder / f"sf{scale:g}"
+    subprocess.run([generator(), "parquet", "-s", f"{scale:g}", "--output-dir", str(parquet),
+                    "--overwrite"], check=True, capture_output=True)
+    writing = folder / f".{db.name}.writing"
+    writing.unlink(missing_ok=True)
+    with duckdb.connect(str(writing)) as conn:
+        for table in TABLES:
+            conn.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet(?)",
+                         [str(parquet / f"{table}.parquet")])
+    os.replace(writing, db)
+    shutil.rmtree(parquet)
+    return db
+
+
+def maxima(db: Path) -> tuple[int, int, int]:
+    """The data's most orders per customer, line items per customer and line items per order."""
+    with duckdb.connect(str(db), read_only=True) as conn:
+        return tuple(conn.execute(
+            "SELECT (SELECT max(n) FROM (SELECT count(*) n FROM orders GROUP BY o_custkey)), "
+            "(SELECT max(n) FROM (SELECT count(*) n FROM lineitem JOIN orders ON l_orderkey = "
+            "o_orderkey GROUP BY o_custkey)), "
+            "(SELECT max(n) FROM (SELECT count(*) n FROM lineitem GROUP BY l_orderkey))").fetchone())
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """How one answer compares with the exact SQL answer."""
+
+    relative_error: float  # largest |noisy - exact| / |exact| over cells whose exact value is not 0
+    inside: int  # cells within their 95% interval of the exact value
+    cells: int  # cells with an interval
+    bare: int  # cells shown without an interval (a ratio whose divisor's interval reaches 0)
+
+
+def accuracy(result: QueryResult, exact: list[tuple], keys: int) -> Accuracy:
+    """Match the answer's groups to the exact rows (a group the data does not hold is 0 for a
+    SUM or COUNT and has no AVG) and compare each noisy cell."""
+    truth = {tuple(row[:keys]): row[keys:] for row in exact}
+    worst, inside, cells, bare = 0.0, 0, 0, 0
+    for (_, noisy), (_, half) in zip(result.df.iterrows(), result.ci95.iterrows(), strict=True):
+        values = truth.get(tuple(noisy.iloc[:keys]), (None,) * (len(noisy) - keys))
+        for i, value in enumerate(values):
+            if value is None and result.df.columns[keys + i].startswith("avg"):
+                continue
+            cell, width = float(noisy.iloc[keys + i]), float(half.iloc[keys + i])
+            exact_value = 0.0 if value is None else float(value)
+            if math.isnan(width):
+                bare += 1
+            else:
+                cells += 1
+                inside += abs(cell - exact_value) <= width
+            if exact_value != 0:
+                worst = max(worst, abs(cell - exact_value) / abs(exact_value))
+    return Accuracy(worst, inside, cells, bare)
+
+
+def _ms(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1e3
+
+
+@dataclass(frozen=True)
+class Row:
+    """One query's figures."""
+
+    query: str
+    plain_ms: float
+    dpsql_ms: float
+    errors: tuple[float, ...]
+    inside: int  # cells within their intervals, over all runs
+    cells: int  # cells with an interval, over all runs
+    bare: int  # cells without one, over all runs
+
+
+def measure(db: Path, repeats: int) -> tuple[list[Row], dict[str, float], dict[str, str]]:
+    """Each query's row, the one-time bounding of each table (seconds) and the queries that
+    are refused (with why)."""
+    policy = load_policy(POLICY)
+    # DuckDB shares one instance per file in a process, and dpsql's is locked down: plain DuckDB
+    # reads a copy of the file.
+    twin = db.with_name(f"{db.stem}-plain.duckdb")
+    if not twin.is_file():
+        shutil.copyfile(db, twin)
+    plain = duckdb.connect(str(twin), read_only=True)
+    rows, refused, bounding = [], {}, {}
+    with tempfile.TemporaryDirectory() as tmp, \
+            PrivateDatabase.connect(db, policy, Path(tmp) / "ledger.sqlite", create=True) as conn:
+        for name in ("customer", "orders", "lineitem"):
+            start = time.perf_counter()
+            conn._backend.bound(policy.tables[name], conn.ledger.hash_key)
+            bounding[name] = time.perf_counter() - start
+        for name, sql in QUERIES.items():
+            exact = plain.execute(sql).fetchall()
+            conn.query(sql, EPSILON)  # warm-up: the plan is cached as any repeated query's
+            plain_times: list[float] = []
+            dpsql_times: list[float] = []
+            found: list[Accuracy] = []
+            for _ in range(repeats):
+                plain_times.append(_ms(lambda sql=sql: plain.execute(sql).fetchall()))
+                start = time.perf_counter()
+                result = conn.query(sql, EPSILON)
+                dpsql_times.append((time.perf_counter() - start) * 1e3)
+                found.append(accuracy(result, exact, GROUP_KEYS.get(name, 0)))
+            rows.append(Row(name, statistics.median(plain_times), statistics.median(dpsql_times),
+                            tuple(a.relative_error for a in found), sum(a.inside for a in found),
+                            sum(a.cells for a in found), sum(a.bare for a in found)))
+        for name, sql in NEEDS_JOINS.items():
+            try:
+                conn.explain(sql, EPSILON)
+            except QueryRefused as exc:
+                refused[name] = str(exc)
+    plain.close()
+    return rows, bounding, refused
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "dpsql-tpch")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    db = generate(args.scale, args.folder)
+    made = time.perf_counter() - started
+    orders, lines, per_order = maxima(db)
+    load = os.getloadavg()[0]
+    rows, bounding, refused = measure(db, args.repeats)
+    print(f"Command: `python -m benchmarks.tpch --scale {args.scale:g} --repeats {args.repeats}` "
+          f"(load average {load:.1f} to {os.getloadavg()[0]:.1f} on 2 cores; data generated and "
+          f"loaded in {made:.0f} s)\n")
+    print(f"The data holds at most {orders} orders and {lines} line items per customer and "
+          f"{per_order} line items per order; the policy bounds them at 60 and 420.\n")
+    print("| query | plain DuckDB ms | dpsql warm ms | dpsql / plain | largest relative error "
+          "of a cell at ε = 1 (median, max of runs) | cells inside their 95% interval |")
+    print("|---|---:|---:|---:|---|---|")
+    for row in rows:
+        bare = f" ({row.bare} shown without one)" if row.bare else ""
+        print(f"| {row.query} | {row.plain_ms:.1f} | {row.dpsql_ms:.1f} | "
+              f"{row.dpsql_ms / row.plain_ms:.2f} | {statistics.median(row.errors):.2e}, "
+              f"{max(row.errors):.2e} | {row.inside} of {row.cells}{bare} |")
+    print("\nOne-time bounding (per table and connection, or once by `dpsql prepare`): "
+          + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in bounding.items()) + ".")
+    for name, why in refused.items():
+        print(f"\n{name} is not run yet: {why}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The unit of a chained table's rows (lineitem -> orders.o_orderkey -> o_custkey), derived by
+joining up its chain, and the rows bounding keeps with it; with the open-time checks of a chain
+on DuckDB (its columns exist with one type on both sides, its referenced keys are unique).
+
+A row's unit is the value of the last link's column (the order's `o_custkey`) reached by
+following each foreign key to the one row holding its key; a row whose reference is NULL or
+matches no row gets a NULL unit, which the keyed rule (engine/backends/bounding.py) keeps as a
+unit of its own (docs/theory.md §25).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import duckdb
+from sqlglot import exp
+
+from ..errors import PolicyError
+from ..policy import Policy, TableSpec, UnitLink
+from .bounding import kept_rows
+
+SOURCE = "dpsql_chain_units"
+"""The CTE holding a chained table's rows with their derived unit, which bounding reads."""
+
+Locate = Callable[[str], exp.Table]
+"""Where a backend reads a policy table by name (a DuckDB view, an attached catalog)."""
+
+
+def holders(table: TableSpec) -> list[tuple[str, UnitLink]]:
+    """Each link of the chain with the table whose column it is (the table itself first)."""
+    names = [table.name, *(link.table for link in table.chain[:-1])]
+    return list(zip(names, table.chain, strict=True))
+
+
+def unit_column(table: TableSpec) -> tuple[str, str]:
+    """(table, column) whose value is a chained table's unit: the last link's column."""
+    return holders(table)[-1][0], table.chain[-1].column
+
+
+def with_unit_type(table: TableSpec, types: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """`table`'s data types (table -> column -> type) with, for a chained table, its unit
+    column typed as the column it is derived from, as its bounded copy holds it."""
+    own = dict(types[table.name])
+    if table.chain:
+        holder, column = unit_column(table)
+        own[table.unit] = types[holder][column]
+    return own
+
+
+def link_columns(policy: Policy, table: TableSpec) -> list[str]:
+    """The columns of `table` its chain joins on and no policy column names: its own foreign
+    key and the keys other tables' chains reference, as its chained source carries them."""
+    names = ({table.through.column} if table.through else set()) | policy.referenced_keys(table.name)
+    return sorted(names - set(table.columns) - {table.privacy_unit})
+
+
+def chain_source(policy: Policy, table: TableSpec, locate: Locate) -> exp.Select:
+    """`table`'s rows with their derived unit (named `table.unit`), policy columns and link
+    columns, one row per row: every key joined is unique in the data (checked on opening)."""
+    items: list[exp.Expression] = [exp.column(name, "t", quoted=True)
+                                   for name in [*sorted(table.columns), *link_columns(policy, table)]]
+    query = exp.select().from_(locate(table.name).as_("t"))
+    side = "t"
+    for i, (_, link) in enumerate(holders(table)[:-1]):
+        alias = f"c{i + 1}"
+        on = exp.EQ(this=exp.column(link.column, side, quoted=True),
+                    expression=exp.column(link.key, alias, quoted=True))
+        query = query.join(locate(link.table).as_(alias), on=on, join_type="left")
+        side = alias
+    unit = exp.alias_(exp.column(table.chain[-1].column, side, quoted=True), table.unit, quoted=True)
+    return query.select(unit, *items)
+
+
+def bounded_rows(policy: Policy, table: TableSpec, hash_key: str, locate: Locate,
+                 unit_is_float: bool) -> exp.Query:
+    """The rows of `table` each unit keeps under the bound (engine/backends/bounding.py), for a
+    chained table over its rows with their derived unit."""
+    if not table.chain:
+        return kept_rows(table, hash_key, locate(table.name), unit_is_float)
+    rows = kept_rows(table, hash_key, exp.to_table(SOURCE, quoted=True), unit_is_float)
+    return exp.select("*").from_(rows.subquery("kept")).with_(
+        SOURCE, as_=chain_source(policy, table, locate))
+
+
+def check_chains(conn: duckdb.DuckDBPyConnection, policy: Policy,
+                 columns: Callable[[str], Mapping[str, str]]) -> None:
+    """Every link's two columns are in the data with one kind of type, and every key a chain
+    references in a chained table is unique, so each row reaches at most one row and one unit.
+    Read by whoever opens the data, before any query; `columns` gives a table's data types."""
+    for holder, table in policy.tables.items():
+        link = table.through
+        if link is not None:
+            path = f"tables.{holder}.privacy_unit"
+            mine, theirs = columns(holder), columns(link.table)
+            if link.column not in mine:
+                raise PolicyError(f"{path}.through: no column {link.column!r} in table {holder} "
+                                  "of the data")
+            if link.key not in theirs:
+                raise PolicyError(f"{path}.references: no column {link.key!r} in table "
+                                  f"{link.table} of the data")
+            if _kind(mine[link.column]) != _kind(theirs[link.key]):
+                raise PolicyError(f"{path}: {holder}.{link.column} is {mine[link.column]} but "
+                                  f"{link.table}.{link.key} is {theirs[link.key]}; a foreign key "
+                                  "and the key it references must hold one kind of value")
+    for name in policy.tables:
+        for key in sorted(policy.referenced_keys(name)):
+            _check_unique(conn, name, key)
+
+
+def _check_unique(conn: duckdb.DuckDBPyConnection, table: str, key: str) -> None:
+    quoted_key, quoted_table = _quoted(key), _quoted(table)
+    repeated = conn.execute(f"SELECT COUNT(*) FROM (SELECT {quoted_key} FROM {quoted_table} WHERE "
+                            f"{quoted_key} IS NOT NULL GROUP BY {quoted_key} HAVING COUNT(*) > 1)"
+                            ).fetchone()
+    if repeated is not None and repeated[0]:
+        raise PolicyError(f"tables.{table}: {table}.{key} is referenced by a chain but is not unique "
+                          f"in the data ({repeated[0]} value(s) repeat); a referenced key must be "
+                          "unique, so that each row reaches one row and one privacy unit",
+                          repeated=repeated[0])
+
+
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+             "UINTEGER", "UBIGINT", "UHUGEINT")
+_FLOATS = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
+
+
+def _kind(data_type: str) -> str:
+    """Integer, float or the type itself: the kinds of value a key join compares as equal."""
+    base = data_type.split("(")[0].upper()
+    return "integer" if base in _INTEGERS else "float" if base in _FLOATS else base
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
