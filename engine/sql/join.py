@@ -25,7 +25,8 @@ from .scalars import check_args
 
 ACCEPTED = ("FROM <private table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>, "
             "FROM <child> [LEFT] JOIN <parent table> ON <child>.<foreign key> = <parent>.<key>, "
-            "or FROM <private a> [LEFT] JOIN <private b> ON a.<unit> = b.<unit> (one privacy unit), "
+            "FROM <private a> [LEFT] JOIN <private b> ON a.<unit> = b.<unit> (one privacy unit), "
+            "or along a declared chain ON <child>.<foreign key> = <referenced table>.<key>, "
             "any number of them (or comma joins with the equalities in WHERE), each table once")
 _JOIN_ARGS = {"this", "on", "side", "kind", "pivots"}
 MAX_TABLES = 16  # tables one query may join, so the join tree's search stays small
@@ -92,8 +93,10 @@ def joined_column(lookup: Table, name: str) -> ColumnSpec:
 
 def join_columns(table: Table) -> frozenset[str]:
     """The columns an equality may join `table` on: its policy columns (a public or parent
-    table's key is one) and its privacy unit."""
-    unit = {table.privacy_unit} if isinstance(table, TableSpec) and table.privacy_unit else set()
+    table's key is one) and its privacy unit, when a column of its own (a chained table's is
+    derived, in its bounded copy only)."""
+    unit = {table.privacy_unit} if isinstance(table, TableSpec) and table.privacy_unit \
+        and not table.chain else set()
     return frozenset(table.columns) | unit
 
 
@@ -122,6 +125,12 @@ def fanout(parent: Table, p_col: str, child: Table, c_col: str) -> tuple[EdgeKin
     unit = child.privacy_unit
     if unit is not None and parent.privacy_unit == unit and p_col == c_col == unit:
         return EdgeKind.UNIT, child.max_rows_per_unit
+    up, down = parent.through, child.through
+    if up is not None and (up.column, up.table, up.key) == (p_col, child.name, c_col):
+        # A key unique in the data, or the unit of the table holding it (m rows per unit).
+        return EdgeKind.CHAIN, child.max_rows_per_unit if c_col == unit and not child.chain else 1
+    if down is not None and (down.column, down.table, down.key) == (c_col, parent.name, p_col):
+        return EdgeKind.CHILD, child.max_rows_per_unit  # every row referencing one row is of its unit
     return None
 
 
@@ -150,8 +159,20 @@ def refusal(table: Table, other: Table, col: str, other_col: str, main: TableSpe
                 f"private table; two private tables join only on their privacy unit "
                 f"(join ON {other.name if isinstance(other, TableSpec) else main.name}.{unit} = "
                 f"{table.name}.{unit})")
+    for child, parent in ((table, other), (other, table)):
+        link = child.through
+        if link is not None and link.table == parent.name:
+            missing = [f"{t.name}.{c}" for t, c in ((child, link.column), (parent, link.key))
+                       if c not in join_columns(t)]
+            shown = f"join ON {child.name}.{link.column} = {parent.name}.{link.key}"
+            if missing:
+                return (f"JOIN refused: {child.name} joins {parent.name} along its chain ({shown}), "
+                        f"but {' and '.join(missing)} is not a policy column; the owner lists it "
+                        "under the table's columns to join on it")
+            return f"JOIN refused: {child.name} joins {parent.name} along its chain only; {shown}"
     return (f"JOIN refused: two private tables join only on their privacy unit, each qualified "
-            f"by its table (join ON {other.name}.{unit} = {table.name}.{unit})")
+            f"by its table (join ON {other.name}.{unit} = {table.name}.{unit}), or along a "
+            f"declared chain (<child>.<foreign key> = <referenced>.<key>)")
 
 
 def _typed(other: Table, other_col: str, table: Table, col: str) -> str | None:
