@@ -156,9 +156,8 @@ def refusal(table: Table, other: Table, col: str, other_col: str, main: TableSpe
     unit = main.privacy_unit
     if not isinstance(other, TableSpec):
         return (f"JOIN refused: private table {table.name} is joined to {other.name}, not a "
-                f"private table; two private tables join only on their privacy unit "
-                f"(join ON {other.name if isinstance(other, TableSpec) else main.name}.{unit} = "
-                f"{table.name}.{unit})")
+                f"private table; a private table joins another only on their privacy unit or along "
+                f"a declared chain ({ACCEPTED})")
     for child, parent in ((table, other), (other, table)):
         link = child.through
         if link is not None and link.table == parent.name:
