@@ -332,3 +332,20 @@ def test_one_customer_moves_a_six_table_join_within_its_sensitivity(tmp_path_fac
             moved = sum(abs(float(x or 0) - float(y or 0)) for cell in m.cells
                         for x, y in zip(first[cell], second[cell], strict=True))
             assert moved <= sensitivity(m, plan) * (1 + 1e-9), (sql, m.label, moved)
+
+
+def test_an_order_without_a_customer_meets_none_of_the_lines_that_are_units_of_their_own(tmp_path):
+    """An order whose o_custkey is NULL is a unit of its own, and so is each of its 30 lines
+    (their unit is NULL too): joined along the chain they would give that one order 30 joined
+    rows, 6 times the bound. The join keeps a referenced row only when its unit is known, so
+    removing the order moves COUNT(*) by nothing at all."""
+    sql = "SELECT COUNT(*) FROM orders JOIN lineitem ON l_orderkey = o_orderkey"
+    units = base_units(4)
+    lines = [(90_000, 1, 1, 1.0, 1)] * 30
+    with_order = make_db(tmp_path / "a.duckdb", units, lines)
+    with duckdb.connect(str(with_order)) as conn:
+        conn.execute("INSERT INTO orders VALUES (90000, NULL, 1.0, 1994)")
+    without = make_db(tmp_path / "b.duckdb", units, lines)
+    plan = plan_of(sql)
+    moved = abs(exact(with_order, sql)["__m0"][0] - exact(without, sql)["__m0"][0])
+    assert moved == 0 and sensitivity(plan.measurements[0], plan) == 5

@@ -277,10 +277,21 @@ def _bind_term(term: exp.Expression, tables: list[Table], names: list[frozenset[
     """An equality of join columns as an equality of the rows' names; any other term type
     checked and bound as a filter."""
     sides = _sides(term, tables, names)
-    if sides is not None and any(True for _ in _edges(term, 0, tables, names)):
-        return exp.EQ(this=exp.column(_internal(sides[0], tables), quoted=True),
-                      expression=exp.column(_internal(sides[1], tables), quoted=True))
-    return _filter(term, scope, "WHERE" if term.find_ancestor(exp.Join) is None else "ON")
+    edges = _edges(term, 0, tables, names)
+    if sides is None or not edges:
+        return _filter(term, scope, "WHERE" if term.find_ancestor(exp.Join) is None else "ON")
+    equal = exp.EQ(this=exp.column(_internal(sides[0], tables), quoted=True),
+                   expression=exp.column(_internal(sides[1], tables), quoted=True))
+    edge = edges[0]
+    referenced = edge.child if edge.kind == EdgeKind.CHAIN else edge.parent
+    held = tables[referenced]
+    if edge.kind in (EdgeKind.CHAIN, EdgeKind.CHILD) and isinstance(held, TableSpec) and held.chain:
+        # A referenced row whose own unit is NULL is a unit of its own, and so is each row
+        # referencing it: they must not meet, or one such unit would meet unboundedly many.
+        unit = exp.column(_internal(_Ref(referenced, held.unit), tables), quoted=True)
+        return exp.and_(equal, exp.Not(this=exp.Is(this=unit, expression=exp.Null())))
+    return equal
+
 
 
 def _filter(term: exp.Expression, scope: Scope, where: str) -> exp.Expression:
