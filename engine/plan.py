@@ -136,8 +136,13 @@ class JoinTree:
     def bounded(self) -> tuple[TableSpec, ...]:
         """The joined tables read through a bounded copy: each private table's, and each parent
         table's copy of one row per key."""
-        return tuple(t.private if t.private is not None else t.parent.one_per_key()
-                     for t in self.tables if t.private is not None or t.parent is not None)
+        copies = []
+        for joined in self.tables:
+            if joined.private is not None:
+                copies.append(joined.private)
+            elif joined.parent is not None:
+                copies.append(joined.parent.one_per_key())
+        return tuple(copies)
 
 
 @dataclass(frozen=True)

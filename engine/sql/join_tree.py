@@ -87,7 +87,12 @@ def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
 
 
 def _and(terms: list[exp.Expression]) -> exp.Expression | None:
-    return exp.and_(*terms) if terms else None
+    if not terms:
+        return None
+    joined = terms[0]
+    for term in terms[1:]:
+        joined = exp.And(this=joined, expression=term)
+    return joined
 
 
 def _ref(node: exp.Expression, tables: list[Table], names: list[frozenset[str]]) -> _Ref | None:
@@ -289,7 +294,7 @@ def _bind_term(term: exp.Expression, tables: list[Table], names: list[frozenset[
         # A referenced row whose own unit is NULL is a unit of its own, and so is each row
         # referencing it: they must not meet, or one such unit would meet unboundedly many.
         unit = exp.column(_internal(_Ref(referenced, held.unit), tables), quoted=True)
-        return exp.and_(equal, exp.Not(this=exp.Is(this=unit, expression=exp.Null())))
+        return exp.And(this=equal, expression=exp.Not(this=exp.Is(this=unit, expression=exp.Null())))
     return equal
 
 
