@@ -24,6 +24,8 @@ from dpsql.engine.errors import PolicyError
 from dpsql.engine.policy import UnitLink
 from dpsql.engine.policy_yaml import load_policy, parse_policy
 from dpsql.engine.rewrite import bounded_table
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 CHAIN: dict[str, Any] = {
     "budget": {"epsilon": 1000.0},
@@ -376,3 +378,50 @@ def test_tpch_answers_lie_within_their_intervals_of_the_exact_sql(tmp_path: Path
                      for _ in range(30)]
             inside, cells = sum(a.inside for a in found), sum(a.cells for a in found)
             assert cells >= 20 and inside * 30 >= 25 * cells, (name, inside, cells)
+
+
+_ORDER_REFS = st.one_of(st.none(), st.integers(1, 5))  # customers 1..4; 5 names none
+_LINE_REFS = st.one_of(st.none(), st.integers(0, 12))  # orders 0..k-1; larger ones dangle
+
+
+@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+          phases=[Phase.explicit, Phase.generate])
+@given(orders=st.lists(_ORDER_REFS, min_size=1, max_size=10),
+       lines=st.lists(st.tuples(_LINE_REFS, st.integers(0, 50)), max_size=30),
+       removed=st.integers(1, 5))
+def test_removing_any_unit_moves_each_table_by_at_most_its_bound(tmp_path_factory, orders, lines,
+                                                                  removed) -> None:
+    """Random chains (NULL and dangling references, units over their bounds): removing one
+    customer's data (its customer row, its orders, their lines) leaves every other unit's kept
+    rows identical at every table and removes at most m rows of each."""
+    folder = tmp_path_factory.mktemp("prop")
+    full, smaller = folder / "full.duckdb", folder / "smaller.duckdb"
+    for path, drop in ((full, None), (smaller, removed)):
+        with duckdb.connect(str(path)) as conn:
+            conn.execute("CREATE TABLE part (p_partkey BIGINT, p_type VARCHAR)")
+            conn.execute("CREATE TABLE customer (c_custkey BIGINT, c_acctbal DOUBLE)")
+            conn.execute("CREATE TABLE orders (o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DOUBLE)")
+            conn.execute("CREATE TABLE lineitem (l_orderkey BIGINT, l_quantity DOUBLE, l_partkey BIGINT)")
+            owner = dict(enumerate(orders))
+            for table, rows in (
+                    ("customer", [(c, 10.0 * c) for c in range(1, 5) if c != drop]),
+                    ("orders", [(i, ref, float(i)) for i, ref in owner.items()
+                                if drop is None or ref != drop]),
+                    ("lineitem", [(ref, float(q), 1 + q % 10) for ref, q in lines
+                                  if drop is None or ref is None or owner.get(ref) != drop])):
+                if rows:
+                    marks = ", ".join("?" * len(rows[0]))
+                    conn.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+    policy = parse_policy(CHAIN)
+    kept = []
+    for path in (full, smaller):
+        conn = open_data(path, policy)
+        for table in ("customer", "orders", "lineitem"):
+            bound_units(conn, policy.tables[table], "fixed-key")
+        kept.append({table: conn.execute(f'SELECT * FROM dpsql_bounded.main."{table}" ORDER BY ALL')
+                     .fetchall() for table in ("customer", "orders", "lineitem")})
+        conn.close()
+    before, after = kept
+    for table, spec in policy.tables.items():
+        assert [r for r in before[table] if r[0] != removed] == after[table]
+        assert len(before[table]) - len(after[table]) <= spec.max_rows_per_unit

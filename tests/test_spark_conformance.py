@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from dpsql.engine import postprocess
 from dpsql.engine.backends.duckdb import DuckDBBackend
-from dpsql.engine.errors import DpsqlError
+from dpsql.engine.errors import DpsqlError, PolicyError
 from dpsql.engine.plan import ExactAnswer
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.prepare import Preparer
@@ -187,3 +187,75 @@ def test_the_sensitivity_tests_datasets_give_identical_exact_aggregates(spark, t
             assert _agree(answers), (sql, answers)
     finally:
         both.close()
+
+
+@pytest.fixture(scope="module")
+def chain_pair(spark, tmp_path_factory):
+    """The chain of tests/test_chains.py (customer <- orders <- lineitem, a hostile customer
+    with 500 orders of 50 lines, NULL and dangling references) on both engines."""
+    from tests.test_chains import CHAIN, make_chain_db
+
+    folder = tmp_path_factory.mktemp("chain")
+    db = make_chain_db(folder / "shop.duckdb")
+    parquet = {}
+    with duckdb.connect(str(db), read_only=True) as conn:
+        for name in ("customer", "orders", "lineitem"):
+            parquet[name] = folder / f"{name}.parquet"
+            conn.execute(f"COPY {name} TO '{parquet[name]}' (FORMAT parquet)")
+    # A cold JVM on a loaded machine can take longer than the default 30 s to bound lineitem.
+    policy = parse_policy({**CHAIN, "limits": {"time_seconds": 600}})
+    post = postprocess.connect()
+    backends = (DuckDBBackend.open(db, policy), SparkBackend.open(spark, parquet, policy))
+    yield policy, backends, [Preparer(policy, b, post) for b in backends]
+    for backend in backends:
+        backend.close()
+    post.close()
+
+
+@pytest.mark.parametrize("tables", [("lineitem",), pytest.param(("customer", "orders"),
+                                                                   marks=pytest.mark.slow)])
+def test_a_chain_keeps_the_same_rows_and_answers_on_both_engines(chain_pair, tables):
+    """Each table of the chain, its unit derived through its foreign keys, keeps the same rows
+    (duplicates counted) on DuckDB and Spark, at most its bound per unit, and queries on them
+    give the same exact aggregates (lineitem, two links deep, by default; the others slow)."""
+    policy, (duck, spark), preparers = chain_pair
+    for table in tables:
+        spec = policy.tables[table]
+        for backend in (duck, spark):
+            backend.bound(spec, KEY)
+        columns = ", ".join(["c_custkey", *sorted(spec.columns)])
+        duck_rows = duck.conn.execute(f"SELECT {columns} FROM dpsql_bounded.{table}").fetchall()
+        spark_rows = [tuple(r) for r in spark._spark.sql(
+            f"SELECT {columns} FROM dpsql_bounded_{table}").collect()]
+        assert sorted(duck_rows, key=repr) == sorted(spark_rows, key=repr), table
+        counts: dict = {}
+        for row in duck_rows:
+            counts[row[0]] = counts.get(row[0], 0) + 1
+        assert max(n for unit, n in counts.items() if unit is not None) == spec.max_rows_per_unit
+    queries = {"lineitem": "SELECT COUNT(*), SUM(l_quantity), COUNT(DISTINCT c_custkey) FROM "
+                           "lineitem WHERE l_partkey <= 5",
+               "orders": "SELECT SUM(o_totalprice), AVG(o_totalprice) FROM orders"}
+    for sql in (queries[table] for table in tables if table in queries):
+        answers = [backend.run(prepared.sql, len(prepared.plan.group_by))
+                   for backend, prepared in ((b, p.prepare(sql, 1.0, None))
+                                             for b, p in zip((duck, spark), preparers, strict=True))]
+        assert _same(*answers), (sql, answers)
+
+
+def test_a_duplicated_chain_key_is_refused_on_spark_as_on_duckdb(spark, tmp_path):
+    from tests.test_chains import CHAIN, make_chain_db
+
+    db = make_chain_db(tmp_path / "dup.duckdb", hostile=False,
+                       extra=("INSERT INTO orders VALUES (1000, 2, 1.0), (1000, 3, 1.0)",))
+    parquet = {}
+    with duckdb.connect(str(db), read_only=True) as conn:
+        for name in ("customer", "orders", "lineitem"):
+            parquet[name] = tmp_path / f"{name}.parquet"
+            conn.execute(f"COPY {name} TO '{parquet[name]}' (FORMAT parquet)")
+    policy = parse_policy(CHAIN)
+    messages = []
+    for open_ in (lambda: DuckDBBackend.open(db, policy), lambda: SparkBackend.open(spark, parquet, policy)):
+        with pytest.raises(PolicyError) as info:
+            open_()
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] and "orders.o_orderkey is referenced by a chain" in messages[0]

@@ -1,6 +1,6 @@
 """The unit of a chained table's rows (lineitem -> orders.o_orderkey -> o_custkey), derived by
 joining up its chain, and the rows bounding keeps with it; with the open-time checks of a chain
-on DuckDB (its columns exist with one type on both sides, its referenced keys are unique).
+(its columns exist with one kind of type on both sides, its referenced keys are unique).
 
 A row's unit is the value of the last link's column (the order's `o_custkey`) reached by
 following each foreign key to the one row holding its key; a row whose reference is NULL or
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import duckdb
 from sqlglot import exp
 
 from ..errors import PolicyError
@@ -72,21 +71,22 @@ def chain_source(policy: Policy, table: TableSpec, locate: Locate) -> exp.Select
 
 
 def bounded_rows(policy: Policy, table: TableSpec, hash_key: str, locate: Locate,
-                 unit_is_float: bool) -> exp.Query:
+                 unit_is_float: bool) -> exp.Expression:
     """The rows of `table` each unit keeps under the bound (engine/backends/bounding.py), for a
     chained table over its rows with their derived unit."""
     if not table.chain:
         return kept_rows(table, hash_key, locate(table.name), unit_is_float)
     rows = kept_rows(table, hash_key, exp.to_table(SOURCE, quoted=True), unit_is_float)
-    return exp.select("*").from_(rows.subquery("kept")).with_(
-        SOURCE, as_=chain_source(policy, table, locate))
+    kept = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("kept")))
+    return exp.select("*").from_(kept).with_(SOURCE, as_=chain_source(policy, table, locate))
 
 
-def check_chains(conn: duckdb.DuckDBPyConnection, policy: Policy,
-                 columns: Callable[[str], Mapping[str, str]]) -> None:
+def check_chains(policy: Policy, columns: Callable[[str], Mapping[str, str]],
+                 repeated: Callable[[exp.Select], int]) -> None:
     """Every link's two columns are in the data with one kind of type, and every key a chain
     references in a chained table is unique, so each row reaches at most one row and one unit.
-    Read by whoever opens the data, before any query; `columns` gives a table's data types."""
+    Read by whoever opens the data, before any query: `columns` gives a table's data types,
+    `repeated` runs a count (`repeats`) on the backend."""
     for holder, table in policy.tables.items():
         link = table.through
         if link is not None:
@@ -104,31 +104,33 @@ def check_chains(conn: duckdb.DuckDBPyConnection, policy: Policy,
                                   "and the key it references must hold one kind of value")
     for name in policy.tables:
         for key in sorted(policy.referenced_keys(name)):
-            _check_unique(conn, name, key)
+            count = repeated(repeats(name, key))
+            if count:
+                raise PolicyError(f"tables.{name}: {name}.{key} is referenced by a chain but is not "
+                                  f"unique in the data ({count} value(s) repeat); a referenced key "
+                                  "must be unique, so that each row reaches one row and one "
+                                  "privacy unit", repeated=count)
 
 
-def _check_unique(conn: duckdb.DuckDBPyConnection, table: str, key: str) -> None:
-    quoted_key, quoted_table = _quoted(key), _quoted(table)
-    repeated = conn.execute(f"SELECT COUNT(*) FROM (SELECT {quoted_key} FROM {quoted_table} WHERE "
-                            f"{quoted_key} IS NOT NULL GROUP BY {quoted_key} HAVING COUNT(*) > 1)"
-                            ).fetchone()
-    if repeated is not None and repeated[0]:
-        raise PolicyError(f"tables.{table}: {table}.{key} is referenced by a chain but is not unique "
-                          f"in the data ({repeated[0]} value(s) repeat); a referenced key must be "
-                          "unique, so that each row reaches one row and one privacy unit",
-                          repeated=repeated[0])
+def repeats(table: str, key: str) -> exp.Select:
+    """How many non-NULL values of `table`.`key` repeat (a table name the backend maps)."""
+    column = exp.column(key, quoted=True)
+    repeated = (exp.select(column.copy()).from_(exp.to_table(table, quoted=True))
+                .where(exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null())))
+                .group_by(column.copy())
+                .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(1))))
+    return exp.select(exp.Count(this=exp.Star())).from_(repeated.subquery("repeated"))
 
 
-_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+_INTEGERS = ("TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
              "UINTEGER", "UBIGINT", "UHUGEINT")
 _FLOATS = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
+_TEXT = ("VARCHAR", "STRING")
 
 
 def _kind(data_type: str) -> str:
-    """Integer, float or the type itself: the kinds of value a key join compares as equal."""
+    """Integer, float, text or the type itself (DuckDB's or Spark's names): the kinds of value
+    a key join compares as equal."""
     base = data_type.split("(")[0].upper()
-    return "integer" if base in _INTEGERS else "float" if base in _FLOATS else base
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return "integer" if base in _INTEGERS else "float" if base in _FLOATS else \
+        "text" if base in _TEXT else base

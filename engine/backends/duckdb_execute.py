@@ -336,7 +336,8 @@ def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
         if table.privacy_unit is not None and not table.chain and table.privacy_unit not in columns:
             raise PolicyError(f"tables.{name}.privacy_unit: no column {table.privacy_unit!r} "
                               "in the data")
-    check_chains(conn, policy, lambda name: _columns(conn, name))
+    check_chains(policy, lambda name: _columns(conn, name),
+                 lambda count: int(conn.execute(count.sql("duckdb")).fetchall()[0][0]))
     for name, public in policy.public_tables.items():
         _table_columns(conn, kinds, name, public.columns)
         _check_unique_key(conn, public)

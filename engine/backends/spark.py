@@ -28,7 +28,7 @@ from ..plan import ExactAnswer
 from ..policy import Policy, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_columns, readable_tables
 from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
-from .bounding import kept_rows
+from .chain_units import bounded_rows, chain_source, check_chains, with_unit_type
 from .duckdb_gate import SchemaGate
 from .spark_session import local_session, quiet_pandas_warning
 from .spark_sql import to_spark
@@ -79,9 +79,14 @@ class SparkBackend:
             self._types[name] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema.fields}
             frame.createOrReplaceTempView(_view(name))
             self._empty.createDataFrame([], frame.schema).createOrReplaceTempView(_view(name))
+        check_chains(policy, self._types.__getitem__, self._repeated)
+        for name, table in policy.tables.items():
+            self._types[name] = with_unit_type(table, self._types)
             if table.privacy_unit is not None:
                 columns = ", ".join(f"`{col}`" for col in bounded_columns(table))
-                self._empty.sql(f"SELECT {columns} FROM {_view(name)}").createOrReplaceTempView(
+                source = f"({chain_source(policy, table, _located).sql(self.dialect)})" \
+                    if table.chain else _view(name)
+                self._empty.sql(f"SELECT {columns} FROM {source}").createOrReplaceTempView(
                     _bounded_view(name))
         self._gate = SchemaGate(self._gate_tables())
         self._duckdb: dict[str, str] = {}  # rendered Spark SQL -> the same tree as DuckDB SQL
@@ -156,9 +161,8 @@ class SparkBackend:
         register them as the view the rendered SQL reads."""
         if table.privacy_unit is None or table.name in self._bounded:
             return
-        source = exp.Table(this=exp.to_identifier(_view(table.name)))
         unit_is_float = _family(self._types[table.name][table.unit]) in _FLOATS
-        sql = kept_rows(table, hash_key, source, unit_is_float).sql(self.dialect)
+        sql = bounded_rows(self._policy, table, hash_key, _located, unit_is_float).sql(self.dialect)
         from pyspark import StorageLevel
 
         def make() -> Any:
@@ -216,6 +220,13 @@ class SparkBackend:
             self._spark.removeTag(self._tag)
             context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
+    def _repeated(self, count: exp.Select) -> int:
+        """Run a count of repeated key values (engine/backends/chain_units.py) on the data."""
+        for table in count.find_all(exp.Table):
+            table.replace(_located(table.name))
+        return int(self._guarded(lambda: self._spark.sql(count.sql(self.dialect)).collect()[0][0],
+                                 "checking the chain's keys failed on the data"))
+
     def _judge(self, sql: str) -> str | None:
         """Bind `sql` on the empty views (PySpark analyses a statement when it is given):
         a function of the text and the schema."""
@@ -250,6 +261,11 @@ def _own_session(spark: SparkSession) -> SparkSession:
     for key, value in _SETTINGS.items():
         session.conf.set(key, value)
     return session
+
+
+def _located(name: str) -> exp.Table:
+    """A policy table's view as a table reference."""
+    return exp.Table(this=exp.to_identifier(_view(name)))
 
 
 def _view(name: str) -> str:
@@ -323,7 +339,7 @@ def _as_declared(table: TableSpec, frame: DataFrame) -> DataFrame:
 def _check_schema(table: TableSpec, frame: DataFrame) -> dict[str, str]:
     """Lower-cased column name -> Spark type name, after checking the policy's columns."""
     types = {field.name.lower(): field.dataType.simpleString() for field in frame.schema.fields}
-    if table.privacy_unit is not None:
+    if table.privacy_unit is not None and not table.chain:  # a chain's: checked by check_chains
         if table.privacy_unit not in types:
             raise PolicyError(f"tables.{table.name}.privacy_unit: no column {table.privacy_unit!r} "
                               "in the data")
