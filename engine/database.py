@@ -29,7 +29,7 @@ from .errors import (
     LedgerError,
     QueryInterrupted,
 )
-from .plan import ExactAnswer, UnitJoin
+from .plan import ExactAnswer
 from .policy import Policy
 from .policy_yaml import load_policy
 from .prepare import PreparedQuery, Preparer, aggregate_infos
@@ -320,11 +320,8 @@ class PrivateDatabase:
         comes before the charge, so nothing is spent."""
         plan = prepared.plan
         try:
-            self._backend.bound(plan.table, self.ledger.hash_key)
-            if isinstance(plan.join, UnitJoin):
-                self._backend.bound(plan.join.other, self.ledger.hash_key)
-            elif plan.join is not None and plan.join.parent is not None:
-                self._backend.bound(plan.join.parent.one_per_key(), self.ledger.hash_key)
+            for table in plan.bounded_tables:
+                self._backend.bound(table, self.ledger.hash_key)
             return self._backend.run(prepared.sql, len(plan.group_by))
         except DataFailure as failure:
             self._halt(f"{failure} ({who})")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from sqlglot import exp
 
@@ -74,38 +75,74 @@ class GroupKey:
     columns: tuple[ColumnSpec, ...]  # the policy columns it reads
 
 
-@dataclass(frozen=True)
-class KeyJoin:
-    """The private table joined on a key to a public table (its key unique in the data) or to
-    its parent table (one row kept per key): `ON on = lookup.key`, inner or left. Each private
-    row matches at most one row, so no row is duplicated. The joined table's columns are read
-    as "<table>.<column>" (ColumnSpec names in the plan)."""
+class EdgeKind(StrEnum):
+    """How a table of a join tree is joined to its parent in the tree (docs/theory.md §26)."""
 
-    other: LookupTable
-    on: ColumnSpec  # the private table's column equal to the key
-    left: bool  # LEFT JOIN keeps private rows without a match (their joined columns NULL)
+    KEY = "key"  # a public table's unique key, or a parent table's key from its child
+    CHAIN = "chain"  # a chained table's foreign key = the referenced table's key (up the chain)
+    CHILD = "child"  # a referenced table's key = the foreign key of the rows referencing it
+    UNIT = "unit"  # two private tables on their common privacy unit
+
+
+@dataclass(frozen=True)
+class JoinEdge:
+    """One edge of the join tree: each row of `parent` meets at most `fanout` rows of `child`
+    (1 on a key unique in the data or in its bounded copy, the child's bound m otherwise:
+    every row it meets is of the parent row's unit)."""
+
+    parent: str  # the tables' names (a query joins each table once)
+    child: str
+    kind: EdgeKind
+    fanout: int
+
+
+@dataclass(frozen=True)
+class JoinedTable:
+    """A table joined after the FROM table, in the order written: a public table, a parent
+    table (read through its copy of one row per key) or a private table (through its bounded
+    copy). Its columns are read as "<table>.<column>" (ColumnSpec names in the plan)."""
+
+    table: LookupTable | TableSpec
+    left: bool  # LEFT JOIN keeps the rows before it without a match (its columns NULL)
+    on: exp.Expression | None  # its ON over the rows' column names; None: no condition (TRUE)
 
     @property
     def parent(self) -> ParentTableSpec | None:
         """The parent table joined, when it is one (its columns are private)."""
-        return self.other if isinstance(self.other, ParentTableSpec) else None
+        return self.table if isinstance(self.table, ParentTableSpec) else None
+
+    @property
+    def private(self) -> TableSpec | None:
+        """The private table joined, when it is one (read through its bounded copy)."""
+        return self.table if isinstance(self.table, TableSpec) else None
 
 
 @dataclass(frozen=True)
-class UnitJoin:
-    """The private table joined to another private table with the same privacy unit, `ON
-    table.unit = other.unit`, inner or left, each read through its bounded copy: a unit's
-    joined rows pair its at most m1 rows with its at most m2 rows, so at most m1 · m2 of them,
-    and no row of one unit meets another unit's (docs/theory.md §16). The other table's
-    columns are read as "<other>.<column>"."""
+class JoinTree:
+    """The tables a query joins to its FROM table and the tree of equi-joins that bounds its
+    rows: every joined row holds one row of `root`, a private table, and at most `fanout` rows
+    of each child per row of its parent, and every private row of it is of the root row's unit,
+    so a unit has at most m_root times the product of the fanouts of joined rows (§26)."""
 
-    other: TableSpec
-    left: bool  # LEFT JOIN keeps the rows of a unit without rows in `other` (its columns NULL)
+    tables: tuple[JoinedTable, ...]
+    root: TableSpec
+    edges: tuple[JoinEdge, ...]
 
-    parent = None  # never a parent table
+    @property
+    def rows_per_unit(self) -> int:
+        return self.root.max_rows_per_unit * math.prod(edge.fanout for edge in self.edges)
 
-
-Join = KeyJoin | UnitJoin
+    @property
+    def bounded(self) -> tuple[TableSpec, ...]:
+        """The joined tables read through a bounded copy: each private table's, and each parent
+        table's copy of one row per key."""
+        copies = []
+        for joined in self.tables:
+            if joined.private is not None:
+                copies.append(joined.private)
+            elif joined.parent is not None:
+                copies.append(joined.parent.one_per_key())
+        return tuple(copies)
 
 
 @dataclass(frozen=True)
@@ -123,14 +160,18 @@ class QueryPlan:
     limit: int | None
     offset: int | None
     flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/sql/flatten.py)
-    join: Join | None = None  # the table joined to the private one, if any
+    join: JoinTree | None = None  # the tables joined to the FROM table, if any
 
     @property
     def rows_per_unit(self) -> int:
-        """The most rows of one unit the aggregates read: the table's bound, times the other's
-        when joined to another private table on the unit (§16)."""
-        m = self.table.max_rows_per_unit
-        return m * self.join.other.max_rows_per_unit if isinstance(self.join, UnitJoin) else m
+        """The most rows of one unit the aggregates read: the table's bound, or the join
+        tree's (§16, §26)."""
+        return self.table.max_rows_per_unit if self.join is None else self.join.rows_per_unit
+
+    @property
+    def bounded_tables(self) -> tuple[TableSpec, ...]:
+        """Every table the query reads through a bounded copy, made before it runs."""
+        return (self.table, *(self.join.bounded if self.join is not None else ()))
 
     @property
     def group_count(self) -> int:

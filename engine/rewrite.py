@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from .plan import GroupKey, Join, Measurement, QueryPlan, UnitJoin
+from .plan import GroupKey, JoinTree, Measurement, QueryPlan
 from .policy import Policy, TableSpec
 from .sql.join import joined_column
 
@@ -170,40 +170,54 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
     source_table: exp.Expression = bounded_table(table) if table.privacy_unit is not None \
         else exp.to_table(table.name, quoted=True)
     if plan.join is not None:
-        source_table = _joined(source_table, plan.join)
+        return exp.select(*items).from_(_joined(source_table, plan.join, plan.where), copy=False)
     rows = exp.select(*items).from_(source_table, copy=False)
     if plan.where is not None:
         rows = rows.where(plan.where.copy(), copy=False)
     return rows
 
 
-def _joined(private: exp.Expression, join: Join) -> exp.Expression:
-    """The private rows joined to the other table, its columns renamed "<table>.<column>".
-    On a key: as many rows as the private side (a public key is unique, a parent is read
-    through its copy of one row per key). On the unit: the other table's bounded copy, so a
-    unit's at most m1 rows meet its at most m2 rows and no other unit's. Bounding, done
-    before, bounds the rows either way."""
-    other = join.other
+def _joined(private: exp.Expression, tree: JoinTree, where: exp.Expression | None) -> exp.Expression:
+    """The FROM table's rows joined to every joined table in the order written, each other
+    table's columns renamed "<table>.<column>", each ON and the WHERE filtering them. A public
+    table is read as it is (its key unique), a parent table through its copy of one row per
+    key, a private table through its bounded copy: the join tree bounds a unit's rows (§26)."""
     private = private.copy()
     private.set("alias", exp.TableAlias(this=exp.to_identifier("__private", quoted=True)))
-    if isinstance(join, UnitJoin):
-        source = bounded_table(join.other)
-        left, right = join.other.unit, join.other.unit
-    else:
-        source = exp.to_table(other.name, quoted=True) if join.parent is None \
-            else bounded_table(join.parent.one_per_key())
-        left, right = join.on.name, join.other.key
-    source.set("alias", exp.TableAlias(this=exp.to_identifier("__other", quoted=True)))
-    columns = [exp.alias_(exp.column(spec.name, "__other", quoted=True),
-                          joined_column(other, name).name, quoted=True)
-               for name, spec in sorted(other.columns.items())]
-    on = exp.EQ(this=exp.column(left, "__private", quoted=True),
-                expression=exp.column(right, "__other", quoted=True))
-    rows = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__private", quoted=True)),
-                       *columns)
-            .from_(private, copy=False)
-            .join(source, on=on, join_type="left" if join.left else "inner", copy=False))
+    aliases = {t.table.name: "__other" if i == 0 else f"__other{i + 1}"
+               for i, t in enumerate(tree.tables)}
+    columns = [exp.alias_(exp.column(name, aliases[t.table.name], quoted=True),
+                          joined_column(t.table, name).name, quoted=True)
+               for t in tree.tables for name in sorted(t.table.columns)]
+    rows = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__private", quoted=True)),
+                      *columns).from_(private, copy=False)
+    for joined in tree.tables:
+        other = joined.table
+        if joined.private is not None:
+            source = bounded_table(joined.private)
+        elif joined.parent is not None:
+            source = bounded_table(joined.parent.one_per_key())
+        else:
+            source = exp.to_table(other.name, quoted=True)
+        source.set("alias", exp.TableAlias(this=exp.to_identifier(aliases[other.name], quoted=True)))
+        on = _qualified(joined.on, aliases) if joined.on is not None else exp.true()
+        rows = rows.join(source, on=on, join_type="left" if joined.left else "inner", copy=False)
+    if where is not None:
+        rows = rows.where(_qualified(where, aliases), copy=False)
     return rows.subquery("__joined", copy=False)
+
+
+def _qualified(condition: exp.Expression, aliases: Mapping[str, str]) -> exp.Expression:
+    """A condition over the rows' names ("<table>.<column>" for a joined table's) as one over
+    the joined tables' own columns, each qualified by its table's alias."""
+    condition = condition.copy()
+    for column in list(condition.find_all(exp.Column)):
+        table, _, name = column.name.partition(".")
+        if name and table in aliases:
+            column.replace(exp.column(name, aliases[table], quoted=True))
+        elif not column.table:
+            column.replace(exp.column(column.name, "__private", quoted=True))
+    return condition
 
 
 def _domain(group_by: tuple[GroupKey, ...]) -> exp.Expression:

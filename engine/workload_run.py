@@ -20,7 +20,6 @@ from .accuracy import AccuracyPlan
 from .backends import Backend, DataFailure
 from .errors import EngineHalted, InputError
 from .noise import Mechanism, build_mechanism, release
-from .plan import UnitJoin
 from .policy import Policy
 from .prepare import PreparedQuery, Preparer, aggregate_infos
 from .release import PostProcessingFailed, release_answer
@@ -80,11 +79,8 @@ def query_many(db: Database, statements: list[str], epsilon: float | None = None
         exact_alone = {}
         for member in work.alone:
             plan = member.prepared.plan
-            db._backend.bound(plan.table, db.ledger.hash_key)
-            if isinstance(plan.join, UnitJoin):
-                db._backend.bound(plan.join.other, db.ledger.hash_key)
-            elif plan.join is not None and plan.join.parent is not None:
-                db._backend.bound(plan.join.parent.one_per_key(), db.ledger.hash_key)
+            for table in plan.bounded_tables:
+                db._backend.bound(table, db.ledger.hash_key)
             exact_alone[member.sql] = db._backend.run(member.prepared.sql, len(plan.group_by))
     except DataFailure as failure:
         db._halt(f"{failure} (analyst {analyst!r}, workload {text!r})")

@@ -154,3 +154,41 @@ def write_dataset(path: Path, rows: list[tuple], schema: str = SCHEMA) -> Path:
 def write_policy(path: Path) -> Path:
     path.write_text(yaml.safe_dump(POLICY, sort_keys=False))
     return path
+
+
+# The same datasets joined (docs/theory.md §26): a private `trips` table of the same unit, three
+# trips per people row (so heavy units stay heavy, NULL units stay NULL and odd incomes become
+# odd distances), and two public lookups, `states` (keyed by state) reaching `zones` (keyed by
+# zone), identical in every dataset.
+JOIN_POLICY = {
+    **POLICY,
+    "tables": {
+        **POLICY["tables"],
+        "trips": {"privacy_unit": "person_id", "max_rows_per_unit": 3, "columns": {
+            "km": {"type": "float", "lower": 0.0, "upper": 500.0},
+            "mode": {"type": "str", "domain": ["bus", "car"]}}},
+        "states": {"public": True, "key": "state", "columns": {
+            "state": {"type": "str", "domain": STATES},
+            "zone": {"type": "int", "lower": 0, "upper": 2}}},
+        "zones": {"public": True, "key": "zone", "columns": {
+            "zone": {"type": "int"}, "band": {"type": "str", "domain": ["north", "south"]}}},
+    },
+}
+
+
+def add_join_tables(path: Path) -> Path:
+    """Add `trips`, `states` and `zones` to a dataset written by `write_dataset`."""
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE trips AS SELECT person_id, TRY_CAST(income AS DOUBLE) * k AS km, "
+                     "CASE WHEN sick THEN 'bus' WHEN NOT sick THEN 'car' END AS mode "
+                     "FROM people, range(3) t(k)")
+        conn.execute("CREATE TABLE states AS SELECT * FROM (VALUES ('CA', 0), ('NY', 1), ('TX', 2), "
+                     "('WA', 0)) t(state, zone)")
+        conn.execute("CREATE TABLE zones AS SELECT * FROM (VALUES (0, 'north'), (1, 'south'), "
+                     "(2, 'south')) t(zone, band)")
+    return path
+
+
+def write_join_policy(path: Path) -> Path:
+    path.write_text(yaml.safe_dump(JOIN_POLICY, sort_keys=False))
+    return path

@@ -727,7 +727,7 @@ def test_a_unit_join_answers_reading_both_tables(visited):
     ("SELECT COUNT(*) FROM people JOIN people AS q ON people.person_id = q.person_id",
      "JOIN refused: people joined to itself; a self-join is not supported"),
     ("SELECT COUNT(*) FROM people JOIN visits ON people.person_id = visits.person_id "
-     "JOIN visits AS w ON people.person_id = w.person_id", "JOIN refused: 2 joins"),
+     "JOIN visits AS w ON people.person_id = w.person_id", "JOIN refused: visits is joined twice"),
     ("SELECT COUNT(DISTINCT visits.person_id) FROM people JOIN visits ON people.person_id = "
      "visits.person_id", "COUNT(DISTINCT ...) is supported only on the privacy unit"),
     ("SELECT COUNT(*) FROM people JOIN visits ON people.person_id = visits.person_id WHERE "

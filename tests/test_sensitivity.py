@@ -13,7 +13,7 @@ from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.support import BASE_POLICY, STATES
+from tests.support import BASE_POLICY, REGIONS, STATES, with_regions, with_visits
 
 POLICY = parse_policy(BASE_POLICY)
 QUERIES = [
@@ -127,3 +127,59 @@ def test_bounding_is_tight_for_a_heavy_unit():
     heavy = {0: [("CA", 30, 10.0, False)] * 7}
     assert _exact(heavy)[0]["__m0"] == [2]
     assert _exact({})[0]["__m0"] == [0]
+
+
+# Several joins in one query (docs/theory.md §26): people (m = 2) joined to visits (m = 3) on the
+# unit and to the public regions table on its key, so a person has at most 2 · 3 joined rows.
+JOIN_POLICY = parse_policy({**BASE_POLICY, **with_visits(with_regions()["tables"])})
+JOIN_QUERIES = [
+    "SELECT regions.region, COUNT(*), SUM(days), SUM(income), COUNT(DISTINCT person_id) FROM people "
+    "JOIN visits ON people.person_id = visits.person_id JOIN regions ON people.state = regions.state "
+    "GROUP BY regions.region",
+    "SELECT COUNT(*), SUM(days * population), AVG(age) FROM people, visits, regions WHERE "
+    "people.person_id = visits.person_id AND people.state = regions.state AND population > days",
+    "SELECT clinic, COUNT(*), MEDIAN(days), SUM(population) FROM people LEFT JOIN visits ON "
+    "people.person_id = visits.person_id LEFT JOIN regions ON people.state = regions.state "
+    "GROUP BY clinic",
+]
+JOIN_PLANS = [build_plan(flatten(parse_select(q), JOIN_POLICY), JOIN_POLICY, q) for q in JOIN_QUERIES]
+visit = st.tuples(st.one_of(st.none(), st.integers(-5, 40)), st.one_of(st.none(), st.booleans()),
+                  st.sampled_from(["north", "south", "east", None]))
+person = st.tuples(unit_rows, st.lists(visit, max_size=5))
+
+
+def _exact_joined(people: dict[int, tuple[list, list]]) -> list[dict[str, list]]:
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age BIGINT, income DOUBLE, "
+                 "sick BOOLEAN, note VARCHAR)")
+    conn.execute("CREATE TABLE visits (person_id BIGINT, days BIGINT, urgent BOOLEAN, clinic VARCHAR)")
+    conn.execute("CREATE TABLE regions (state VARCHAR, region VARCHAR, population BIGINT)")
+    conn.executemany("INSERT INTO regions VALUES (?, ?, ?)", REGIONS)
+    rows = [(unit, *r, "x") for unit, (mine, _) in people.items() for r in mine]
+    visits = [(unit, *v) for unit, (_, theirs) in people.items() for v in theirs]
+    if rows:
+        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", rows)
+    if visits:
+        conn.executemany("INSERT INTO visits VALUES (?, ?, ?, ?)", visits)
+    for table in JOIN_POLICY.tables.values():
+        bound_units(conn, table, "fixed-key")
+    answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values for plan in JOIN_PLANS]
+    conn.close()
+    return answers
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(others=st.dictionaries(st.integers(0, 6), person, max_size=4), before=person, after=person)
+@example(others={}, before=([("CA", 150, 2000.0, True)] * 4, [(40, True, "north")] * 5),
+         after=([("NY", -20, -200.0, False)] * 4, [(-5, False, "south")] * 5))
+def test_one_unit_moves_each_aggregate_of_a_three_table_join_within_its_sensitivity(others, before, after):
+    """Person 9's rows change in people and visits, regions stays: every measurement of a join
+    of three tables (JOIN ... ON, commas, LEFT) moves by at most §8's sensitivity with the join
+    tree's m = 2 · 3 (§26)."""
+    for plan, a, b in zip(JOIN_PLANS, _exact_joined({**others, 9: before}),
+                          _exact_joined({**others, 9: after}), strict=True):
+        assert plan.rows_per_unit == 6
+        for m in plan.measurements:
+            moved = sum(abs(float(x) - float(y)) for cell in m.cells
+                        for x, y in zip(a[cell], b[cell], strict=True))
+            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)

@@ -14,10 +14,10 @@ from ..aggregates.quantile import parse_value_column
 from ..errors import QueryRefused, QueryTooLarge
 from ..plan import OutputColumn, QueryPlan
 from ..policy import Limits, Policy, TableSpec
-from ..sql_types import SqlType
 from .calendar import normalize_times
 from .domain_literals import check_domain_literals
-from .join import bind_join
+from .join import join_sources
+from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group
 from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
@@ -40,15 +40,9 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
                 raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
     table, aliases = _bind_table(select, policy)
-    join, joined_aliases = bind_join(select, policy, table, aliases)
-    scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), join,
-                   joined_aliases)
-    where = None
-    if select.args.get("where") is not None:
-        condition = select.args["where"].this
-        if scope.scalar_type(condition, "WHERE") not in (SqlType.BOOL, SqlType.NULL):
-            raise QueryRefused("WHERE must be a condition (true/false), not a value")
-        where = scope.rewrite_scalar(condition)
+    sources = join_sources(select, policy, table, aliases)
+    scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), sources)
+    join, where = bind_joins(select, table, aliases, sources, scope)
     group_by = bind_group(select, scope)
     post = PostScope(scope, group_by, policy.limits.quantile_bins)
     outputs = _bind_outputs(select, post)

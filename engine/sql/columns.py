@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ..plan import QueryPlan, UnitJoin
+from ..plan import QueryPlan
 from ..rewrite import rewrite
 
 
@@ -21,16 +21,17 @@ def columns_read(plan: QueryPlan) -> frozenset[str]:
     read a column this misses. A table with a privacy unit is read through its bounded copy,
     whose choice of rows hashes every policy column of a unit's rows (engine/rewrite.py), so
     such a query reads them all. A join to a parent table reads every parent column too: the
-    one row kept per key is chosen by all of them (engine/rewrite.py), and a join of two
-    private tables on the unit reads both tables' columns. A public table's columns
+    one row kept per key is chosen by all of them (engine/rewrite.py), and a join of private
+    tables reads every joined private table's columns. A public table's columns
     describe no individual and are never read in this sense. Each unit's presence and row count
     are read by every query; the declared etas account for them."""
     table = plan.table
-    parent = plan.join.parent if plan.join is not None else None
-    joined = parent.qualified() if parent is not None else frozenset()
-    if isinstance(plan.join, UnitJoin):  # both tables are read through their bounded copies
-        other = plan.join.other
-        joined = frozenset(f"{other.name}.{name}" for name in other.columns)
+    joined: frozenset[str] = frozenset()
+    for other in plan.join.tables if plan.join is not None else ():
+        if other.parent is not None:
+            joined |= other.parent.qualified()
+        elif other.private is not None:  # read through its bounded copy
+            joined |= frozenset(f"{other.table.name}.{name}" for name in other.table.columns)
     if table.privacy_unit is not None:
         return joined | frozenset(f"{table.name}.{name}" for name in table.columns)
     named = {col.name.lower() for col in rewrite(plan).find_all(exp.Column)}

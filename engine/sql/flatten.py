@@ -176,7 +176,7 @@ def _schema(policy: Policy) -> MappingSchema:
         for name, lookup in lookups.items()}
     for name, table in policy.tables.items():
         columns = {col: _SQL_TYPES.get(spec.type, "UNKNOWN") for col, spec in table.columns.items()}
-        if table.privacy_unit is not None:
+        if table.privacy_unit is not None and not table.chain:  # a chained unit is derived
             columns[table.unit] = "UNKNOWN"
         tables[name] = columns
     return MappingSchema(tables, dialect="duckdb")

@@ -1,95 +1,193 @@
-"""Bind a query's JOIN: the private table joined to one public table or to its parent table
-on the key.
+"""The tables of a query's joins and the edges they may be joined on.
 
-`FROM private [LEFT] JOIN public ON private.col = public.key` joins a public table whose key
-is unique in the data (checked when the data is opened, engine/backends/duckdb_execute.py);
-`FROM child [LEFT] JOIN parent ON child.foreign_key = parent.key` joins the parent table the
-policy declares for the child, of which the query reads one row per key (engine/rewrite.py).
-Either way each private row matches at most one row and every sensitivity is that of the
-private table alone. `FROM a [LEFT] JOIN b ON a.unit = b.unit` joins two private tables that
-declare the same privacy unit, each read through its bounded copy, so one unit has at most
-m1 · m2 joined rows and every sensitivity is §8's with m = m1 · m2 (docs/theory.md §16).
-Every other join is refused, naming what is accepted; a table the policy does not declare is
-never joined.
+`join_sources` reads the FROM clause's joins (inner, LEFT, or commas with the conditions in
+WHERE) into the tables they name: public tables (their key unique in the data, checked when the
+data is opened), parent tables (read from their child, one row per key) and private tables of
+the FROM table's privacy unit (each through its bounded copy); each at most once. `fanout`
+says whether an equality of two columns joins one table to another so that each row of the
+first meets a bounded number of rows of the second, and how many (docs/theory.md §26);
+engine/sql/join_tree.py builds the tree of such edges that bounds a unit's joined rows.
+`refusal` says, in one line, why a table could not be joined. A table the policy does not
+declare is never joined.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..plan import Join, KeyJoin, UnitJoin
-from ..policy import ColumnSpec, LookupTable, ParentTableSpec, Policy, TableSpec
+from ..plan import EdgeKind
+from ..policy import ColumnSpec, LookupTable, ParentTableSpec, Policy, PublicTableSpec, TableSpec
+from ..sql_types import SqlType
 from .scalars import check_args
 
 ACCEPTED = ("FROM <private table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>, "
             "FROM <child> [LEFT] JOIN <parent table> ON <child>.<foreign key> = <parent>.<key>, "
-            "or FROM <private a> [LEFT] JOIN <private b> ON a.<unit> = b.<unit> (one privacy unit)")
+            "FROM <private a> [LEFT] JOIN <private b> ON a.<unit> = b.<unit> (one privacy unit), "
+            "or along a declared chain ON <child>.<foreign key> = <referenced table>.<key>, "
+            "any number of them (or comma joins with the equalities in WHERE), each table once")
 _JOIN_ARGS = {"this", "on", "side", "kind", "pivots"}
+MAX_TABLES = 16  # tables one query may join, so the join tree's search stays small
+
+Table = LookupTable | TableSpec
 
 
-def bind_join(select: exp.Select, policy: Policy, table: TableSpec,
-              aliases: set[str]) -> tuple[Join | None, set[str]]:
-    """The query's join to a public, parent or private table and the names that qualify its
-    columns (the table's name and alias), or (None, empty) when the query has no JOIN."""
+@dataclass(frozen=True)
+class Source:
+    """A table the query joins after its FROM table, as written: the names that qualify its
+    columns (its name and alias), LEFT or not, and its ON (None for a comma join)."""
+
+    table: Table
+    names: frozenset[str]
+    left: bool
+    on: exp.Expression | None
+
+
+def join_sources(select: exp.Select, policy: Policy, table: TableSpec,
+                 aliases: set[str]) -> list[Source]:
+    """The tables the query joins, in the order written; refusing any join kind but inner,
+    LEFT and comma, a table that is not the policy's, a table joined twice and names that
+    would name two tables."""
     joins = select.args.get("joins") or []
-    if not joins:
-        return None, set()
-    if len(joins) > 1:
-        raise QueryRefused(f"JOIN refused: {len(joins)} joins; join one table ({ACCEPTED})")
-    join = joins[0]
-    target = join.this
-    if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
-        raise QueryRefused(f"JOIN refused: {type(target).__name__.upper()} is not a table ({ACCEPTED})")
-    other = _joined_table(target, policy, table)
-    _check_kind(join)
-    joined_aliases = {other.name} | ({target.alias.lower()} if target.alias else set())
-    if joined_aliases & aliases:
-        raise QueryRefused(f"JOIN refused: {target.alias or other.name} names both tables; give "
-                           "each its own alias")
-    on = join.args.get("on")
-    while isinstance(on, exp.Paren):
-        on = on.this
-    if not isinstance(on, exp.EQ) or not all(isinstance(side, exp.Column)
-                                             for side in (on.this, on.expression)):
-        shown = on.sql(dialect="duckdb") if on is not None else "no ON condition"
-        raise QueryRefused(f"JOIN refused: ON {shown} is not one equality of two columns ({ACCEPTED})")
-    if isinstance(other, TableSpec):
-        _check_unit_sides(on, table, other, aliases, joined_aliases)
-        return UnitJoin(other, join.side == "LEFT"), joined_aliases
-    sides = [_side(column, table, other, aliases, joined_aliases) for column in (on.this, on.expression)]
-    if sorted(kind for kind, _ in sides) != ["joined", "private"]:
-        raise QueryRefused(f"JOIN refused: ON must compare a column of {table.name} with "
-                           f"{other.name}.{other.key} ({ACCEPTED})")
-    private = next(spec for kind, spec in sides if kind == "private")
-    key = next(spec for kind, spec in sides if kind == "joined")
-    if key.name != other.key:
-        unique = "" if isinstance(other, ParentTableSpec) else "unique "
-        raise QueryRefused(f"JOIN refused: {other.name}.{key.name} is not the table's declared "
-                           f"{unique}key; join ON {table.name}.{_foreign(other)} = {other.name}.{other.key}")
-    if isinstance(other, ParentTableSpec) and private.name != other.foreign_key:
-        raise QueryRefused(f"JOIN refused: {table.name}.{private.name} is not the foreign key of "
-                           f"parent table {other.name}; join ON {table.name}.{other.foreign_key} "
-                           f"= {other.name}.{other.key}")
-    if private.type != key.type:
-        raise QueryRefused(f"JOIN refused: {table.name}.{private.name} is {private.type} but "
-                           f"{other.name}.{other.key} is {key.type}; join columns of one type")
-    return KeyJoin(other, private, join.side == "LEFT"), joined_aliases
+    if len(joins) + 1 > MAX_TABLES:
+        raise QueryRefused(f"JOIN refused: {len(joins) + 1} tables; at most {MAX_TABLES} in one query")
+    sources: list[Source] = []
+    taken = set(aliases)
+    commas = [j for j in joins if _is_comma(j)]
+    for join in joins:
+        target = join.this
+        if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
+            raise QueryRefused(f"JOIN refused: {type(target).__name__.upper()} is not a table ({ACCEPTED})")
+        other = _joined_table(target, policy, table)
+        _check_kind(join)
+        if join.side == "LEFT" and commas:
+            raise QueryRefused("JOIN refused: LEFT JOIN beside comma joins; write every join as "
+                               f"[LEFT] JOIN ... ON ({ACCEPTED})")
+        if other.name in {s.table.name for s in sources}:
+            raise QueryRefused(f"JOIN refused: {other.name} is joined twice; join each table once "
+                               f"(a self-join is not supported; {ACCEPTED})")
+        names = frozenset({other.name} | ({target.alias.lower()} if target.alias else set()))
+        if names & taken:
+            raise QueryRefused(f"JOIN refused: {target.alias or other.name} names both tables; give "
+                               "each its own alias")
+        taken |= names
+        sources.append(Source(other, names, join.side == "LEFT", join.args.get("on")))
+    named = {table.name} | {s.table.name for s in sources}
+    for source in sources:
+        parent = source.table
+        if isinstance(parent, ParentTableSpec) and parent.child not in named:
+            raise QueryRefused(f"JOIN refused: {parent.name} is the parent table of {parent.child}, "
+                               f"not of {table.name}; join it FROM {parent.child} JOIN "
+                               f"{parent.name} ON {parent.child}.{parent.foreign_key} = "
+                               f"{parent.name}.{parent.key}")
+    return sources
 
 
-def joined_column(lookup: LookupTable | TableSpec, name: str) -> ColumnSpec:
+def joined_column(lookup: Table, name: str) -> ColumnSpec:
     """A joined table's column as queries read it: named "<table>.<column>" so that it never
-    clashes with a private column in the rows the rewritten query reads (engine/rewrite.py)."""
+    clashes with a column of another table in the rows the rewritten query reads."""
     return replace(lookup.columns[name], name=f"{lookup.name}.{name}")
 
 
-def _foreign(lookup: LookupTable) -> str:
-    return lookup.foreign_key if isinstance(lookup, ParentTableSpec) else "<column>"
+def join_columns(table: Table) -> frozenset[str]:
+    """The columns an equality may join `table` on: its policy columns (a public or parent
+    table's key is one) and its privacy unit, when a column of its own (a chained table's is
+    derived, in its bounded copy only)."""
+    unit = {table.privacy_unit} if isinstance(table, TableSpec) and table.privacy_unit \
+        and not table.chain else set()
+    return frozenset(table.columns) | unit
 
 
-def _joined_table(target: exp.Table, policy: Policy, table: TableSpec) -> LookupTable | TableSpec:
+def column_type(table: Table, name: str) -> SqlType | None:
+    """A join column's declared type (None for a privacy unit, which has none)."""
+    spec = table.columns.get(name)
+    return spec.type if spec is not None else None
+
+
+def fanout(parent: Table, p_col: str, child: Table, c_col: str) -> tuple[EdgeKind, int] | None:
+    """How `parent.p_col = child.c_col` joins `child` below `parent`: the edge's kind and the
+    most rows of `child` one row of `parent` meets, or None when the equality is no such edge."""
+    types = column_type(parent, p_col), column_type(child, c_col)
+    if None not in types and types[0] != types[1]:
+        return None
+    if isinstance(parent, TableSpec) and p_col == parent.privacy_unit and not isinstance(child, TableSpec):
+        return None  # the unit is read only in COUNT(DISTINCT) and in joins on the unit
+    if isinstance(child, PublicTableSpec):
+        return (EdgeKind.KEY, 1) if c_col == child.key else None
+    if isinstance(child, ParentTableSpec):
+        ok = isinstance(parent, TableSpec) and parent.name == child.child \
+            and p_col == child.foreign_key and c_col == child.key
+        return (EdgeKind.KEY, 1) if ok else None
+    if not isinstance(parent, TableSpec):
+        return None
+    unit = child.privacy_unit
+    if unit is not None and parent.privacy_unit == unit and p_col == c_col == unit:
+        return EdgeKind.UNIT, child.max_rows_per_unit
+    up, down = parent.through, child.through
+    if up is not None and (up.column, up.table, up.key) == (p_col, child.name, c_col):
+        # A key unique in the data, or the unit of the table holding it (m rows per unit).
+        return EdgeKind.CHAIN, child.max_rows_per_unit if c_col == unit and not child.chain else 1
+    if down is not None and (down.column, down.table, down.key) == (c_col, parent.name, p_col):
+        return EdgeKind.CHILD, child.max_rows_per_unit  # every row referencing one row is of its unit
+    return None
+
+
+def refusal(table: Table, other: Table, col: str, other_col: str, main: TableSpec) -> str:
+    """Why `other.other_col = table.col` does not join `table` (the later of the two), in the
+    words of the form it comes nearest to."""
+    if not isinstance(table, TableSpec) and isinstance(other, TableSpec) and other_col == other.privacy_unit:
+        return f"JOIN refused: {other_col} is the privacy unit; join on a policy column ({ACCEPTED})"
+    if isinstance(table, PublicTableSpec):
+        if col != table.key:
+            return (f"JOIN refused: {table.name}.{col} is not the table's declared unique key; "
+                    f"join ON {other.name}.<column> = {table.name}.{table.key}")
+        return _typed(other, other_col, table, col) or \
+            f"JOIN refused: {table.name} is joined to {other.name}, which is itself joined on no key"
+    if isinstance(table, ParentTableSpec):
+        wanted = f"join ON {table.child}.{table.foreign_key} = {table.name}.{table.key}"
+        if col != table.key:
+            return f"JOIN refused: {table.name}.{col} is not the table's declared key; {wanted}"
+        if other.name != table.child or other_col != table.foreign_key:
+            return (f"JOIN refused: {other.name}.{other_col} is not the foreign key of parent "
+                    f"table {table.name}; {wanted}")
+        return _typed(other, other_col, table, col) or f"JOIN refused: {wanted}"
+    unit = main.privacy_unit
+    if not isinstance(other, TableSpec):
+        return (f"JOIN refused: private table {table.name} is joined to {other.name}, not a "
+                f"private table; a private table joins another only on their privacy unit or along "
+                f"a declared chain ({ACCEPTED})")
+    for child, parent in ((table, other), (other, table)):
+        link = child.through
+        if link is not None and link.table == parent.name:
+            missing = [f"{t.name}.{c}" for t, c in ((child, link.column), (parent, link.key))
+                       if c not in join_columns(t)]
+            shown = f"join ON {child.name}.{link.column} = {parent.name}.{link.key}"
+            if missing:
+                return (f"JOIN refused: {child.name} joins {parent.name} along its chain ({shown}), "
+                        f"but {' and '.join(missing)} is not a policy column; the owner lists it "
+                        "under the table's columns to join on it")
+            return f"JOIN refused: {child.name} joins {parent.name} along its chain only; {shown}"
+    return (f"JOIN refused: two private tables join only on their privacy unit, each qualified "
+            f"by its table (join ON {other.name}.{unit} = {table.name}.{unit}), or along a "
+            f"declared chain (<child>.<foreign key> = <referenced>.<key>)")
+
+
+def _typed(other: Table, other_col: str, table: Table, col: str) -> str | None:
+    kinds = column_type(other, other_col), column_type(table, col)
+    if None not in kinds and kinds[0] != kinds[1]:
+        return (f"JOIN refused: {other.name}.{other_col} is {kinds[0]} but {table.name}.{col} "
+                f"is {kinds[1]}; join columns of one type")
+    return None
+
+
+def _is_comma(join: exp.Join) -> bool:
+    return not join.side and not join.kind and not join.method and join.args.get("on") is None \
+        and not join.args.get("using")
+
+
+def _joined_table(target: exp.Table, policy: Policy, table: TableSpec) -> Table:
     if target.args.get("catalog") or target.args.get("db"):
         raise QueryRefused(f"JOIN refused: qualified table name {target.sql()}; name the table alone")
     check_args(target, "JOIN")
@@ -102,10 +200,6 @@ def _joined_table(target: exp.Table, policy: Policy, table: TableSpec) -> Lookup
     if public is not None:
         return public
     parent = policy.parent_tables.get(name)
-    if parent is not None and parent.child != table.name:
-        raise QueryRefused(f"JOIN refused: {name} is the parent table of {parent.child}, not of "
-                           f"{table.name}; join it FROM {parent.child} JOIN {name} ON "
-                           f"{parent.child}.{parent.foreign_key} = {name}.{parent.key}")
     if parent is not None:
         return parent
     private = policy.tables.get(name)
@@ -133,29 +227,8 @@ def _unit_partner(other: TableSpec, table: TableSpec) -> TableSpec:
     return other
 
 
-def _check_unit_sides(on: exp.EQ, table: TableSpec, other: TableSpec, aliases: set[str],
-                      joined_aliases: set[str]) -> None:
-    """ON must equal the two tables' privacy units, each qualified by its table or alias."""
-    unit = table.unit
-    wanted = f"join ON {table.name}.{unit} = {other.name}.{unit}"
-    owners = []
-    for column in (on.this, on.expression):
-        if column.args.get("db") or column.args.get("catalog"):
-            raise QueryRefused(f"JOIN refused: qualified column {column.sql()}; use table.column at most")
-        qualifier = column.table.lower()
-        if column.name.lower() != unit or not qualifier:
-            raise QueryRefused(f"JOIN refused: two private tables join only on their privacy unit, "
-                               f"each qualified by its table ({wanted})")
-        if qualifier not in aliases | joined_aliases:
-            raise QueryRefused(f"JOIN refused: unknown table qualifier {column.table!r} in {column.sql()}")
-        owners.append(qualifier in joined_aliases)
-    if sorted(owners) != [False, True]:
-        raise QueryRefused(f"JOIN refused: ON must compare the unit of {table.name} with that of "
-                           f"{other.name} ({wanted})")
-
-
 def _check_kind(join: exp.Join) -> None:
-    """Inner or LEFT [OUTER] with ON; every other kind, method or option is refused."""
+    """Inner or LEFT [OUTER] with ON, or a comma; every other kind, method or option is refused."""
     extra = sorted(key for key, value in join.args.items()
                    if key not in _JOIN_ARGS and value not in (None, [], False, ""))
     if join.method or extra:
@@ -166,31 +239,6 @@ def _check_kind(join: exp.Join) -> None:
         what = " ".join(part for part in (join.side, join.kind) if part)
         raise QueryRefused(f"JOIN refused: {what} JOIN is not supported; use JOIN or LEFT JOIN "
                            f"({ACCEPTED})")
-    if join.args.get("on") is None:
-        raise QueryRefused(f"JOIN refused: a join without ON (a comma or CROSS JOIN) pairs every "
-                           f"row with every row ({ACCEPTED})")
-
-
-def _side(column: exp.Column, table: TableSpec, other: LookupTable, aliases: set[str],
-          joined_aliases: set[str]) -> tuple[str, ColumnSpec]:
-    """Which table an ON column belongs to, and its policy column."""
-    if column.args.get("db") or column.args.get("catalog"):
-        raise QueryRefused(f"JOIN refused: qualified column {column.sql()}; use table.column at most")
-    name, qualifier = column.name.lower(), column.table.lower()
-    in_private = name in table.columns or name == table.privacy_unit
-    if qualifier in joined_aliases or (not qualifier and name in other.columns and not in_private):
-        if name not in other.columns:
-            raise QueryRefused(f"JOIN refused: unknown column {column.name!r} in table {other.name} "
-                               f"(columns: {', '.join(sorted(other.columns))})")
-        return "joined", other.columns[name]
-    if qualifier and qualifier not in aliases:
-        raise QueryRefused(f"JOIN refused: unknown table qualifier {column.table!r} in {column.sql()}")
-    if not qualifier and name in other.columns:
-        raise QueryRefused(f"JOIN refused: column {column.name} is in both {table.name} and "
-                           f"{other.name}; write {table.name}.{name} or {other.name}.{name}")
-    if name == table.privacy_unit:
-        raise QueryRefused(f"JOIN refused: {column.name} is the privacy unit; join on a policy column")
-    if name not in table.columns:
-        raise QueryRefused(f"JOIN refused: unknown column {column.name!r} in table {table.name} "
-                           f"(columns: {', '.join(sorted(table.columns))})")
-    return "private", table.columns[name]
+    if join.args.get("on") is None and (join.side or join.kind):
+        raise QueryRefused(f"JOIN refused: a join without ON pairs every row with every row "
+                           f"({ACCEPTED})")

@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Sequence
 
 from sqlglot import exp
 
 from ..aggregates import Measured, Operand, aggregate_of, supported
 from ..aggregates.variance import AMBIGUOUS
 from ..errors import QueryRefused
-from ..plan import GroupKey, Join, Measurement, OutputColumn
+from ..plan import GroupKey, Measurement, OutputColumn
 from ..policy import ColumnSpec, TableSpec
 from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 from .bounds import Range, value_range
 from .calendar import seconds
 from .harden import as_double, harden
-from .join import joined_column
+from .join import Source, joined_column
 from .scalars import MAX_LITERAL, short, type_of
 
 
@@ -36,16 +37,15 @@ class Scope:
     """Name resolution and type checking for row-level (pre-aggregation) expressions."""
 
     def __init__(self, table: TableSpec, aliases: set[str], data_columns: frozenset[str] = frozenset(),
-                 join: Join | None = None, joined_aliases: set[str] | None = None) -> None:
+                 joined: Sequence[Source] = ()) -> None:
         self.table = table
         self.aliases = aliases
         self.data_columns = data_columns
-        self.join = join
-        self.joined_aliases = joined_aliases or set()
+        self.joined = tuple(joined)
 
     def refers_to(self, node: exp.Expression, column: ColumnSpec) -> bool:
-        """Whether `node` names the policy column `column` (of the private table or, joined, of
-        the joined one: columns of one name in two tables are different columns)."""
+        """Whether `node` names the policy column `column` (of the private table or of a joined
+        one: columns of one name in two tables are different columns)."""
         if not isinstance(node, exp.Column):
             return False
         try:
@@ -54,9 +54,9 @@ class Scope:
             return False
 
     def has_column(self, node: exp.Column) -> bool:
-        """Whether `node` names a policy column of the private or the joined table."""
+        """Whether `node` names a policy column of the private or a joined table."""
         name = node.name.lower()
-        return name in self.table.columns or (self.join is not None and name in self.join.other.columns)
+        return name in self.table.columns or any(name in s.table.columns for s in self.joined)
 
     def spec_of(self, node: exp.Column) -> ColumnSpec | None:
         """The policy column `node` names, or None (an output alias, an unknown name)."""
@@ -72,8 +72,9 @@ class Scope:
             )
         self._check_qualifier(node)
         name = node.name.lower()
-        if self.join is not None and self._is_joined(node):
-            other = self.join.other
+        source = self._owner(node)
+        if source is not None:
+            other = source.table
             if isinstance(other, TableSpec) and name == other.privacy_unit:
                 raise QueryRefused(f"column {node.sql(dialect='duckdb')} is the privacy unit of "
                                    f"{other.name}: it may only appear as COUNT(DISTINCT "
@@ -103,29 +104,33 @@ class Scope:
     def _check_qualifier(self, node: exp.Column) -> None:
         if node.args.get("catalog") or node.args.get("db"):
             raise QueryRefused(f"qualified column {node.sql()} refused: use table.column at most")
-        if node.table and node.table.lower() not in self.aliases | self.joined_aliases:
+        if node.table and node.table.lower() not in self.aliases \
+                and not any(node.table.lower() in s.names for s in self.joined):
             raise QueryRefused(f"unknown table qualifier {node.table!r} in {node.sql()}")
 
-    def _is_joined(self, node: exp.Column) -> bool:
-        """Whether a column reference names the joined table's column: qualified by its
-        name or alias, or unqualified and not a column of the private table (a name both tables
+    def _owner(self, node: exp.Column) -> Source | None:
+        """The joined table a column reference names (None: the private table): the one its
+        qualifier names, or, unqualified, the one table that has the column (a name two tables
         have must be qualified)."""
-        if self.join is None:
-            return False
-        name, other = node.name.lower(), self.join.other
+        if not self.joined:
+            return None
+        name = node.name.lower()
         if node.table:
-            return node.table.lower() in self.joined_aliases
+            return next((s for s in self.joined if node.table.lower() in s.names), None)
+        owners = [s for s in self.joined if name in s.table.columns]
         in_private = name in self.table.columns or name == self.table.privacy_unit
-        if in_private and name in other.columns:
-            raise QueryRefused(f"column {node.name} is in both {self.table.name} and {other.name}: "
-                               f"write {self.table.name}.{name} or {other.name}.{name}")
-        return name in other.columns
+        if len(owners) + in_private > 1:
+            first = self.table.name if in_private else owners[0].table.name
+            second = owners[0].table.name if in_private else owners[1].table.name
+            raise QueryRefused(f"column {node.name} is in both {first} and {second}: "
+                               f"write {first}.{name} or {second}.{name}")
+        return owners[0] if owners else None
 
     def is_unit(self, node: exp.Expression) -> bool:
         if not isinstance(node, exp.Column) or self.table.privacy_unit is None:
             return False
         self._check_qualifier(node)
-        if self._is_joined(node):
+        if self._owner(node) is not None:
             return False
         return node.name.lower() == self.table.privacy_unit
 
