@@ -274,6 +274,24 @@ def test_the_rewritten_sql_is_the_exact_sql_answer_within_the_bounds(tmp_path):
     assert [values[f"__m{i}"][0] for i in range(3)] == pytest.approx(list(truth[:3]))
 
 
+
+def test_a_where_with_or_stays_one_filter_when_moved_into_a_join():
+    """An OR in the WHERE of a join query is one condition: moved into a join's ON it is
+    parenthesised, so the join stays an equi-join on the key and the answer is the SQL's."""
+    sql = ("SELECT COUNT(*), SUM(l_price) FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
+           "WHERE l_price > 5 OR o_year = 1995")
+    assert "AND (" in rewrite(plan_of(sql)).sql("duckdb")
+
+
+def test_the_rewritten_sql_with_an_or_filter_is_the_exact_sql_answer(tmp_path):
+    db = make_db(tmp_path / "d.duckdb", base_units())
+    sql = ("SELECT COUNT(*), SUM(l_price) FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
+           "WHERE l_price > 5 OR o_year = 1995")
+    with duckdb.connect(str(db), read_only=True) as raw:
+        truth = raw.execute(sql).fetchall()[0]
+    values = exact(db, sql)
+    assert [values[f"__m{i}"][0] for i in range(2)] == pytest.approx(list(truth))
+
 HOSTILE = {
     "many orders with many lines": ([(50_000 + j, 1994, 999.0, [(1, 2, 99.0, 1)] * 9) for j in range(12)], []),
     "one order with every line": ([(60_000, 1994, 999.0, [(j % 8, j % 10, 99.0, 1) for j in range(40)])], []),

@@ -87,12 +87,8 @@ def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
 
 
 def _and(terms: list[exp.Expression]) -> exp.Expression | None:
-    if not terms:
-        return None
-    joined = terms[0]
-    for term in terms[1:]:
-        joined = exp.And(this=joined, expression=term)
-    return joined
+    """The terms joined by AND, each OR term parenthesised so that it stays one term."""
+    return exp.and_(*terms, copy=False) if terms else None
 
 
 def _ref(node: exp.Expression, tables: list[Table], names: list[frozenset[str]]) -> _Ref | None:
