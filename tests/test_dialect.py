@@ -233,3 +233,52 @@ def test_a_schema_qualified_query_is_answered(people_db, tmp_path):
     with PrivateDatabase.connect(people_db, policy, ledger) as db:
         result = db.query("SELECT COUNT(*) AS n FROM PUMS.people", epsilon=1.0)
     assert list(result.df.columns) == ["n"] and result.ci95["n"][0] > 0
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM people WHERE sick = 1", "SELECT COUNT(*) FROM people WHERE sick = TRUE"),
+    ("SELECT COUNT(*) FROM people WHERE sick <> 0", "SELECT COUNT(*) FROM people WHERE sick <> FALSE"),
+    ("SELECT COUNT(*) FROM people WHERE age = TRUE", "SELECT COUNT(*) FROM people WHERE age = 1"),
+    ("SELECT COUNT(*) FROM people WHERE 1 = sick AND age IN (FALSE, 3)",
+     "SELECT COUNT(*) FROM people WHERE TRUE = sick AND age IN (0, 3)"),
+])
+def test_bool_and_int_literals_are_cast_as_duckdb_casts_them(written, canonical):
+    """§27: 0/1 against a bool column and TRUE/FALSE against an int column, the same plan."""
+    assert _plan(written) == _plan(canonical)
+
+
+DATED = parse_policy({**BASE_POLICY, "tables": {"people": {
+    **BASE_POLICY["tables"]["people"], "columns": {
+        **BASE_POLICY["tables"]["people"]["columns"],
+        "day": {"type": "date", "lower": "2024-01-01", "upper": "2024-01-31"}}}}})
+
+
+def _dated(sql: str):
+    return dataclasses.replace(build_plan(parse_select(sql), DATED, sql), sql="")
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM people WHERE day > '2024-01-05'",
+     "SELECT COUNT(*) FROM people WHERE day > DATE '2024-01-05'"),
+    ("SELECT COUNT(*) FROM people WHERE day BETWEEN '2024-01-02' AND '2024-01-09'",
+     "SELECT COUNT(*) FROM people WHERE day BETWEEN DATE '2024-01-02' AND DATE '2024-01-09'"),
+    ("SELECT day, COUNT(*) FROM people WHERE day >= '2024-01-30' GROUP BY day",
+     "SELECT day, COUNT(*) FROM people WHERE day >= DATE '2024-01-30' GROUP BY day"),
+    ("SELECT COUNT(*) FROM people WHERE '2024-01-05' <= day AND day IN ('2024-01-07')",
+     "SELECT COUNT(*) FROM people WHERE DATE '2024-01-05' <= day AND day IN (DATE '2024-01-07')"),
+])
+def test_a_date_column_compared_with_text_reads_it_as_a_date(written, canonical):
+    plan = _dated(written)
+    assert plan == _dated(canonical)
+    if plan.group_by:
+        assert len(plan.group_by[0].keys) == 2  # WHERE narrows the days as for a DATE literal
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM people WHERE day > '2024-13-05'", "DATE literal: '2024-13-05' is not a valid date"),
+    ("SELECT COUNT(*) FROM people WHERE sick = 2", "cannot compare or combine condition (bool) and number"),
+])
+def test_literals_that_do_not_cast_are_refused(sql, fragment):
+    with pytest.raises(QueryRefused) as info:
+        build_plan(parse_select(sql), DATED, sql)
+    assert fragment in str(info.value)

@@ -16,7 +16,7 @@ from ..plan import OutputColumn, QueryPlan
 from ..policy import Limits, Policy, TableSpec
 from ..sql_types import SqlType
 from .calendar import normalize_times
-from .domain_literals import check_domain_literals
+from .domain_literals import check_domain_literals, coerce_literals
 from .join import bind_join
 from .keys import MAX_GROUPS, bind_group
 from .scalars import check_args, int_literal, short
@@ -43,6 +43,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     join, joined_aliases = bind_join(select, policy, table, aliases)
     scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), join,
                    joined_aliases)
+    coerce_literals(select, scope.spec_of)
     where = None
     if select.args.get("where") is not None:
         condition = select.args["where"].this

@@ -1,4 +1,9 @@
-"""Literals compared with a column that has a public domain must be in it.
+"""Literals compared with a column: read as DuckDB reads them, and in its domain when it has one.
+
+A text literal compared with a date or timestamp column is that date or timestamp
+(`day > '2024-01-05'`), a 0 or 1 compared with a bool column is FALSE or TRUE, and TRUE or FALSE
+compared with an int column is 1 or 0, as DuckDB casts them (`coerce_literals`, from the text
+alone, docs/theory.md §27).
 
 `WHERE state IN ('ca', 'Texas')` with the domain [CA, NY, TX, WA] can only ever match rows the
 policy says do not exist, so answering it spends budget on a noisy 0 (or on values outside the
@@ -15,9 +20,51 @@ from sqlglot import exp
 
 from ..errors import QueryRefused
 from ..policy import ColumnSpec
-from ..sql_types import SqlType
+from ..sql_types import TIME_TYPES, SqlType
+from .calendar import time_literal
 
 Resolve = Callable[[exp.Column], "ColumnSpec | None"]  # a column's policy spec, if it has one
+
+
+_COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+             exp.Between, exp.In)
+
+
+def coerce_literals(tree: exp.Expression, resolve: Resolve) -> None:
+    """Rewrite, in place, the literals compared with a bare column (=, <>, <, <=, >, >=, IS
+    [NOT] DISTINCT FROM, BETWEEN, IN) into the column's type where DuckDB would cast them: ISO
+    text to a DATE or TIMESTAMP (refused in one line when it is not one), 0/1 to FALSE/TRUE
+    for a bool column, TRUE/FALSE to 1/0 for an int column."""
+    for node in list(tree.find_all(*_COMPARED)):
+        if isinstance(node, exp.In) and node.args.get("query") is not None:
+            continue
+        if isinstance(node, exp.Between):
+            keys = ["this", "low", "high"]
+        elif isinstance(node, exp.In):
+            keys = ["this"]
+        else:
+            keys = ["this", "expression"]
+        sides = [node.args.get(k) for k in keys] + (list(node.expressions) if isinstance(node, exp.In) else [])
+        columns = [side for side in sides if isinstance(side, exp.Column)]
+        spec = resolve(columns[0]) if len(columns) == 1 else None
+        if spec is None:
+            continue
+        for side in sides:
+            if side is not columns[0] and isinstance(side, (exp.Literal, exp.Boolean)):
+                side.replace(_coerced(side, spec.type))
+
+
+def _coerced(literal: exp.Literal | exp.Boolean, kind: SqlType) -> exp.Expression:
+    """The literal as a value of type `kind`, where DuckDB's implicit cast would make it one."""
+    if kind in TIME_TYPES and isinstance(literal, exp.Literal) and literal.is_string:
+        time_literal(literal.this, kind)
+        return exp.cast(exp.Literal.string(literal.this), "DATE" if kind == SqlType.DATE else "TIMESTAMP")
+    if kind == SqlType.BOOL and isinstance(literal, exp.Literal) and not literal.is_string \
+            and literal.this in ("0", "1"):
+        return exp.Boolean(this=literal.this == "1")
+    if kind == SqlType.INT and isinstance(literal, exp.Boolean):
+        return exp.Literal.number(1 if literal.this else 0)
+    return literal.copy()
 
 
 def check_domain_literals(tree: exp.Expression, resolve: Resolve) -> None:
