@@ -14,6 +14,7 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
 from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.flatten import flatten
 from dpsql.engine.sql.parse import parse_select
 
 from tests.support import BASE_POLICY, create_ledger, write_policy
@@ -282,3 +283,21 @@ def test_literals_that_do_not_cast_are_refused(sql, fragment):
     with pytest.raises(QueryRefused) as info:
         build_plan(parse_select(sql), DATED, sql)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM (people) AS c WHERE c.age > 3", "SELECT COUNT(*) FROM people AS c WHERE c.age > 3"),
+    ("SELECT state, COUNT(*) FROM (people) GROUP BY state",
+     "SELECT state, COUNT(*) FROM people GROUP BY state"),
+])
+def test_a_parenthesized_table_is_the_table(written, canonical):
+    """§27: `FROM (t) AS c`, as SmartNoise's tests write it, is `FROM t AS c`."""
+    def plan(sql: str):
+        return dataclasses.replace(build_plan(flatten(parse_select(sql), POLICY), POLICY, sql), sql="")
+    assert plan(written) == plan(canonical)
+
+
+def test_a_parenthesized_table_with_a_clause_is_refused():
+    sql = "SELECT COUNT(*) FROM (people LIMIT 3) AS c"
+    with pytest.raises(QueryRefused, match="'limit' of TABLE is not supported"):
+        build_plan(flatten(parse_select(sql), POLICY), POLICY, sql)
