@@ -14,8 +14,10 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
 from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.domain_literals import coerce_literals
 from dpsql.engine.sql.flatten import flatten
 from dpsql.engine.sql.parse import parse_select
+from sqlglot import exp
 
 from tests.support import BASE_POLICY, create_ledger, write_policy
 
@@ -301,3 +303,29 @@ def test_a_parenthesized_table_with_a_clause_is_refused():
     sql = "SELECT COUNT(*) FROM (people LIMIT 3) AS c"
     with pytest.raises(QueryRefused, match="'limit' of TABLE is not supported"):
         build_plan(flatten(parse_select(sql), POLICY), POLICY, sql)
+
+
+@pytest.mark.parametrize("start, shift", [
+    ("2024-01-31", "1 MONTH"), ("2024-03-31", "-13 MONTH"), ("2024-02-29", "1 YEAR"), ("2024-03-04", "3 DAY"),
+    ("2024-03-04", "2 WEEK"), ("2023-12-31", "-1 DAY"), ("2024-03-04", "5 HOUR"), ("2020-05-31", "-3 MONTH"),
+])
+def test_a_date_literal_plus_an_interval_is_the_date_duckdb_computes(start, shift):
+    """§27: `DATE 'x' + INTERVAL n unit` folds, from the text, to the moment DuckDB gives; the
+    query then plans as the one with the folded literal."""
+    amount, unit = shift.split()
+    tree = parse_select(f"SELECT COUNT(*) FROM people WHERE day < DATE '{start}' + INTERVAL ({amount}) {unit}")
+    coerce_literals(tree, lambda column: None)
+    folded = tree.args["where"].this.expression
+    expected = duckdb.connect().execute(f"SELECT DATE '{start}' + INTERVAL ({amount}) {unit}").fetchone()[0]
+    assert isinstance(folded, exp.Cast) and folded.this.this == \
+        (expected.isoformat(sep=" ") if unit == "HOUR" else expected.date().isoformat())
+    kind = "TIMESTAMP" if unit == "HOUR" else "DATE"
+    canonical = f"SELECT COUNT(*) FROM people WHERE day < {kind} '{folded.this.this}'"
+    written = f"SELECT COUNT(*) FROM people WHERE day < DATE '{start}' + INTERVAL ({amount}) {unit}"
+    assert _dated(written) == _dated(canonical)
+
+
+def test_an_interval_beyond_year_9999_is_refused():
+    with pytest.raises(QueryRefused, match="falls outside the years 1 to 9999"):
+        sql = "SELECT COUNT(*) FROM people WHERE day < DATE '9999-12-31' + INTERVAL 1 DAY"
+        build_plan(parse_select(sql), DATED, sql)
