@@ -55,7 +55,7 @@ QUERIES = [
     # Computed keys (docs/theory.md §27): a row falls in one key or none.
     "SELECT FLOOR(age / 10) * 10, UPPER(state), COALESCE(age, 1) % 3 = 0, COUNT(*), SUM(income), "
     "AVG(age) FROM people GROUP BY 1, 2, 3",
-    "SELECT CAST(CEIL(income / 100.0) * 100 AS INTEGER) AS c, COUNT(*), SUM(age) FROM people GROUP BY c",
+    "SELECT CAST(CEIL(income / 100.0) AS INTEGER) AS c, COUNT(*), SUM(age) FROM people GROUP BY c",
     # DISTINCT aggregates of non-unit columns (docs/theory.md §27).
     "SELECT COUNT(DISTINCT age), COUNT(DISTINCT state), COUNT(DISTINCT sick), SUM(DISTINCT income), "
     "AVG(DISTINCT age - 50), COUNT(DISTINCT FLOOR(income / 100)) FROM people",
