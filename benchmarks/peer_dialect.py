@@ -78,7 +78,8 @@ QUERIES: dict[str, list[str]] = {
         "SELECT genre, AVG(DISTINCT pages) FROM checkouts GROUP BY genre",
         "SELECT SUM(DISTINCT title) FROM checkouts",
     ],
-    "literal casts (date = text, bool = 0/1, int = TRUE)": [
+    "literal casts (date = text, bool = 0/1, int = TRUE, DATE + INTERVAL)": [
+        "SELECT COUNT(*) FROM visits WHERE day < DATE '2024-03-04' + INTERVAL 3 DAY",
         "SELECT COUNT(*) FROM visits WHERE day >= '2024-03-08'",
         "SELECT day, SUM(spent) FROM visits WHERE day BETWEEN '2024-03-05' AND '2024-03-07' GROUP BY day",
         "SELECT COUNT(*) FROM census WHERE married = 1",
@@ -89,9 +90,9 @@ QUERIES: dict[str, list[str]] = {
         "SELECT COUNT(*) FROM (census) AS c WHERE c.age > 30",
         "SELECT genre, COUNT(*) FROM (checkouts) AS c GROUP BY genre",
     ],
-    "not done: QUANTILE_CONT list, DATE + INTERVAL, SELECT DISTINCT": [
+    "not done: QUANTILE_CONT list, SELECT DISTINCT, a column + INTERVAL": [
         "SELECT QUANTILE_CONT(spent, [0.25, 0.5, 0.75]) FROM visits",
-        "SELECT COUNT(*) FROM visits WHERE day < DATE '2024-03-04' + INTERVAL 3 DAY",
+        "SELECT COUNT(*) FROM visits WHERE day + INTERVAL 1 DAY > DATE '2024-03-06'",
         "SELECT DISTINCT genre, COUNT(*) FROM checkouts GROUP BY genre",
     ],
 }
