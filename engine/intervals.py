@@ -446,5 +446,5 @@ def _function(out: OutputColumn, labels: Mapping[str, str]) -> str:
     if isinstance(out.aggregate, Measured) and len(out.measurements) == 1:
         return labels[out.measurements[0]]
     if out.aggregate is not None and out.operand is not None:
-        return f"{out.aggregate.name}({out.operand.name})"
+        return out.aggregate.describe(out.operand)
     return out.name

@@ -71,14 +71,18 @@ def test_a_new_aggregate_is_one_module_and_one_registration_line(setup, monkeypa
 
 def test_every_registered_aggregate_is_reached_and_listed():
     names = [a.name for a in aggregates.AGGREGATES]
-    assert names == ["COUNT", "COUNT(DISTINCT unit)", "SUM", "AVG", "VAR_POP", "VAR_SAMP",
-                     "STDDEV_POP", "STDDEV_SAMP", "MEDIAN", "QUANTILE_CONT", "MIN", "MAX"]
+    assert names == ["COUNT", "COUNT(DISTINCT unit)", "SUM DISTINCT", "AVG DISTINCT", "SUM", "AVG",
+                     "VAR_POP", "VAR_SAMP", "STDDEV_POP", "STDDEV_SAMP", "MEDIAN", "QUANTILE_CONT",
+                     "MIN", "MAX"]
     assert aggregates.supported() == \
-        "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), SUM(expr), AVG(expr), " \
+        "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), COUNT(DISTINCT expr), " \
+        "SUM(DISTINCT expr), AVG(DISTINCT expr), SUM(expr), AVG(expr), " \
         "VAR_POP(expr), VAR_SAMP(expr), STDDEV_POP(expr), STDDEV_SAMP(expr), MEDIAN(expr), " \
         "QUANTILE_CONT(expr, q), MIN(expr) (the 0 quantile of a noisy histogram), " \
         "MAX(expr) (the 1 quantile of a noisy histogram)"
     for sql, name in (("COUNT(*)", "COUNT"), ("COUNT(DISTINCT person_id)", "COUNT(DISTINCT unit)"),
+                      ("COUNT(DISTINCT age)", "COUNT(DISTINCT unit)"),
+                      ("SUM(DISTINCT age)", "SUM DISTINCT"), ("AVG(DISTINCT age)", "AVG DISTINCT"),
                       ("SUM(age)", "SUM"), ("AVG(age)", "AVG"), ("VAR_POP(age)", "VAR_POP"),
                       ("VARIANCE(age)", "VAR_SAMP"), ("VAR_SAMP(age)", "VAR_SAMP"),
                       ("STDDEV_POP(age)", "STDDEV_POP"), ("STDDEV(age)", "STDDEV_SAMP"),

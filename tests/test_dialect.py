@@ -14,7 +14,10 @@ from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sensitivity import sensitivity
 from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.domain_literals import coerce_literals
+from dpsql.engine.sql.flatten import flatten
 from dpsql.engine.sql.parse import parse_select
+from sqlglot import exp
 
 from tests.support import BASE_POLICY, create_ledger, write_policy
 
@@ -233,3 +236,96 @@ def test_a_schema_qualified_query_is_answered(people_db, tmp_path):
     with PrivateDatabase.connect(people_db, policy, ledger) as db:
         result = db.query("SELECT COUNT(*) AS n FROM PUMS.people", epsilon=1.0)
     assert list(result.df.columns) == ["n"] and result.ci95["n"][0] > 0
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM people WHERE sick = 1", "SELECT COUNT(*) FROM people WHERE sick = TRUE"),
+    ("SELECT COUNT(*) FROM people WHERE sick <> 0", "SELECT COUNT(*) FROM people WHERE sick <> FALSE"),
+    ("SELECT COUNT(*) FROM people WHERE age = TRUE", "SELECT COUNT(*) FROM people WHERE age = 1"),
+    ("SELECT COUNT(*) FROM people WHERE 1 = sick AND age IN (FALSE, 3)",
+     "SELECT COUNT(*) FROM people WHERE TRUE = sick AND age IN (0, 3)"),
+])
+def test_bool_and_int_literals_are_cast_as_duckdb_casts_them(written, canonical):
+    """§27: 0/1 against a bool column and TRUE/FALSE against an int column, the same plan."""
+    assert _plan(written) == _plan(canonical)
+
+
+DATED = parse_policy({**BASE_POLICY, "tables": {"people": {
+    **BASE_POLICY["tables"]["people"], "columns": {
+        **BASE_POLICY["tables"]["people"]["columns"],
+        "day": {"type": "date", "lower": "2024-01-01", "upper": "2024-01-31"}}}}})
+
+
+def _dated(sql: str):
+    return dataclasses.replace(build_plan(parse_select(sql), DATED, sql), sql="")
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM people WHERE day > '2024-01-05'",
+     "SELECT COUNT(*) FROM people WHERE day > DATE '2024-01-05'"),
+    ("SELECT COUNT(*) FROM people WHERE day BETWEEN '2024-01-02' AND '2024-01-09'",
+     "SELECT COUNT(*) FROM people WHERE day BETWEEN DATE '2024-01-02' AND DATE '2024-01-09'"),
+    ("SELECT day, COUNT(*) FROM people WHERE day >= '2024-01-30' GROUP BY day",
+     "SELECT day, COUNT(*) FROM people WHERE day >= DATE '2024-01-30' GROUP BY day"),
+    ("SELECT COUNT(*) FROM people WHERE '2024-01-05' <= day AND day IN ('2024-01-07')",
+     "SELECT COUNT(*) FROM people WHERE DATE '2024-01-05' <= day AND day IN (DATE '2024-01-07')"),
+])
+def test_a_date_column_compared_with_text_reads_it_as_a_date(written, canonical):
+    plan = _dated(written)
+    assert plan == _dated(canonical)
+    if plan.group_by:
+        assert len(plan.group_by[0].keys) == 2  # WHERE narrows the days as for a DATE literal
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM people WHERE day > '2024-13-05'", "DATE literal: '2024-13-05' is not a valid date"),
+    ("SELECT COUNT(*) FROM people WHERE sick = 2", "cannot compare or combine condition (bool) and number"),
+])
+def test_literals_that_do_not_cast_are_refused(sql, fragment):
+    with pytest.raises(QueryRefused) as info:
+        build_plan(parse_select(sql), DATED, sql)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM (people) AS c WHERE c.age > 3", "SELECT COUNT(*) FROM people AS c WHERE c.age > 3"),
+    ("SELECT state, COUNT(*) FROM (people) GROUP BY state",
+     "SELECT state, COUNT(*) FROM people GROUP BY state"),
+])
+def test_a_parenthesized_table_is_the_table(written, canonical):
+    """§27: `FROM (t) AS c`, as SmartNoise's tests write it, is `FROM t AS c`."""
+    def plan(sql: str):
+        return dataclasses.replace(build_plan(flatten(parse_select(sql), POLICY), POLICY, sql), sql="")
+    assert plan(written) == plan(canonical)
+
+
+def test_a_parenthesized_table_with_a_clause_is_refused():
+    sql = "SELECT COUNT(*) FROM (people LIMIT 3) AS c"
+    with pytest.raises(QueryRefused, match="'limit' of TABLE is not supported"):
+        build_plan(flatten(parse_select(sql), POLICY), POLICY, sql)
+
+
+@pytest.mark.parametrize("start, shift", [
+    ("2024-01-31", "1 MONTH"), ("2024-03-31", "-13 MONTH"), ("2024-02-29", "1 YEAR"), ("2024-03-04", "3 DAY"),
+    ("2024-03-04", "2 WEEK"), ("2023-12-31", "-1 DAY"), ("2024-03-04", "5 HOUR"), ("2020-05-31", "-3 MONTH"),
+])
+def test_a_date_literal_plus_an_interval_is_the_date_duckdb_computes(start, shift):
+    """§27: `DATE 'x' + INTERVAL n unit` folds, from the text, to the moment DuckDB gives; the
+    query then plans as the one with the folded literal."""
+    amount, unit = shift.split()
+    tree = parse_select(f"SELECT COUNT(*) FROM people WHERE day < DATE '{start}' + INTERVAL ({amount}) {unit}")
+    coerce_literals(tree, lambda column: None)
+    folded = tree.args["where"].this.expression
+    expected = duckdb.connect().execute(f"SELECT DATE '{start}' + INTERVAL ({amount}) {unit}").fetchone()[0]
+    assert isinstance(folded, exp.Cast) and folded.this.this == \
+        (expected.isoformat(sep=" ") if unit == "HOUR" else expected.date().isoformat())
+    kind = "TIMESTAMP" if unit == "HOUR" else "DATE"
+    canonical = f"SELECT COUNT(*) FROM people WHERE day < {kind} '{folded.this.this}'"
+    written = f"SELECT COUNT(*) FROM people WHERE day < DATE '{start}' + INTERVAL ({amount}) {unit}"
+    assert _dated(written) == _dated(canonical)
+
+
+def test_an_interval_beyond_year_9999_is_refused():
+    with pytest.raises(QueryRefused, match="falls outside the years 1 to 9999"):
+        sql = "SELECT COUNT(*) FROM people WHERE day < DATE '9999-12-31' + INTERVAL 1 DAY"
+        build_plan(parse_select(sql), DATED, sql)

@@ -729,7 +729,8 @@ def test_a_unit_join_answers_reading_both_tables(visited):
     ("SELECT COUNT(*) FROM people JOIN visits ON people.person_id = visits.person_id "
      "JOIN visits AS w ON people.person_id = w.person_id", "JOIN refused: visits is joined twice"),
     ("SELECT COUNT(DISTINCT visits.person_id) FROM people JOIN visits ON people.person_id = "
-     "visits.person_id", "COUNT(DISTINCT ...) is supported only on the privacy unit"),
+     "visits.person_id", "column visits.person_id is the privacy unit of visits: it may only appear as "
+     "COUNT(DISTINCT people.person_id)"),
     ("SELECT COUNT(*) FROM people JOIN visits ON people.person_id = visits.person_id WHERE "
      "visits.person_id > 3", "column visits.person_id is the privacy unit of visits"),
     ("SELECT COUNT(*) FROM people FULL JOIN visits ON people.person_id = visits.person_id",

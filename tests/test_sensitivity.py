@@ -52,6 +52,15 @@ QUERIES = [
     "SELECT COUNT(person_id), COUNT(*), COUNT(DISTINCT person_id) FROM people",
     "SELECT TOP 3 state, COUNT(people.person_id), STDDEV(age), EXP(AVG(income) / 1000) "
     "FROM people GROUP BY state",
+    # Computed keys (docs/theory.md §27): a row falls in one key or none.
+    "SELECT FLOOR(age / 10) * 10, UPPER(state), COALESCE(age, 1) % 3 = 0, COUNT(*), SUM(income), "
+    "AVG(age) FROM people GROUP BY 1, 2, 3",
+    "SELECT CAST(CEIL(income / 100.0) AS INTEGER) AS c, COUNT(*), SUM(age) FROM people GROUP BY c",
+    # DISTINCT aggregates of non-unit columns (docs/theory.md §27).
+    "SELECT COUNT(DISTINCT age), COUNT(DISTINCT state), COUNT(DISTINCT sick), SUM(DISTINCT income), "
+    "AVG(DISTINCT age - 50), COUNT(DISTINCT FLOOR(income / 100)) FROM people",
+    "SELECT state, COUNT(DISTINCT age), SUM(DISTINCT age - 50), AVG(DISTINCT income) FROM people "
+    "GROUP BY state",
 ]
 PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them

@@ -11,11 +11,13 @@ from .avg import AVG
 from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .count import COUNT
 from .count_distinct import COUNT_DISTINCT_UNIT
+from .distinct import AVG_DISTINCT, SUM_DISTINCT
 from .quantile import MAX, MEDIAN, MIN, QUANTILE_CONT, Histogram
 from .sum import SUM
 from .variance import STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP
 
-AGGREGATES: tuple[Aggregate, ...] = (COUNT, COUNT_DISTINCT_UNIT, SUM, AVG, VAR_POP, VAR_SAMP,
+AGGREGATES: tuple[Aggregate, ...] = (COUNT, COUNT_DISTINCT_UNIT, SUM_DISTINCT, AVG_DISTINCT, SUM, AVG,
+                                     VAR_POP, VAR_SAMP,
                                      STDDEV_POP, STDDEV_SAMP, MEDIAN, QUANTILE_CONT, MIN, MAX)
 
 
@@ -34,7 +36,8 @@ def supported() -> str:
     return ", ".join(a.usage for a in AGGREGATES)
 
 
-__all__ = ["AGGREGATES", "AVG", "COUNT", "COUNT_DISTINCT_UNIT", "MAX", "MEDIAN", "MIN", "QUANTILE_CONT",
+__all__ = ["AGGREGATES", "AVG", "AVG_DISTINCT", "COUNT", "SUM_DISTINCT",
+           "COUNT_DISTINCT_UNIT", "MAX", "MEDIAN", "MIN", "QUANTILE_CONT",
            "STDDEV_POP", "STDDEV_SAMP", "SUM", "VAR_POP", "VAR_SAMP", "Accuracy", "Aggregate", "Binder",
            "Histogram", "Measured", "Operand",
            "aggregate_of", "measured", "supported"]

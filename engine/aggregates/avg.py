@@ -21,15 +21,15 @@ class Avg(Aggregate):
     function = "AVG"
 
     def matches(self, node: exp.AggFunc) -> bool:
-        return isinstance(node, exp.Avg)
+        return isinstance(node, exp.Avg) and not isinstance(node.this, exp.Distinct)
 
     def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
         operand = bounded_numeric(node, binder)
         total = binder.measurement(SUM, operand)
         count = binder.measurement(COUNT, operand)
         lo, hi = operand.bounds
-        mean = exp.Div(this=total, expression=_greatest(count, 1))
-        return exp.Least(this=_greatest(mean, lo), expressions=[exp.Literal.number(hi)],
+        mean = exp.Div(this=total, expression=greatest(count, 1))
+        return exp.Least(this=greatest(mean, lo), expressions=[exp.Literal.number(hi)],
                          ignore_nulls=True)
 
     def possible(self, operand: Operand | None) -> tuple[float, float]:
@@ -65,7 +65,7 @@ class Avg(Aggregate):
         return np.maximum(mean - low, high - mean)
 
 
-def _greatest(node: exp.Expression, floor: float) -> exp.Greatest:
+def greatest(node: exp.Expression, floor: float) -> exp.Greatest:
     """GREATEST(node, floor) as DuckDB's own GREATEST, which skips NULL arguments."""
     return exp.Greatest(this=node, expressions=[exp.Literal.number(floor)], ignore_nulls=True)
 

@@ -101,6 +101,10 @@ class Aggregate:
         """Per group, a half-width that covers the exact value with probability >= 1 - alpha."""
         raise NotImplementedError
 
+    def describe(self, operand: Operand) -> str:
+        """How answers name a call of it on `operand`, e.g. AVG(income)."""
+        return f"{self.name}({operand.name})"
+
     def possible(self, operand: Operand | None) -> tuple[float, float]:
         """The values the exact statistic can take on any data (a count is >= 0), which shown
         intervals are cut to; unbounded unless the aggregate says more."""

@@ -1,4 +1,5 @@
-"""COUNT(DISTINCT <privacy unit>): the number of units, a row with a NULL unit being its own."""
+"""COUNT(DISTINCT <privacy unit>): the number of units, a row with a NULL unit being its own;
+COUNT(DISTINCT <anything else>) is bound by engine/aggregates/distinct.py."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ import math
 
 from sqlglot import exp
 
-from ..errors import QueryRefused
 from ..policy import TableSpec
 from .base import Binder, Measured, Operand
+from .distinct import COUNT_DISTINCT
 
 
 class CountDistinctUnit(Measured):
     """COUNT(DISTINCT unit): moves by 1 (2m across groups, one per row that changes group)."""
 
     name = "COUNT(DISTINCT unit)"
-    usage = "COUNT(DISTINCT <privacy unit>)"
+    usage = "COUNT(DISTINCT <privacy unit>), COUNT(DISTINCT expr)"
     function = "COUNT"
     reads_unit = True
     bound = frozenset({"count_star", "count"})
@@ -27,12 +28,7 @@ class CountDistinctUnit(Measured):
         targets = node.this.expressions
         if len(targets) == 1 and binder.is_unit(targets[0]):
             return binder.measurement(self, None)
-        unit = binder.table.privacy_unit
-        hint = f"COUNT(DISTINCT {unit})" if unit else "COUNT(*) (rows are individuals)"
-        raise QueryRefused(
-            f"{node.sql(dialect='duckdb')} refused: COUNT(DISTINCT ...) is supported only "
-            f"on the privacy unit; use {hint}"
-        )
+        return COUNT_DISTINCT.bind(node, binder)
 
     def label(self, operand: Operand | None) -> str:
         return "COUNT(DISTINCT unit)"

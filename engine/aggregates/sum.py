@@ -27,7 +27,7 @@ class Sum(Measured):
     bound = frozenset({"sum"})
 
     def matches(self, node: exp.AggFunc) -> bool:
-        return isinstance(node, exp.Sum)
+        return isinstance(node, exp.Sum) and not isinstance(node.this, exp.Distinct)
 
     def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
         return binder.measurement(self, bounded_numeric(node, binder))

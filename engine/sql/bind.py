@@ -15,7 +15,7 @@ from ..errors import QueryRefused, QueryTooLarge
 from ..plan import OutputColumn, QueryPlan
 from ..policy import Limits, Policy, TableSpec
 from .calendar import normalize_times
-from .domain_literals import check_domain_literals
+from .domain_literals import check_domain_literals, coerce_literals
 from .join import join_sources
 from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group
@@ -42,6 +42,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     table, aliases = _bind_table(select, policy)
     sources = join_sources(select, policy, table, aliases)
     scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), sources)
+    coerce_literals(select, scope.spec_of)
     join, where = bind_joins(select, table, aliases, sources, scope)
     group_by = bind_group(select, scope)
     post = PostScope(scope, group_by, policy.limits.quantile_bins)

@@ -49,6 +49,7 @@ def needs_flattening(select: exp.Select) -> bool:
 def flatten(select: exp.Select, policy: Policy) -> exp.Select:
     """The one-table SELECT equivalent to `select`, or `select` itself when it has no CTE and
     no FROM-subquery; raise QueryRefused naming a construct that does not flatten."""
+    _unwrap_tables(select)
     if not needs_flattening(select):
         return select
     _check_bodies(select, policy)
@@ -91,6 +92,20 @@ def _unqualify(select: exp.Select) -> None:
     source = select.args["from_"].this
     if source.alias.lower() == source.name.lower():
         source.set("alias", None)
+
+
+def _unwrap_tables(select: exp.Select) -> None:
+    """`FROM (t) AS c` (a parenthesized table, as SmartNoise's tests write it) is `FROM t AS c`:
+    rewritten in place, in FROM and in each JOIN (docs/theory.md §27)."""
+    for node in [select.args.get("from_"), *(select.args.get("joins") or [])]:
+        inner = node.this if node is not None else None
+        if isinstance(inner, exp.Subquery) and isinstance(inner.this, exp.Table) \
+                and {k for k, v in inner.args.items() if v} <= {"this", "alias"} \
+                and not inner.this.args.get("alias"):
+            table = inner.this.copy()
+            if inner.args.get("alias") is not None:
+                table.set("alias", inner.args["alias"].copy())
+            inner.replace(table)
 
 
 def _check_bodies(select: exp.Select, policy: Policy) -> None:

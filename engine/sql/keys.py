@@ -14,6 +14,7 @@ from ..policy import ColumnSpec
 from ..sql_types import TIME_TYPES, SqlType
 from .bounds import Range, time_range, value_range
 from .calendar import moment, part_values, periods, seconds, time_part, trunc_unit
+from .key_values import expression_keys
 from .scalars import int_literal, numeric_literal, short
 from .scope import Scope, declared
 from .where import narrowed, pruned
@@ -31,6 +32,8 @@ def bind_group(select: exp.Select, scope: Scope) -> tuple[GroupKey, ...]:
     where = select.args["where"].this if select.args.get("where") is not None else None
     keys: list[GroupKey] = []
     for item in group.expressions:
+        if isinstance(item, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+            raise QueryRefused(f"GROUP BY {short(item)} refused: list public columns instead")
         key = _group_key(_group_target(item, select, scope), scope, len(keys), where)
         if all(key.value != other.value for other in keys):
             keys.append(key)
@@ -39,7 +42,8 @@ def bind_group(select: exp.Select, scope: Scope) -> tuple[GroupKey, ...]:
 
 _GROUPABLE = ("group on a bool column, a column with a domain, a bounded int or date column, a "
               "CASE with literal results, FLOOR(col / width) of a bounded int column, "
-              "EXTRACT(part FROM col) or date_trunc('month', col) of a date or timestamp column")
+              "EXTRACT(part FROM col) or date_trunc('month', col) of a date or timestamp column, "
+              "or an int, bool, text or date expression of such columns")
 
 
 def _group_target(item: exp.Expression, select: exp.Select, scope: Scope) -> exp.Expression:
@@ -89,7 +93,7 @@ def _group_key(node: exp.Expression, scope: Scope, index: int,
     label = node.sql(dialect="duckdb")
     if isinstance(node, exp.Case):
         kind, values = _case_values(node, scope)
-    elif isinstance(node, exp.Floor):
+    elif isinstance(node, exp.Floor) and _is_width_bucket(node, scope):
         kind, values = _width_buckets(node, scope)
     elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or (
             isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DATE):
@@ -100,7 +104,10 @@ def _group_key(node: exp.Expression, scope: Scope, index: int,
         raise QueryRefused(f"GROUP BY {short(node)} refused: `/` divides exactly; write "
                            f"FLOOR({short(node)}) for width buckets")
     else:
-        raise QueryRefused(f"GROUP BY {short(node)} refused: {_GROUPABLE}")
+        kind, values = expression_keys(
+            node, scope.scalar_type(node, "GROUP BY"), scope, scope.rewrite_scalar(node),
+            lambda column: _key_range(column, scope, where, short(node)),
+            lambda column: narrowed(column, where), MAX_GROUPS)
     checked = scope.scalar_type(node, "GROUP BY")
     if isinstance(node, exp.Case) and checked not in (kind, SqlType.NULL):
         raise QueryRefused(f"GROUP BY {short(node)} refused: its results must be literals of one type")
@@ -216,6 +223,17 @@ def _case_values(node: exp.Case, scope: Scope) -> tuple[SqlType, tuple]:
     if len(kinds) != 1:
         raise QueryRefused(f"GROUP BY {short(node)} refused: its results must be literals of one type")
     return kinds.pop(), tuple(values)
+
+
+def _is_width_bucket(node: exp.Floor, scope: Scope) -> bool:
+    """Whether `node` is FLOOR(col / w) of an int column and a number w (other FLOORs are
+    computed keys)."""
+    quotient = node.this
+    while isinstance(quotient, exp.Paren):
+        quotient = quotient.this
+    return isinstance(quotient, exp.Div) and isinstance(quotient.this, exp.Column) \
+        and isinstance(quotient.expression, exp.Literal) and not quotient.expression.is_string \
+        and scope.column(quotient.this).type == SqlType.INT
 
 
 def _width_buckets(node: exp.Floor, scope: Scope) -> tuple[SqlType, tuple]:

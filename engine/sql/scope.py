@@ -311,7 +311,7 @@ class PostScope:
         call = registered.name if registered is not None else node.key.upper()
         if isinstance(arg, exp.Distinct):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
-                               "as COUNT(DISTINCT <privacy unit>)")
+                               "in COUNT, SUM and AVG")
         if node.args.get("expressions"):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: {call} takes one argument")
         kind = self.scope.scalar_type(arg, f"the argument of {call}")
