@@ -120,9 +120,13 @@ def test_functions_of_released_values_are_those_functions_of_the_released_value(
     assert np.allclose(df["pa"], np.pi * a)
     assert np.allclose(df["c"], np.cos(a))
     assert np.allclose(df["s"], np.sin(a))
-    assert np.allclose(df["r"], np.round(a, 2), atol=0.005)
+    # DuckDB rounds halves away from zero, numpy to even: one cent apart at most.
+    assert np.allclose(df["r"], np.round(a, 2), atol=0.01 + 1e-9)
     ci = result.ci95
-    assert ci[["e", "l", "g", "pa"]].notna().all().all()
+    assert ci[["e", "pa"]].notna().all().all()
+    # LN and LOG10 carry an interval where the AVG's interval stays above 0, else it is
+    # unbounded below: the same rows for both, and most of them at this epsilon.
+    assert (ci["l"].notna() == ci["g"].notna()).all() and ci["l"].notna().sum() >= 2
     assert ci[["p", "c", "s"]].isna().all().all()
     reasons = dict(result.no_interval)
     assert set(reasons) == {"p", "c", "s"}
