@@ -8,7 +8,9 @@ import csv
 import io
 import pickle
 import re
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -84,12 +86,16 @@ def test_cli_at_80_columns(monkeypatch, capsys, setup):
     assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
 
 
-def test_report_table_fits_80_columns_and_wraps_between_words(tmp_path):
-    path = write_ledger(tmp_path / "ledger.sqlite", [("alice", 0.5, "auto"), ("bob", 0.4, "tight")])
-    book = Ledger(path, DEPENDENT)
-    record_charge(book, Charge("mallory", WIDE_SQL, AnswerCost(0.2, 0.1, "theorem2", 10, 0.001), (RECORD,)))
-    book.close()
-    report = build_report(path)
+def test_report_table_fits_80_columns_and_wraps_between_words():
+    # The report shows the ledger's path, one word: kept short (pytest's tmp_path under a
+    # parallel worker is over 80 characters, which no table can wrap without splitting it).
+    with tempfile.TemporaryDirectory(prefix="dpsql-") as short:
+        path = write_ledger(Path(short) / "ledger.sqlite", [("alice", 0.5, "auto"), ("bob", 0.4, "tight")])
+        book = Ledger(path, DEPENDENT)
+        record_charge(book, Charge("mallory", WIDE_SQL, AnswerCost(0.2, 0.1, "theorem2", 10, 0.001),
+                                   (RECORD,)))
+        book.close()
+        report = build_report(path)
     _assert_fits_80_without_split_words(render_table(report, width=400), render_table(report, width=80))
 
 
