@@ -18,6 +18,7 @@ import calendar
 import datetime as dt
 import difflib
 from collections.abc import Callable
+from typing import cast
 
 from sqlglot import exp
 
@@ -41,7 +42,7 @@ def coerce_literals(tree: exp.Expression, resolve: Resolve) -> None:
     for a bool column, TRUE/FALSE to 1/0 for an int column; and fold each literal
     `DATE 'x' ± INTERVAL n unit` into the date or time it names."""
     for shifted in list(tree.find_all(exp.Add, exp.Sub)):
-        folded = _shifted_time(shifted)
+        folded = _shifted_time(cast(exp.Expression, shifted))
         if folded is not None:
             shifted.replace(folded)
     for node in list(tree.find_all(*_COMPARED)):
@@ -69,7 +70,7 @@ _TIME_LITERAL_TYPES = {exp.DataType.Type.DATE: SqlType.DATE, exp.DataType.Type.T
                        exp.DataType.Type.TIMESTAMPNTZ: SqlType.TIMESTAMP}
 
 
-def _shifted_time(node: exp.Add | exp.Sub) -> exp.Expression | None:
+def _shifted_time(node: exp.Expression) -> exp.Expression | None:
     """`DATE 'x' + INTERVAL n unit` (or minus) as the literal DuckDB computes, calendar months
     ending on the month's last day: a DATE when both are whole days, else a TIMESTAMP; None
     for anything else."""

@@ -88,7 +88,13 @@ def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
 
 def _and(terms: list[exp.Expression]) -> exp.Expression | None:
     """The terms joined by AND, each OR term parenthesised so that it stays one term."""
-    return exp.and_(*terms, copy=False) if terms else None
+    if not terms:
+        return None
+    wrapped = [exp.Paren(this=term) if isinstance(term, exp.Connector) else term for term in terms]
+    joined = wrapped[0]
+    for term in wrapped[1:]:
+        joined = exp.And(this=joined, expression=term)
+    return joined
 
 
 def _ref(node: exp.Expression, tables: list[Table], names: list[frozenset[str]]) -> _Ref | None:
