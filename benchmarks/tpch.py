@@ -62,7 +62,7 @@ QUERIES = {
            "l_shipinstruct = 'DELIVER IN PERSON')",
 }
 # Q5 joins along the whole chain and to three lookup tables (lineitem ⋈ orders ⋈ customer ⋈
-# supplier ⋈ nation ⋈ region, docs/theory.md §26), written with JOIN ... ON and with commas.
+# supplier ⋈ nation ⋈ region, docs/theory.md §25), written with JOIN ... ON and with commas.
 _Q5_WHERE = ("r_name = 'ASIA' AND o_orderdate >= DATE '1994-01-01' AND o_orderdate < DATE "
              "'1995-01-01' GROUP BY n_name ORDER BY revenue DESC")
 QUERIES["Q5"] = (f"SELECT n_name, {_REVENUE} AS revenue FROM customer JOIN orders ON c_custkey = "

@@ -76,7 +76,7 @@ class GroupKey:
 
 
 class EdgeKind(StrEnum):
-    """How a table of a join tree is joined to its parent in the tree (docs/theory.md §26)."""
+    """How a table of a join tree is joined to its parent in the tree (docs/theory.md §25)."""
 
     KEY = "key"  # a public table's unique key, or a parent table's key from its child
     CHAIN = "chain"  # a chained table's foreign key = the referenced table's key (up the chain)
@@ -122,7 +122,7 @@ class JoinTree:
     """The tables a query joins to its FROM table and the tree of equi-joins that bounds its
     rows: every joined row holds one row of `root`, a private table, and at most `fanout` rows
     of each child per row of its parent, and every private row of it is of the root row's unit,
-    so a unit has at most m_root times the product of the fanouts of joined rows (§26)."""
+    so a unit has at most m_root times the product of the fanouts of joined rows (§25)."""
 
     tables: tuple[JoinedTable, ...]
     root: TableSpec
@@ -165,7 +165,7 @@ class QueryPlan:
     @property
     def rows_per_unit(self) -> int:
         """The most rows of one unit the aggregates read: the table's bound, or the join
-        tree's (§16, §26)."""
+        tree's (§16, §25)."""
         return self.table.max_rows_per_unit if self.join is None else self.join.rows_per_unit
 
     @property

@@ -101,7 +101,7 @@ class TableSpec:
 
     A table whose unit is reached through foreign keys (`privacy_unit: {through: ...,
     references: ...}`) has `chain`, the links from its own column up to the table holding the
-    unit (docs/theory.md §25); its `privacy_unit` is then that table's unit column, which its
+    unit (docs/theory.md §24); its `privacy_unit` is then that table's unit column, which its
     bounded copy carries, derived through the chain (engine/backends/chain_units.py)."""
 
     name: str

@@ -181,7 +181,7 @@ def _joined(private: exp.Expression, tree: JoinTree, where: exp.Expression | Non
     """The FROM table's rows joined to every joined table in the order written, each other
     table's columns renamed "<table>.<column>", each ON and the WHERE filtering them. A public
     table is read as it is (its key unique), a parent table through its copy of one row per
-    key, a private table through its bounded copy: the join tree bounds a unit's rows (§26)."""
+    key, a private table through its bounded copy: the join tree bounds a unit's rows (§25)."""
     private = private.copy()
     private.set("alias", exp.TableAlias(this=exp.to_identifier("__private", quoted=True)))
     aliases = {t.table.name: "__other" if i == 0 else f"__other{i + 1}"

@@ -156,7 +156,7 @@ def write_policy(path: Path) -> Path:
     return path
 
 
-# The same datasets joined (docs/theory.md §26): a private `trips` table of the same unit, three
+# The same datasets joined (docs/theory.md §25): a private `trips` table of the same unit, three
 # trips per people row (so heavy units stay heavy, NULL units stay NULL and odd incomes become
 # odd distances), and two public lookups, `states` (keyed by state) reaching `zones` (keyed by
 # zone), identical in every dataset.

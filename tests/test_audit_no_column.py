@@ -1,5 +1,5 @@
 """The exact audit of answers reading no column (COUNT(*)) under a declared chain
-(docs/theory.md §28): composed with per-point and whole-series answers and audited jointly and
+(docs/theory.md §27): composed with per-point and whole-series answers and audited jointly and
 exactly on one person's chain, at up to 20 times their eps_dp, they never raise the exact
 level, which stays at or below the level admission uses (the chain's capped map at the whole
 transcript's eps_dp). Where row presence depends on the modelled value (§19, assumption 1
@@ -64,7 +64,7 @@ def test_answers_reading_no_column_never_raise_the_exact_level() -> None:
 
 @pytest.mark.slow
 def test_answers_reading_no_column_never_raise_the_exact_level_full_run() -> None:
-    """The full run of docs/theory.md §28: 1,000 transcripts."""
+    """The full run of docs/theory.md §27: 1,000 transcripts."""
     cases, gap = audit_cases(1000, seed=31)
     print(f"cases {cases}, largest gap (exact minus admitted level) {gap:.3g}")
     assert gap <= SLACK

@@ -2,7 +2,7 @@
 chained form and its errors, the derived unit of every row (NULL and dangling references each a
 unit of their own), the per-table bound held against a hostile unit, the duplicated key refused
 when the data is opened, and answers whose intervals cover the exact SQL answer
-(docs/theory.md §25)."""
+(docs/theory.md §24)."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def test_null_and_dangling_references_are_each_a_unit_of_their_own(hostile_db: P
 
 
 def test_removing_a_unit_changes_no_other_units_kept_rows(hostile_db: Path, tmp_path: Path) -> None:
-    """The neighbour of §25: customer 1 and everything reached from it removed. Every other
+    """The neighbour of §24: customer 1 and everything reached from it removed. Every other
     unit (the NULL and dangling rows included) keeps exactly the same rows."""
     smaller = Path(shutil.copy(hostile_db, tmp_path / "without.duckdb"))
     with duckdb.connect(str(smaller)) as conn:

@@ -250,7 +250,7 @@ def test_a_schema_qualified_query_is_answered(people_db, tmp_path):
      "SELECT COUNT(*) FROM people WHERE TRUE = sick AND age IN (0, 3)"),
 ])
 def test_bool_and_int_literals_are_cast_as_duckdb_casts_them(written, canonical):
-    """§27: 0/1 against a bool column and TRUE/FALSE against an int column, the same plan."""
+    """§26: 0/1 against a bool column and TRUE/FALSE against an int column, the same plan."""
     assert _plan(written) == _plan(canonical)
 
 
@@ -297,7 +297,7 @@ def test_literals_that_do_not_cast_are_refused(sql, fragment):
      "SELECT state, COUNT(*) FROM people GROUP BY state"),
 ])
 def test_a_parenthesized_table_is_the_table(written, canonical):
-    """§27: `FROM (t) AS c`, as SmartNoise's tests write it, is `FROM t AS c`."""
+    """§26: `FROM (t) AS c`, as SmartNoise's tests write it, is `FROM t AS c`."""
     def plan(sql: str):
         return dataclasses.replace(build_plan(flatten(parse_select(sql), POLICY), POLICY, sql), sql="")
     assert plan(written) == plan(canonical)
@@ -314,7 +314,7 @@ def test_a_parenthesized_table_with_a_clause_is_refused():
     ("2024-03-04", "2 WEEK"), ("2023-12-31", "-1 DAY"), ("2024-03-04", "5 HOUR"), ("2020-05-31", "-3 MONTH"),
 ])
 def test_a_date_literal_plus_an_interval_is_the_date_duckdb_computes(start, shift):
-    """§27: `DATE 'x' + INTERVAL n unit` folds, from the text, to the moment DuckDB gives; the
+    """§26: `DATE 'x' + INTERVAL n unit` folds, from the text, to the moment DuckDB gives; the
     query then plans as the one with the folded literal."""
     amount, unit = shift.split()
     tree = parse_select(f"SELECT COUNT(*) FROM people WHERE day < DATE '{start}' + INTERVAL ({amount}) {unit}")

@@ -1,5 +1,5 @@
 """COUNT, SUM and AVG of DISTINCT values of a column that is not the privacy unit (docs/theory.md
-§27): sensitivity from the row bound m (and a domain's size), intervals that cover."""
+§26): sensitivity from the row bound m (and a domain's size), intervals that cover."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GROUP BY expressions whose keys follow from the policy (docs/theory.md §27): the expression
+"""GROUP BY expressions whose keys follow from the policy (docs/theory.md §26): the expression
 evaluated on every combination of its columns' declared values, no data read; every key is
 released, present in the data or not, with the grouped sensitivity of a plain column key."""
 

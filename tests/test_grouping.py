@@ -46,7 +46,7 @@ def _keys(sql: str) -> list[tuple]:
     ("SELECT FLOOR(age / 10) AS decade, COUNT(*) FROM people GROUP BY decade", [tuple(range(0, 11))]),
     ("SELECT COUNT(*) FROM people GROUP BY FLOOR(age / 30), sick", [(0, 1, 2, 3), (False, True)]),
     ("SELECT COUNT(*) FROM people GROUP BY CASE WHEN sick THEN 1 END", [(1,)]),
-    # A whole-number expression of a bounded float: every whole number of its range (§27).
+    # A whole-number expression of a bounded float: every whole number of its range (§26).
     ("SELECT COUNT(*) FROM people GROUP BY FLOOR(income / 10)", [tuple(range(0, 101))]),
 ])
 def test_every_possible_key_follows_from_the_policy_and_the_query_text(sql, keys):

@@ -1,4 +1,4 @@
-"""Several joins in one query (docs/theory.md §26): a tree of equi-joins along the declared
+"""Several joins in one query (docs/theory.md §25): a tree of equi-joins along the declared
 chain (lineitem -> orders -> customer) and to public lookup tables (supplier -> nation ->
 region), written with JOIN ... ON or commas, inside CTEs and FROM-subqueries; the tree's root
 and fanouts bound a unit's joined rows, every join that could multiply them is refused in one

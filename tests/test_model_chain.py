@@ -149,7 +149,7 @@ def test_chain_answers_are_charged_per_time_point_and_survive_a_restart(setup) -
 def test_a_chain_answer_shows_what_it_can_still_ask(setup) -> None:
     """A chain answer's own largest epsilon (its time points, by bisection) is explain's for
     the same query next; the status's is that of a query reading no column, calibrated by the
-    mode (it reads no time point) and admitted through the chain's capped map (§28): its
+    mode (it reads no time point) and admitted through the chain's capped map (§27): its
     admission threshold."""
     with connect(setup) as db:
         answers = [db.query(GROUPED, epsilon=0.8), db.query(PINNED, epsilon=0.5)]

@@ -52,11 +52,11 @@ QUERIES = [
     "SELECT COUNT(person_id), COUNT(*), COUNT(DISTINCT person_id) FROM people",
     "SELECT TOP 3 state, COUNT(people.person_id), STDDEV(age), EXP(AVG(income) / 1000) "
     "FROM people GROUP BY state",
-    # Computed keys (docs/theory.md §27): a row falls in one key or none.
+    # Computed keys (docs/theory.md §26): a row falls in one key or none.
     "SELECT FLOOR(age / 10) * 10, UPPER(state), COALESCE(age, 1) % 3 = 0, COUNT(*), SUM(income), "
     "AVG(age) FROM people GROUP BY 1, 2, 3",
     "SELECT CAST(CEIL(income / 100.0) AS INTEGER) AS c, COUNT(*), SUM(age) FROM people GROUP BY c",
-    # DISTINCT aggregates of non-unit columns (docs/theory.md §27).
+    # DISTINCT aggregates of non-unit columns (docs/theory.md §26).
     "SELECT COUNT(DISTINCT age), COUNT(DISTINCT state), COUNT(DISTINCT sick), SUM(DISTINCT income), "
     "AVG(DISTINCT age - 50), COUNT(DISTINCT FLOOR(income / 100)) FROM people",
     "SELECT state, COUNT(DISTINCT age), SUM(DISTINCT age - 50), AVG(DISTINCT income) FROM people "
@@ -138,7 +138,7 @@ def test_bounding_is_tight_for_a_heavy_unit():
     assert _exact({})[0]["__m0"] == [0]
 
 
-# Several joins in one query (docs/theory.md §26): people (m = 2) joined to visits (m = 3) on the
+# Several joins in one query (docs/theory.md §25): people (m = 2) joined to visits (m = 3) on the
 # unit and to the public regions table on its key, so a person has at most 2 · 3 joined rows.
 JOIN_POLICY = parse_policy({**BASE_POLICY, **with_visits(with_regions()["tables"])})
 JOIN_QUERIES = [
@@ -184,7 +184,7 @@ def _exact_joined(people: dict[int, tuple[list, list]]) -> list[dict[str, list]]
 def test_one_unit_moves_each_aggregate_of_a_three_table_join_within_its_sensitivity(others, before, after):
     """Person 9's rows change in people and visits, regions stays: every measurement of a join
     of three tables (JOIN ... ON, commas, LEFT) moves by at most §8's sensitivity with the join
-    tree's m = 2 · 3 (§26)."""
+    tree's m = 2 · 3 (§25)."""
     for plan, a, b in zip(JOIN_PLANS, _exact_joined({**others, 9: before}),
                           _exact_joined({**others, 9: after}), strict=True):
         assert plan.rows_per_unit == 6

@@ -1,6 +1,6 @@
 """COUNT(DISTINCT expr), SUM(DISTINCT expr) and AVG(DISTINCT expr) of a column or row expression
 that is not the privacy unit: one unit's at most m rows add or remove at most m distinct values
-(docs/theory.md §27)."""
+(docs/theory.md §26)."""
 
 from __future__ import annotations
 

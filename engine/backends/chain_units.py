@@ -5,7 +5,7 @@ joining up its chain, and the rows bounding keeps with it; with the open-time ch
 A row's unit is the value of the last link's column (the order's `o_custkey`) reached by
 following each foreign key to the one row holding its key; a row whose reference is NULL or
 matches no row gets a NULL unit, which the keyed rule (engine/backends/bounding.py) keeps as a
-unit of its own (docs/theory.md §25).
+unit of its own (docs/theory.md §24).
 """
 
 from __future__ import annotations

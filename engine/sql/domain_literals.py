@@ -4,7 +4,7 @@ A text literal compared with a date or timestamp column is that date or timestam
 (`day > '2024-01-05'`), a 0 or 1 compared with a bool column is FALSE or TRUE, and TRUE or FALSE
 compared with an int column is 1 or 0, as DuckDB casts them, and a date or timestamp literal plus
 or minus a literal INTERVAL is the date or time it names (`coerce_literals`, from the text alone,
-docs/theory.md §27).
+docs/theory.md §26).
 
 `WHERE state IN ('ca', 'Texas')` with the domain [CA, NY, TX, WA] can only ever match rows the
 policy says do not exist, so answering it spends budget on a noisy 0 (or on values outside the

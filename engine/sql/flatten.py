@@ -96,7 +96,7 @@ def _unqualify(select: exp.Select) -> None:
 
 def _unwrap_tables(select: exp.Select) -> None:
     """`FROM (t) AS c` (a parenthesized table, as SmartNoise's tests write it) is `FROM t AS c`:
-    rewritten in place, in FROM and in each JOIN (docs/theory.md §27)."""
+    rewritten in place, in FROM and in each JOIN (docs/theory.md §26)."""
     for node in [select.args.get("from_"), *(select.args.get("joins") or [])]:
         inner = node.this if node is not None else None
         if isinstance(inner, exp.Subquery) and isinstance(inner.this, exp.Table) \

@@ -5,7 +5,7 @@ WHERE) into the tables they name: public tables (their key unique in the data, c
 data is opened), parent tables (read from their child, one row per key) and private tables of
 the FROM table's privacy unit (each through its bounded copy); each at most once. `fanout`
 says whether an equality of two columns joins one table to another so that each row of the
-first meets a bounded number of rows of the second, and how many (docs/theory.md §26);
+first meets a bounded number of rows of the second, and how many (docs/theory.md §25);
 engine/sql/join_tree.py builds the tree of such edges that bounds a unit's joined rows.
 `refusal` says, in one line, why a table could not be joined. A table the policy does not
 declare is never joined.

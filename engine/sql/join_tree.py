@@ -4,7 +4,7 @@ Every equality of two columns of two tables, in an ON or (for inner joins) in WH
 candidate edge when `join.fanout` accepts it in one direction: a public table's key, a parent
 table's key from its child, two private tables' common privacy unit. The tree is the spanning
 arborescence of candidate edges, rooted at a private table, with the smallest bound on a unit's
-joined rows (m_root times the product of the edges' fanouts, docs/theory.md §26); every other
+joined rows (m_root times the product of the edges' fanouts, docs/theory.md §25); every other
 condition is a filter, which only removes rows. A LEFT JOIN's table hangs below a table before
 it, by an edge of its own ON. When no tree exists the first table it cannot reach is refused,
 naming why. Everything here reads the query text and the policy only, never the data.
@@ -137,7 +137,7 @@ def _edges(term: exp.Expression, origin: int, tables: list[Table],
 
 def _fits(edge: _Edge, sources: list[Source]) -> bool:
     """A LEFT JOIN's table is a child only by an edge of its own ON from a table before it,
-    and a parent only of tables joined after it (§26: its subtree is what it pads)."""
+    and a parent only of tables joined after it (§25: its subtree is what it pads)."""
     child_left = edge.child > 0 and sources[edge.child - 1].left
     parent_left = edge.parent > 0 and sources[edge.parent - 1].left
     if child_left and (edge.origin != edge.child or edge.parent > edge.child):

@@ -1,6 +1,6 @@
 """The public keys of a GROUP BY expression over columns whose values the policy lists (a bool,
 a domain, a bounded int or a declared date column): the expression evaluated in DuckDB on every
-combination of those values (NULL included), no data read (docs/theory.md §27)."""
+combination of those values (NULL included), no data read (docs/theory.md §26)."""
 
 from __future__ import annotations
 
