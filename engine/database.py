@@ -38,6 +38,7 @@ from .release import PostProcessingFailed, release_answer
 from .report.build import build_report
 from .report.values import Report
 from .result import BudgetStatus, Explanation, HistoryEntry, QueryResult, model_fields
+from .rewrite import read_columns
 from .workload_result import WorkloadExplanation, WorkloadResult
 
 DEFAULT_ANALYST = "analyst"
@@ -315,7 +316,7 @@ class PrivateDatabase:
         comes before the charge, so nothing is spent."""
         plan = prepared.plan
         try:
-            self._backend.bound(plan.table, self.ledger.hash_key)
+            self._backend.bound(plan.table, self.ledger.hash_key, read_columns(plan))
             if isinstance(plan.join, UnitJoin):
                 self._backend.bound(plan.join.other, self.ledger.hash_key)
             elif plan.join is not None and plan.join.parent is not None:

@@ -25,6 +25,7 @@ from .policy import Policy
 from .prepare import PreparedQuery, Preparer, aggregate_infos
 from .release import PostProcessingFailed, release_answer
 from .result import AggregateInfo, AnswerCost
+from .rewrite import read_columns
 from .workload import (
     Member,
     WorkloadPlan,
@@ -68,13 +69,14 @@ def query_many(db: Database, statements: list[str], epsilon: float | None = None
     try:
         exact_cells = None
         if work.contingency is not None:
-            db._backend.bound(work.contingency.plan.table, db.ledger.hash_key)
+            db._backend.bound(work.contingency.plan.table, db.ledger.hash_key,
+                              read_columns(work.contingency.plan))
             exact_cells = db._backend.run(work.contingency.sql,
                                             len(work.contingency.plan.group_by))
         exact_alone = {}
         for member in work.alone:
             plan = member.prepared.plan
-            db._backend.bound(plan.table, db.ledger.hash_key)
+            db._backend.bound(plan.table, db.ledger.hash_key, read_columns(plan))
             if isinstance(plan.join, UnitJoin):
                 db._backend.bound(plan.join.other, db.ledger.hash_key)
             elif plan.join is not None and plan.join.parent is not None:

@@ -197,3 +197,25 @@ def with_every_join(root: Path, people_db: Path, budget: float | None = None) ->
     tables = with_visits(with_households(with_regions()["tables"])["tables"])
     extra = {} if budget is None else {"budget": {"epsilon": budget}}
     return db, write_policy(root / "policy.yaml", {**extra, **tables})
+
+
+def bound_plans(conn, plans, hash_key: str = "fixed-key") -> None:
+    """Make every bounded copy the rewrites of `plans` read on a DuckDB connection, each
+    distinct copy once: the plan's table for the columns it reads (docs/theory.md §24), the
+    other table of a join on the unit and a parent table's one row per key."""
+    from dpsql.engine.backends.duckdb_execute import bound_units
+    from dpsql.engine.plan import UnitJoin
+    from dpsql.engine.rewrite import copy_scope, read_columns
+
+    made = set()
+    for plan in plans:
+        copies = [(plan.table, copy_scope(plan.table, read_columns(plan)))] \
+            if plan.table.privacy_unit is not None else []
+        if isinstance(plan.join, UnitJoin):
+            copies.append((plan.join.other, None))
+        elif plan.join is not None and plan.join.parent is not None:
+            copies.append((plan.join.parent.one_per_key(), None))
+        for table, scope in copies:
+            if (table.name, scope) not in made:
+                made.add((table.name, scope))
+                bound_units(conn, table, hash_key, scope)
