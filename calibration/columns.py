@@ -250,3 +250,28 @@ def _housemates_tv(posterior: np.ndarray, projected: np.ndarray, mates: int) -> 
     outcome = posterior.T @ given  # t x count vectors
     return max((0.5 * float(np.abs(outcome[a + 1:] - outcome[a]).sum(axis=1).max())
                 for a in range(len(outcome) - 1)), default=0.0)
+
+
+def eta_of_pmf_projection(pmf: np.ndarray, projection: Iterable[int]) -> float:
+    """Brute-force eta of a joint pmf whose axes are individuals' FULL records (a unit's rows,
+    say), the others seen only through `projection` (record index -> index of what a query
+    reads of it: the unit's rows projected onto the columns read, their number included).
+    Condition on one individual's whole record, map every other record through `projection`,
+    and take the largest TV over value pairs (docs/theory.md §28)."""
+    array = require_pmf("pmf", pmf)
+    index = np.asarray(list(projection), dtype=np.int64)
+    if index.ndim != 1 or any(len(index) != n for n in array.shape) or (index < 0).any():
+        raise CalibrationError(f"projection must map each of the {array.shape[0]} records to an "
+                               f"index >= 0, got {len(index)} entries")
+    onehot = np.eye(int(index.max()) + 1)[index]  # records x projected values
+    eta = 0.0
+    for i in range(array.ndim):
+        table = np.moveaxis(array, i, 0)
+        for axis in range(1, table.ndim):
+            table = np.moveaxis(np.tensordot(table, onehot, axes=([axis], [0])), -1, axis)
+        rows = table.reshape(len(table), -1)
+        rows = rows[rows.sum(axis=1) > 0]
+        rows = rows / rows.sum(axis=1, keepdims=True)
+        for a in range(len(rows) - 1):
+            eta = max(eta, 0.5 * float(np.abs(rows[a + 1:] - rows[a]).sum(axis=1).max()))
+    return min(eta, 1.0)

@@ -37,6 +37,7 @@ from .release import PostProcessingFailed, release_answer
 from .report.build import build_report
 from .report.values import Report
 from .result import BudgetStatus, Explanation, HistoryEntry, QueryResult, model_fields
+from .rewrite import copies_to_bound
 from .workload_result import WorkloadExplanation, WorkloadResult
 
 DEFAULT_ANALYST = "analyst"
@@ -320,8 +321,8 @@ class PrivateDatabase:
         comes before the charge, so nothing is spent."""
         plan = prepared.plan
         try:
-            for table in plan.bounded_tables:
-                self._backend.bound(table, self.ledger.hash_key)
+            for table, columns in copies_to_bound(plan):
+                self._backend.bound(table, self.ledger.hash_key, columns)
             return self._backend.run(prepared.sql, len(plan.group_by))
         except DataFailure as failure:
             self._halt(f"{failure} ({who})")

@@ -54,7 +54,7 @@ class DependenceReport:
     sets: tuple[SetReport, ...]
     check: GroupCheck | None
     confidence: float | None
-    reads_all_columns: bool  # a table with a privacy unit: every query reads all its columns
+    reads_all_columns: bool  # a table with a privacy unit: its records are units, not the model's rows
     block: dict
 
 
@@ -120,8 +120,9 @@ def eta_report(policy: Policy, table: TableSpec, sets: tuple[tuple[str, ...], ..
         rows.append(SetReport(columns, eta_model, eta_fit, found.rho_upper if found else None, shared,
                               eta, eps_dp, None if eps_dp is None else record_dp / eps_dp, missing))
     mode = policy.mode if applies(policy.mode, DependenceModel(k, eta_record)) else "auto"
-    # Through the bounded copy every query on a table with a privacy unit reads all its columns
-    # (docs/theory.md §11): only the default eta can apply there.
+    # On a table with a privacy unit a set's eta must cover each unit's rows projected onto it
+    # and their number (docs/theory.md §28); the model describes one row per member, so no
+    # column set is suggested there.
     reads_all = table.privacy_unit is not None
     block = {"k": k, "eta": eta_record, "mode": mode, "eta_by_columns": [] if reads_all else [
         {"columns": [_qualified(policy, table, c) for c in row.columns], "eta": row.eta}
@@ -217,10 +218,10 @@ def print_report(console: Console, report: DependenceReport) -> None:
                       f"{report.confidence:g} (Hoeffding, docs/theory.md §13). OWNER-SIDE: computed from "
                       "the private data; the eta you declare becomes public through the noise scales.")
     if report.reads_all_columns:
-        console.print(f"table {report.table} has a privacy unit: every query on it reads all its "
-                      "columns through the bounded copy (docs/theory.md §11), so only the default "
-                      "eta applies and the block lists no column set; declare eta per column set "
-                      "for a table whose rows are each one individual")
+        console.print(f"table {report.table} has a privacy unit: a column set's eta there must "
+                      "cover each unit's rows projected onto the set and their number "
+                      "(docs/theory.md §28), which a model of one row per member does not give, "
+                      "so the block lists no column set; declare one you can justify")
     console.print("Ready policy block:")
     console.print(yaml.safe_dump(report.block, sort_keys=False, default_flow_style=None), end="",
                   markup=False)

@@ -30,7 +30,7 @@ from .noise import Mechanism, build_mechanism
 from .plan import QueryPlan
 from .policy import Policy, ScopedEta
 from .result import AggregateInfo
-from .rewrite import rewrite
+from .rewrite import read_columns, rewrite
 from .sensitivity import sensitivity
 from .sql.bind import build_plan, check_size, series_points, time_points
 from .sql.columns import columns_read
@@ -195,7 +195,7 @@ class Preparer:
             self._backend.check(rewritten)
             deadline.check()
             self._post_gate(plan).check(post_sql)
-            cached = (plan, rewritten, post_sql, columns_read(plan))
+            cached = (plan, rewritten, post_sql, _columns_read(plan))
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[sql] = cached
@@ -282,3 +282,15 @@ def check_level(name: str, value) -> float:
     except CalibrationError as exc:
         raise InputError(str(exc), **{k: v for k, v in vars(exc).items()
                                       if k in ("value", "lower", "upper")}) from exc
+
+
+def _columns_read(plan: QueryPlan) -> frozenset[str]:
+    """The qualified columns whose eta calibrates `plan`: `columns_read`'s, except that a table
+    with a privacy unit is read through its bounded copy of exactly the columns the query
+    reads, kept by the rule over those alone (docs/theory.md §28), so only they count."""
+    every = columns_read(plan)
+    table = plan.table
+    if table.privacy_unit is None:
+        return every
+    own = frozenset(f"{table.name}.{name}" for name in table.columns)
+    return (every - own) | frozenset(f"{table.name}.{name}" for name in read_columns(plan))

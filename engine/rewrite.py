@@ -1,7 +1,8 @@
 """Rewrite a QueryPlan into the one query (a sqlglot tree) that computes its exact measurements.
 
 The query reads the rows per-unit bounding keeps (the bounded copy of a table with a privacy
-unit, made once per table by the backend, see engine/backends/bounding.py), filters, clamps
+unit for the columns the query reads, made once per column set by the backend, see
+engine/backends/bounding.py and docs/theory.md §28), filters, clamps
 numeric columns to the policy bounds and joins the public domain so that every group appears,
 empty or not. A histogram (MEDIAN, QUANTILE_CONT, MIN, MAX) is counted in a pass of its own:
 one COUNT grouped by each row's bin, rather than one aggregate per bin. The SQL is a function
@@ -11,7 +12,8 @@ of the query text and the policy only, never of the data.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import json
+from collections.abc import Collection, Mapping
 
 from sqlglot import exp
 
@@ -26,8 +28,9 @@ def rewrite(plan: QueryPlan) -> exp.Select:
 
     A table with a privacy unit is always read through its bounded copy (see
     engine/backends/bounding.py), whether or not any unit is over the bound, so that the SQL, and
-    everything `explain` shows, cannot tell whether one is."""
-    source = _bounded_rows(plan)
+    everything `explain` shows, cannot tell whether one is. The copy is the one bounded by the
+    columns the query reads (`read_columns`), so the answer depends on no other column."""
+    source = _bounded_rows(plan, read_columns(plan))
     names = [col.name for col in plan.group_by]
     plain = [m for m in plan.measurements if not m.kind.binned]
     parts: list[tuple[str, exp.Select]] = []
@@ -101,17 +104,70 @@ def _binned(m: Measurement, source: exp.Select, names: list[str]) -> exp.Select:
 BOUNDED_CATALOG = "dpsql_bounded"
 
 
-def bounded_table_path(table: TableSpec) -> tuple[str, str, str]:
-    """Where the bounded copy of `table` lives (on DuckDB a compressed in-memory catalog;
-    other backends map this name to their own)."""
-    return (BOUNDED_CATALOG, "main", table.name)
+def bounded_table_path(table: TableSpec, columns: Collection[str] | None = None
+                       ) -> tuple[str, str, str]:
+    """Where the bounded copy of `table` for a query reading `columns` lives (None: every
+    column; on DuckDB a compressed in-memory catalog; other backends map this name to their
+    own). The copy of every column is named after the table, any other after the table and
+    its sorted columns as JSON, `people["age","sick"]` (`copy_of` reads it back)."""
+    scope = copy_scope(table, columns)
+    name = table.name if scope is None else table.name + json.dumps(sorted(scope), separators=(",", ":"))
+    return (BOUNDED_CATALOG, "main", name)
 
 
-def bounded_table(table: TableSpec) -> exp.Table:
-    """The bounded copy of `table` as a table reference."""
-    catalog, schema, name = bounded_table_path(table)
+def copy_scope(table: TableSpec, columns: Collection[str] | None) -> frozenset[str] | None:
+    """The column set whose rule bounds a query reading `columns` of `table`: None for every
+    column (also when `columns` holds them all), else those columns."""
+    if columns is None:
+        return None
+    scope = frozenset(columns)
+    unknown = sorted(scope - set(table.columns))
+    if unknown:
+        raise ValueError(f"{table.name} has no policy column {unknown[0]!r}")
+    return None if scope == set(table.columns) else scope
+
+
+def copy_of(policy: Policy, name: str) -> tuple[TableSpec, frozenset[str] | None] | None:
+    """The table and column set (None: every column) of the bounded copy named `name` in
+    `BOUNDED_CATALOG`; None for a name that is no copy of a policy table."""
+    table = policy.tables.get(name)
+    if table is not None and table.privacy_unit is not None:
+        return table, None
+    head, bracket, _ = name.partition("[")
+    table = policy.tables.get(head)
+    if not bracket or table is None or table.privacy_unit is None:
+        return None
+    try:
+        columns = json.loads(name[len(head):])
+    except ValueError:
+        return None
+    if not isinstance(columns, list) or not all(isinstance(c, str) and c in table.columns
+                                                for c in columns):
+        return None
+    scope = copy_scope(table, columns)
+    return (table, scope) if bounded_table_path(table, scope)[2] == name else None
+
+
+def bounded_table(table: TableSpec, columns: Collection[str] | None = None) -> exp.Table:
+    """The bounded copy of `table` for a query reading `columns` as a table reference."""
+    catalog, schema, name = bounded_table_path(table, columns)
     return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(schema),
                      catalog=exp.to_identifier(catalog))
+
+
+def copies_read(policy: Policy, query: exp.Expression, types: Mapping[str, Mapping[str, str]]
+                ) -> dict[tuple[str, ...], list[tuple[str, str]]]:
+    """The bounded copies of column sets that `query` reads, with (column, data type) pairs
+    from `types` as `readable_tables` gives them: a backend's gate adds each the first time a
+    query names it (there is one per column set, too many to make up front)."""
+    out: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for ref in query.find_all(exp.Table):
+        found = copy_of(policy, ref.name) if ref.catalog == BOUNDED_CATALOG else None
+        if found is not None and found[1] is not None:
+            table, scope = found
+            out[bounded_table_path(table, scope)] = [(col, types[table.name][col])
+                                                     for col in bounded_columns(table, scope)]
+    return out
 
 
 def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
@@ -138,13 +194,34 @@ def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
     return tables
 
 
-def bounded_columns(table: TableSpec) -> list[str]:
-    """The columns of the bounded copy: the privacy unit, then the policy's columns."""
-    return [table.unit] + sorted(table.columns)
+def bounded_columns(table: TableSpec, columns: Collection[str] | None = None) -> list[str]:
+    """The columns of the bounded copy for a query reading `columns` (None: every column): the
+    privacy unit, then those policy columns, sorted."""
+    scope = copy_scope(table, columns)
+    return [table.unit] + sorted(table.columns if scope is None else scope)
 
 
-def _bounded_rows(plan: QueryPlan) -> exp.Select:
-    """Filtered rows of the bounded copy (or of the table, when each row is an individual).
+def read_columns(plan: QueryPlan) -> frozenset[str]:
+    """The policy columns of `plan.table` (plain names) the exact query reads from its rows:
+    the WHERE filter, the group keys, each aggregate's argument and a join's key. Found in the
+    row-level query itself (every other part reads only its output), so a new query form
+    cannot read a column this misses; a function of the plan, never of the data."""
+    named = {col.name.lower() for col in _bounded_rows(plan, None).find_all(exp.Column)
+             if not col.table.startswith("__other")}
+    return frozenset(name for name in plan.table.columns if name in named)
+
+
+def copies_to_bound(plan: QueryPlan) -> tuple[tuple[TableSpec, frozenset[str] | None], ...]:
+    """Each table `plan` reads through a bounded copy (`plan.bounded_tables`) with the column set
+    of that copy: the FROM table's `read_columns`, every column (None) of a joined table, whose
+    copy the join reads whole (docs/theory.md §28)."""
+    return tuple((table, read_columns(plan) if i == 0 else None)
+                 for i, table in enumerate(plan.bounded_tables))
+
+
+def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select:
+    """Filtered rows of the bounded copy for the columns read, `columns` (None: of every
+    column), or of the table, when each row is an individual.
 
     Rows whose group key is outside the public domain form groups that the domain join
     leaves out; bounding happened before, on the whole table, so they cannot displace
@@ -167,7 +244,7 @@ def _bounded_rows(plan: QueryPlan) -> exp.Select:
         items.append(exp.column(table.unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
-    source_table: exp.Expression = bounded_table(table) if table.privacy_unit is not None \
+    source_table: exp.Expression = bounded_table(table, columns) if table.privacy_unit is not None \
         else exp.to_table(table.name, quoted=True)
     if plan.join is not None:
         return exp.select(*items).from_(_joined(source_table, plan.join, plan.where), copy=False)

@@ -24,6 +24,7 @@ from .policy import Policy
 from .prepare import PreparedQuery, Preparer, aggregate_infos
 from .release import PostProcessingFailed, release_answer
 from .result import AggregateInfo, AnswerCost
+from .rewrite import copies_to_bound, read_columns
 from .workload import (
     Member,
     WorkloadPlan,
@@ -73,14 +74,15 @@ def query_many(db: Database, statements: list[str], epsilon: float | None = None
     try:
         exact_cells = []
         for group in work.groups:
-            db._backend.bound(group.contingency.plan.table, db.ledger.hash_key)
+            db._backend.bound(group.contingency.plan.table, db.ledger.hash_key,
+                              read_columns(group.contingency.plan))
             exact_cells.append(db._backend.run(group.contingency.sql,
                                                len(group.contingency.plan.group_by)))
         exact_alone = {}
         for member in work.alone:
             plan = member.prepared.plan
-            for table in plan.bounded_tables:
-                db._backend.bound(table, db.ledger.hash_key)
+            for table, columns in copies_to_bound(plan):
+                db._backend.bound(table, db.ledger.hash_key, columns)
             exact_alone[member.sql] = db._backend.run(member.prepared.sql, len(plan.group_by))
     except DataFailure as failure:
         db._halt(f"{failure} (analyst {analyst!r}, workload {text!r})")

@@ -197,3 +197,21 @@ def with_every_join(root: Path, people_db: Path, budget: float | None = None) ->
     tables = with_visits(with_households(with_regions()["tables"])["tables"])
     extra = {} if budget is None else {"budget": {"epsilon": budget}}
     return db, write_policy(root / "policy.yaml", {**extra, **tables})
+
+
+def bound_plans(conn, plans, hash_key: str = "fixed-key") -> None:
+    """Make every bounded copy the rewrites of `plans` read on a DuckDB connection, each
+    distinct copy once: the plan's table for the columns it reads (docs/theory.md §28), each
+    other table of its join tree whole and a parent table's one row per key."""
+    from dpsql.engine.backends.duckdb_execute import bound_units
+    from dpsql.engine.rewrite import copies_to_bound, copy_scope
+
+    made = set()
+    for plan in plans:
+        for table, columns in copies_to_bound(plan):
+            if table.privacy_unit is None:
+                continue
+            scope = copy_scope(table, columns)
+            if (table.name, scope) not in made:
+                made.add((table.name, scope))
+                bound_units(conn, table, hash_key, scope)

@@ -11,7 +11,8 @@ do not combine, eta of another column set, and eta conditioned only on the colum
 from __future__ import annotations
 
 from functools import reduce
-from itertools import combinations
+from itertools import combinations, combinations_with_replacement
+from math import comb
 
 import numpy as np
 import pytest
@@ -21,12 +22,15 @@ from dpsql.calibration.columns import (
     Factor,
     HouseholdColumns,
     column_set_eta,
+    eta_of_pmf_projection,
     household_joint_pmf,
     record_shape,
 )
 from dpsql.calibration.dependence import eta_of_pmf_columns
 from dpsql.calibration.household import household_eta
 from dpsql.calibration.maps import tight_map
+
+from tests.test_rewrite_bounding import _reference as reference_rule
 
 EPSILONS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 """The eps_dp grid of every audit, spanning [0.1, 2]."""
@@ -212,3 +216,114 @@ def test_random_sizes_take_the_worst_size() -> None:
         assert column_set_eta(mixed, read) == pytest.approx(
             max(column_set_eta(town(s), read) for s in (2, 3)), abs=1e-15)
     assert mixed.k == 3
+
+
+# Tables with a privacy unit (docs/theory.md §28): a unit is a person with 1 to 3 rows (visits),
+# each row (age, sick); the household's age bit is shared by every row of every member (like a
+# state), sick rows follow a household outbreak. A query reads the bounded copy of the columns it
+# reads, whose rows each unit keeps by the engine's rule (tests/test_rewrite_bounding.py's
+# reference, checked there against the SQL both backends run).
+ROW_COUNTS = (0.3, 0.3, 0.4)
+RECORDS = [(age, sick) for age in (0, 1) for n in (1, 2, 3)
+           for sick in combinations_with_replacement((False, True), n)]
+UNIT_QUERIES = (  # (name, columns read, per-unit value of its kept rows, eps share per unit of m)
+    ("COUNT(*)", (), lambda kept: (len(kept),), 1.0),
+    ("COUNT(*) WHERE sick", ("sick",), lambda kept: (sum(s for _, s in kept),), 1.0),
+    ("COUNT(*) GROUP BY sick", ("sick",), lambda kept: (sum(not s for _, s in kept),
+                                                       sum(s for _, s in kept)), 0.5),
+    ("COUNT(*) WHERE age = 1", ("age",), lambda kept: (sum(a for a, _ in kept),), 1.0),
+    ("COUNT(*) WHERE sick AND age = 1", ("age", "sick"), lambda kept: (sum(a and s for a, s in kept),), 1.0),
+)
+
+
+def clinic(size: int, outbreak: tuple[float, float] = (0.8, 0.2),
+           rates: tuple[float, float] = (0.2, 0.4), ages: tuple[float, float] = (0.6, 0.4)) -> np.ndarray:
+    """Joint pmf of `size` units' records (indices into RECORDS): the household's age bit from
+    `ages`, sick rows at rates[z] under the household's outbreak z."""
+    pmf = np.zeros((len(RECORDS),) * size)
+    for age, p_age in enumerate(ages):
+        for z, p_z in enumerate(outbreak):
+            rate = rates[z]
+            law = np.array([(a == age) * ROW_COUNTS[len(s) - 1] * comb(len(s), sum(s))
+                            * rate ** sum(s) * (1 - rate) ** (len(s) - sum(s)) for a, s in RECORDS])
+            pmf += p_age * p_z * reduce(np.multiply.outer, [law] * size)
+    return pmf
+
+
+def kept_rows(unit: int, record: int, limit: int, key: str, read: tuple[str, ...] | None) -> list:
+    """The (age, sick) rows unit `unit` with RECORDS[record] keeps in the copy of `read` (None:
+    every column, the rule before §28), by the engine's rule."""
+    age, sick = RECORDS[record]
+    rows = [(unit, "CA", age, None, s) for s in sick]
+    scope = None if read is None else frozenset(read)
+    kept = reference_rule(rows, limit, key, scope)
+    names = [c for c in ("person_id", "state", "age", "income", "sick", "note")
+             if scope is None or c == "person_id" or c in scope]
+    return [(age, s) for s in (dict(zip(names, row, strict=True)).get("sick") for row in kept)] \
+        if "sick" in names else [(age, None) for _ in kept]
+
+
+def unit_values(pmf: np.ndarray, limit: int, key: str, read: tuple[str, ...] | None, value) -> np.ndarray:
+    """The query's exact value (a vector) on every outcome: the sum over units of `value` of
+    the unit's kept rows."""
+    size = pmf.ndim
+    total = 0
+    for unit in range(size):
+        per = np.array([value(kept_rows(unit + 1, r, limit, key, read)) for r in range(len(RECORDS))])
+        shape = [1] * size + [per.shape[1]]
+        shape[unit] = len(RECORDS)
+        total = total + per.reshape(shape)
+    return np.broadcast_to(total, pmf.shape + (np.shape(total)[-1],))
+
+
+def projection(read: tuple[str, ...]) -> list[int]:
+    """Each record's projection onto the columns `read`: the multiset of its rows' values of
+    them (their number included), as an index."""
+    seen: dict[tuple, int] = {}
+    shown = [tuple(sorted((age if "age" in read else None, s if "sick" in read else None) for s in sick))
+             for age, sick in RECORDS]
+    return [seen.setdefault(p, len(seen)) for p in shown]
+
+
+def audit_units(size: int) -> list[tuple[str, float, float, float]]:
+    """Every (case, eps_dp, exact level, L(eps_dp; k, eta of the columns read)) of the per-unit
+    queries, for bounds m of 1 and 2 and two hash keys."""
+    pmf = clinic(size)
+    rows = []
+    for name, read, value, share in UNIT_QUERIES:
+        eta = eta_of_pmf_projection(pmf, projection(read))
+        for limit in (1, 2):
+            for key in ("k1", "k2"):
+                values = unit_values(pmf, limit, key, read, value)
+                for eps in EPSILONS:
+                    level = exact_audit_vector(pmf, eps * share / limit, values).level
+                    bound = tight_map(eps, DependenceModel(size, eta))
+                    rows.append((f"{size} units, m {limit}, key {key}: {name}", eps, level, bound))
+    return rows
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_per_unit_tables_meet_the_bound_of_the_columns_read(size: int) -> None:
+    rows = audit_units(size)
+    assert len(rows) == len(UNIT_QUERIES) * 2 * 2 * len(EPSILONS)
+    worst = max(rows, key=lambda row: row[2] - row[3])
+    assert worst[2] <= worst[3] + SLACK, worst
+    print(f"{size} units: {len(rows)} cases, closest {worst[3] - worst[2]:.4f} below ({worst[0]})")
+    # Not vacuous: reading sick (not the shared age) beats group privacy.
+    sick = [r for r in rows if r[0].endswith(": COUNT(*) WHERE sick")]
+    assert all(bound < 0.95 * size * eps for _, eps, _, bound in sick)
+
+
+def test_the_rule_over_every_column_needs_the_eta_of_every_column() -> None:
+    """Without an outbreak, sick rows are independent across units: eta of {sick} is 0. The
+    copy kept by the rule over every column picks a unit's rows by their age too, which a rare
+    age bit shared by the household makes telling: a count of sick rows over that copy exceeds
+    eps_dp, the level eta 0 claims, while over the copy of {sick} it never does."""
+    pmf = clinic(3, outbreak=(1.0, 0.0), rates=(0.5, 0.5), ages=(0.99, 0.01))
+    assert eta_of_pmf_projection(pmf, projection(("sick",))) == pytest.approx(0.0, abs=1e-12)
+    count = UNIT_QUERIES[1][2]
+    scoped = unit_values(pmf, 1, "k1", ("sick",), count)
+    every = unit_values(pmf, 1, "k1", None, count)
+    for eps in EPSILONS:
+        assert exact_audit_vector(pmf, eps, scoped).level <= eps + SLACK
+    assert exact_audit_vector(pmf, 1.0, every).level > 1.0 + 0.02

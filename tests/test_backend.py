@@ -3,7 +3,7 @@ backend is one class; and through it, nothing but checked SQL ever meets the dat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
@@ -36,9 +36,9 @@ class RecordingBackend:
         self.calls.append("check")
         self.inner.check(sql)
 
-    def bound(self, table: TableSpec, hash_key: str) -> None:
+    def bound(self, table: TableSpec, hash_key: str, columns: Collection[str] | None = None) -> None:
         self.calls.append(f"bound {table.name}")
-        self.inner.bound(table, hash_key)
+        self.inner.bound(table, hash_key, columns)
 
     def run(self, sql: str, n_keys: int) -> ExactAnswer:
         self.calls.append("run")

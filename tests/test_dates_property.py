@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
-from dpsql.engine.backends.duckdb_execute import bound_units, run
+from dpsql.engine.backends.duckdb_execute import run
 from dpsql.engine.errors import QueryRefused
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
@@ -17,7 +17,7 @@ from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.support import BASE_POLICY
+from tests.support import BASE_POLICY, bound_plans
 
 POLICY = parse_policy({**BASE_POLICY, "tables": {"visits": {
     "privacy_unit": "person_id", "max_rows_per_unit": 2, "columns": {
@@ -56,7 +56,7 @@ def _exact(table: dict[int, list[tuple]]) -> list[dict[str, list]]:
     records = [(unit, *r) for unit, rows in table.items() for r in rows]
     if records:
         conn.executemany("INSERT INTO visits VALUES (?, ?::DATE, ?::TIMESTAMP, ?)", records)
-    bound_units(conn, POLICY.tables["visits"], "fixed-key")
+    bound_plans(conn, PLANS)
     answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values for plan in PLANS]
     conn.close()
     return answers

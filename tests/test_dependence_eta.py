@@ -219,7 +219,7 @@ def test_a_table_with_a_privacy_unit_gets_no_column_sets(tmp_path: Path, capsys)
     policy = write_policy(tmp_path / "p.yaml", {"dependence": {"k": 4, "eta": 1.0}, "tables": tables})
     code, out, _ = run_cli(capsys, "dependence", "eta", "--policy", str(policy),
                            "--model", str(model_file(tmp_path)))
-    assert code == 0 and "reads all its columns through the bounded copy" in " ".join(out.split())
+    assert code == 0 and "cover each unit's rows projected onto the set" in " ".join(out.split())
     assert yaml.safe_load(out.split("Ready policy block:")[1])["dependence"]["eta_by_columns"] == []
 
 

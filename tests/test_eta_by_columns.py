@@ -146,21 +146,24 @@ def test_a_query_reading_a_new_column_is_admitted_against_the_union(tmp_path):
     assert [(json.loads(c), e) for c, e in rows] == [(["people.sick"], SICK_ETA)] * 2
 
 
-def test_a_table_with_a_privacy_unit_reads_every_column_through_its_bounding(tmp_path):
-    """The bounded copy keeps each unit's rows by a hash of all its columns, so every query on
-    such a table depends on all of them."""
+def test_a_table_with_a_privacy_unit_is_calibrated_by_the_columns_it_reads(tmp_path):
+    """The bounded copy a query reads keeps each unit's rows by the rule over the columns it
+    reads alone (docs/theory.md §28), so eta_by_columns applies to a table with a privacy unit:
+    COUNT(*) WHERE sick under {sick: 0.3} gets eps_dp of eta 0.3, not group privacy's."""
     db = make_people(tmp_path / "people.duckdb")
     per_unit = copy.deepcopy(BASE_POLICY["tables"])
-    dependence = dict(SCOPED, eta_by_columns=[
-        {"columns": ["sick"], "eta": SICK_ETA},
-        {"columns": ["age", "income", "state", "sick", "note"], "eta": 0.5}])
+    dependence = {"k": K, "eta": DEFAULT_ETA, "mode": "auto",
+                  "eta_by_columns": [{"columns": ["sick"], "eta": SICK_ETA}]}
     policy = write_policy(tmp_path / "policy.yaml", _policy(dependence, per_unit))
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     with PrivateDatabase.connect(db, policy, ledger) as conn:
-        plan = conn.explain("SELECT COUNT(*) AS n FROM people WHERE sick", epsilon=1.0)
-    assert plan.eta == 0.5
-    assert plan.columns_read == ("people.age", "people.income", "people.note", "people.sick",
-                                 "people.state")
+        sick = conn.query("SELECT COUNT(*) AS n FROM people WHERE sick", epsilon=1.0)
+        both = conn.explain("SELECT COUNT(*) AS n FROM people WHERE sick AND age > 30", epsilon=1.0)
+    assert sick.columns_read == ("people.sick",) and sick.eta == SICK_ETA
+    assert sick.epsilon_dp == pytest.approx(calibrate(1.0, DependenceModel(K, SICK_ETA), "auto").epsilon_dp)
+    assert both.columns_read == ("people.age", "people.sick") and both.eta == DEFAULT_ETA
+    assert both.epsilon_dp == pytest.approx(1.0 / K)  # eta 1: group privacy
+    assert sick.epsilon_dp > 1.6 * both.epsilon_dp
 
 
 def test_cli_explain_and_query_say_which_eta_applied_and_why(scoped, capsys):

@@ -54,9 +54,9 @@ def duckdb_spy(monkeypatch) -> list[str]:
         calls.append(f"run: {sql}")
         return real_run(conn, sql, n_keys)
 
-    def bound_units(conn, table, key):
+    def bound_units(conn, table, key, columns=None):
         calls.append(f"bound: {table.name}")
-        return real_bound(conn, table, key)
+        return real_bound(conn, table, key, columns)
 
     monkeypatch.setattr(execute, "run", run)
     monkeypatch.setattr(execute, "bound_units", bound_units)

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.backends.duckdb_execute import bound_units, run
+from dpsql.engine.backends.duckdb_execute import run
 from dpsql.engine.errors import PolicyError
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
@@ -31,6 +31,7 @@ from tests.support import (
     add_households,
     add_regions,
     add_visits,
+    bound_plans,
     create_ledger,
     run_cli,
     with_households,
@@ -63,7 +64,7 @@ def _exact(table: dict[int, list[tuple]], regions: list[tuple] = REGIONS) -> lis
     records = [(unit, *r, "x") for unit, rows in table.items() for r in rows]
     if records:
         conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", records)
-    bound_units(conn, POLICY.tables["people"], "fixed-key")
+    bound_plans(conn, PLANS)
     answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values for plan in PLANS]
     conn.close()
     return answers
@@ -357,8 +358,7 @@ def _exact_parent(people: dict[int, list[tuple]], households: list[tuple]) -> li
     records = [(unit, *r, "x", hh) for unit, rows in people.items() for hh, r in rows]
     if records:
         conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?, ?)", records)
-    bound_units(conn, PARENTS.tables["people"], "fixed-key")
-    bound_units(conn, PARENTS.parent_tables["households"].one_per_key(), "fixed-key")
+    bound_plans(conn, PARENT_PLANS)
     answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values
                for plan in PARENT_PLANS]
     conn.close()
@@ -649,8 +649,7 @@ def _exact_units(people: dict[int | None, tuple[list, list]]) -> list[dict[str, 
         conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", rows)
     if visits:
         conn.executemany("INSERT INTO visits VALUES (?, ?, ?, ?)", visits)
-    for table in UNITS.tables.values():
-        bound_units(conn, table, "fixed-key")
+    bound_plans(conn, UNIT_PLANS)
     answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values
                for plan in UNIT_PLANS]
     conn.close()
@@ -705,7 +704,9 @@ def test_a_unit_join_answers_reading_both_tables(visited):
     _, _, conn = visited
     sql = UNIT_QUERIES[0]
     ex = conn.explain(sql, epsilon=1.0)
-    assert set(ex.columns_read) == {f"people.{c}" for c in UNITS.tables["people"].columns} | \
+    # people through the copy of the columns the query names (income), visits through its copy
+    # of every column (docs/theory.md §28)
+    assert set(ex.columns_read) == {"people.income"} | \
         {f"visits.{c}" for c in UNITS.tables["visits"].columns}
     assert ex.max_rows_per_unit == 6
     assert 'JOIN dpsql_bounded.main."visits" AS "__other" ON "__private"."person_id" = ' \

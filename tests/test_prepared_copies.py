@@ -10,9 +10,11 @@ import sys
 
 import duckdb
 import pytest
+import yaml
 from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.backends.bounded_store import store_dir
 from dpsql.engine.database import PrivateDatabase
+from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import bounded_table
 
 from tests.support import BASE_POLICY, create_ledger, make_people, run_cli, write_policy
@@ -63,8 +65,8 @@ def test_a_prepared_copy_is_used_and_holds_exactly_the_rows_bounding_keeps(owner
         assert conn.query(COUNT, epsilon=1.0).df["n"][0] is not None
     assert built == [], "the prepared copy was used, nothing was bounded in memory"
     files = list(store_dir(ledger).glob("people-*.duckdb"))
-    assert len(files) == 1
-    assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
+    assert len(files) == 2  # the copies of every column and of none (docs/theory.md §28)
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
     assert stat.S_IMODE(store_dir(ledger).stat().st_mode) == 0o700
 
 
@@ -138,3 +140,27 @@ def test_a_query_that_bounds_the_table_itself_says_so_on_a_terminal(owner, capsy
     _prepare(capsys, db, policy, ledger)
     code, out, err = run_cli(capsys, "query", COUNT, "--epsilon", "1", *paths)
     assert code == 0 and "bounding" not in err
+
+
+def test_prepare_writes_the_copy_of_each_declared_column_set(tmp_path, capsys, monkeypatch):
+    """A column set the policy's eta_by_columns declares gets a prepared copy of its own,
+    identical to the one bounded in memory; another set is bounded in memory on first use."""
+    db = make_people(tmp_path / "people.duckdb", units=200)
+    policy = write_policy(tmp_path / "policy.yaml", {"dependence": {
+        "k": 2, "eta": 1.0, "eta_by_columns": [{"columns": ["sick"], "eta": 0.3}]}})
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    sick = "SELECT COUNT(*) AS n FROM people WHERE sick"
+    table = parse_policy(yaml.safe_load(policy.read_text())).tables["people"]
+    copy = bounded_table(table, {"sick"}).sql("duckdb")
+    with PrivateDatabase.connect(db, policy, ledger) as conn:
+        conn._backend.bound(table, conn.ledger.hash_key, {"sick"})
+        in_memory = sorted(conn._backend.conn.execute(f"SELECT * FROM {copy}").fetchall(), key=repr)
+    _prepare(capsys, db, policy, ledger)
+    assert len(list(store_dir(ledger).glob("people-*.duckdb"))) == 3
+    built = _builds(monkeypatch)
+    with PrivateDatabase.connect(db, policy, ledger) as conn:
+        conn.query(sick, epsilon=1.0)
+        assert sorted(conn._backend.conn.execute(f"SELECT * FROM {copy}").fetchall(), key=repr) == in_memory
+        assert built == []
+        conn.query("SELECT COUNT(*) AS n FROM people WHERE age > 30", epsilon=1.0)
+    assert built == ["people"]

@@ -11,7 +11,7 @@ import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
 from dpsql.engine.aggregates.quantile import Grid, envelope, estimate, grid
 from dpsql.engine.backends import duckdb_execute as execute
-from dpsql.engine.backends.duckdb_execute import bound_units, run
+from dpsql.engine.backends.duckdb_execute import run
 from dpsql.engine.errors import QueryTooLarge
 from dpsql.engine.noise import build_mechanism, release_cells
 from dpsql.engine.policy_yaml import parse_policy
@@ -24,7 +24,7 @@ from dpsql.engine.sql.parse import parse_select
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import BASE_POLICY, cli_paths, create_ledger, run_cli, write_policy
+from tests.support import BASE_POLICY, bound_plans, cli_paths, create_ledger, run_cli, write_policy
 
 POLICY = parse_policy(BASE_POLICY)
 
@@ -131,7 +131,6 @@ def _people(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
                  "sick BOOLEAN, note VARCHAR)")
     if rows:
         conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, 'x')", rows)
-    bound_units(conn, POLICY.tables["people"], "fixed-key")
     return conn
 
 
@@ -214,6 +213,7 @@ def test_reported_medians_fall_inside_their_intervals_at_least_95_percent_of_the
     sql = ("SELECT state, MEDIAN(income), QUANTILE_CONT(age, 0.9), MIN(age), MAX(income) "
            "FROM people GROUP BY state")
     plan = build_plan(parse_select(sql), POLICY, sql)
+    bound_plans(conn, [plan])
     exact = run(conn, rewrite(plan).sql("duckdb"), 1)
     truth = conn.execute(
         "SELECT state, QUANTILE_CONT(LEAST(GREATEST(income, 0), 1000), 0.5), "

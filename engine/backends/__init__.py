@@ -10,7 +10,7 @@ Spark (engine/backends/spark.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from sqlglot import exp
@@ -40,9 +40,10 @@ class Backend(Protocol):
         """Raise QueryRefused unless `sql` binds and can fail on no data value; reads no data."""
         ...
 
-    def bound(self, table: TableSpec, hash_key: str) -> None:
-        """Make the bounded rows of `table` that checked SQL reads (once; DataFailure if that
-        fails on the data)."""
+    def bound(self, table: TableSpec, hash_key: str, columns: Collection[str] | None = None) -> None:
+        """Make the bounded rows of `table` that checked SQL reading its policy columns
+        `columns` (None: every column) reads, kept by the rule over those columns (once per
+        set; DataFailure if that fails on the data)."""
         ...
 
     def run(self, sql: str, n_keys: int) -> ExactAnswer:

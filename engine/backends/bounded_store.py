@@ -1,13 +1,16 @@
 """Bounded copies prepared once by the data owner and kept beside the ledger.
 
 Bounding a large table (each privacy unit keeps at most `max_rows_per_unit` rows, chosen by the
-keyed hash of engine/backends/bounding.py) is the slowest step of a first query, and every new
-process repeated it. `prepare` writes the kept rows of each table with a privacy unit to a
-DuckDB file in `<ledger>.bounded/`, named by a fingerprint of everything they depend on: the
-data file as it is (resolved path, size, modification time in nanoseconds, inode, device), the
+keyed hash of engine/backends/bounding.py over the columns a query reads) is the slowest step
+of a first query, and every new process repeated it. `prepare` writes, for each table with a
+privacy unit, the kept rows of the column sets `prepared_scopes` names (every column, none as
+COUNT(*) reads, and each set of its columns the policy's eta_by_columns declares: the sets the
+owner expects queries to read; any other set is bounded in memory when a query first reads
+it) to a DuckDB file each in `<ledger>.bounded/`, named by a fingerprint of everything they
+depend on: the data file as it is (resolved path, size, modification time in nanoseconds, inode, device), the
 table's bounding fields in the policy (for a table whose unit is reached through foreign keys,
-its chain), the data's column types, the ledger's secret hash key,
-the bounding rule and the DuckDB version. A connection attaches a file only when its name
+its chain), the data's column types, the column set, the ledger's
+secret hash key, the bounding rule and the DuckDB version. A connection attaches a file only when its name
 matches, so after a change to any of them the engine bounds in memory again, as before, until
 the owner prepares anew: a stale copy is never used. The files hold private rows and are as
 private as the data (mode 0600 in a 0700 directory).
@@ -28,6 +31,7 @@ from sqlglot import exp
 
 from ..errors import InputError
 from ..policy import Policy, TableSpec
+from ..rewrite import copy_scope
 from .bounding import RULE_VERSION
 from .chain_units import bounded_rows, with_unit_type
 
@@ -52,14 +56,29 @@ def store_dir(ledger: str | Path) -> Path:
     return ledger.with_name(ledger.name + ".bounded")
 
 
+def prepared_scopes(policy: Policy, table: TableSpec) -> tuple[frozenset[str] | None, ...]:
+    """The column sets of `table` whose bounded copies `prepare` writes: every column (None),
+    none (what COUNT(*) reads), then each set of its own columns that the policy's
+    eta_by_columns declares."""
+    scopes: list[frozenset[str] | None] = [None, copy_scope(table, ())]
+    prefix = table.name + "."
+    for declaration in policy.eta_by_columns:
+        own = [c[len(prefix):] for c in declaration.columns if c.startswith(prefix)]
+        scope = copy_scope(table, own) if len(own) == len(declaration.columns) else None
+        if scope is not None and scope not in scopes:
+            scopes.append(scope)
+    return tuple(scopes)
+
+
 def unit_is_float(table: TableSpec, types: dict[str, str]) -> bool:
     """Whether the data stores `table`'s privacy unit as a floating or decimal number."""
     return types.get(table.unit, "").split("(")[0].upper() in FLOAT_TYPES
 
 
 def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
-              types: dict[str, str]) -> Path:
-    """The file a bounded copy of `table` has under these inputs (it may not exist)."""
+              types: dict[str, str], scope: frozenset[str] | None = None) -> Path:
+    """The file a bounded copy of `table` for the column set `scope` (None: every column) has
+    under these inputs (it may not exist)."""
     stat = data.stat()
     facts = {
         "data": str(data.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
@@ -68,6 +87,7 @@ def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
         "columns": sorted([name, col.type, types.get(name, "")] for name, col in table.columns.items()),
         "unit_type": types.get(table.unit, ""), "hash_key": hash_key, "rule": RULE_VERSION,
         "chain": [[link.column, link.table, link.key] for link in table.chain],
+        "read_columns": None if scope is None else sorted(scope),
         "duckdb": duckdb.__version__,
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
@@ -75,14 +95,16 @@ def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
 
 
 def prepare_table(data: Path, policy: Policy, table: TableSpec, hash_key: str, store: Path,
-                  loader: str | None) -> PreparedCopy:
-    """Write `table`'s bounded copy to its fingerprinted file. `loader` is the table function
+                  loader: str | None, scope: frozenset[str] | None = None) -> PreparedCopy:
+    """Write `table`'s bounded copy for the column set `scope` (None: every column) to its
+    fingerprinted file. `loader` is the table function
     that loads a CSV or Parquet file as the engine does (None for a DuckDB file, attached
     read-only); the data's types are read the way a connection reads them (a chained table's
     unit typed as the column it is derived from, its rows joined up its chain in the data).
 
     The copy is written under a temporary name and renamed into place, so a reader sees a
-    whole file or none; copies of the same table under older fingerprints are removed."""
+    whole file or none (`remove_stale` then removes the table's copies under older
+    fingerprints)."""
     started = time.perf_counter()
     store.mkdir(mode=0o700, exist_ok=True)
     os.chmod(store, 0o700)
@@ -100,8 +122,8 @@ def prepare_table(data: Path, policy: Policy, table: TableSpec, hash_key: str, s
                 "SELECT lower(column_name), data_type FROM information_schema.columns "
                 "WHERE table_catalog = 'src' AND table_schema = 'main' AND lower(table_name) = ?",
                 [name]).fetchall()) for name in {table.name, *(link.table for link in table.chain)}})
-            final = copy_path(store, data, table, hash_key, types)
-            rows = bounded_rows(policy, table, hash_key, _source, unit_is_float(table, types))
+            final = copy_path(store, data, table, hash_key, types, scope)
+            rows = bounded_rows(policy, table, hash_key, _source, unit_is_float(table, types), scope)
             writer.execute(f"CREATE TABLE main.{_quoted(table.name)} AS {rows.sql('duckdb')}")
             count = writer.execute(f"SELECT count(*) FROM main.{_quoted(table.name)}").fetchall()[0][0]
             writer.execute("DETACH src")
@@ -110,9 +132,6 @@ def prepare_table(data: Path, policy: Policy, table: TableSpec, hash_key: str, s
     finally:
         temporary.unlink(missing_ok=True)
         Path(f"{temporary}.wal").unlink(missing_ok=True)
-    for stale in store.glob(f"{table.name}-*.duckdb"):
-        if stale != final:
-            stale.unlink(missing_ok=True)
     return PreparedCopy(table.name, final, int(count), final.stat().st_size,
                         time.perf_counter() - started)
 
@@ -122,10 +141,19 @@ def _source(name: str) -> exp.Table:
     return exp.to_table(f"src.main.{_quoted(name)}", dialect="duckdb")
 
 
-def attach_copy(conn: duckdb.DuckDBPyConnection, path: Path, table: TableSpec) -> str | None:
-    """Attach a prepared copy read-only (before the connection is locked down); the catalog it
-    is attached as, or None if the file cannot be attached (the engine then bounds in memory)."""
-    catalog = COPY_CATALOG + table.name
+def remove_stale(store: Path, table: TableSpec, current: list[Path]) -> None:
+    """Remove the copies of `table` under older fingerprints (those not in `current`)."""
+    for stale in store.glob(f"{table.name}-*.duckdb"):
+        if stale not in current:
+            stale.unlink(missing_ok=True)
+
+
+def attach_copy(conn: duckdb.DuckDBPyConnection, path: Path, table: TableSpec,
+                number: int = 0) -> str | None:
+    """Attach a prepared copy read-only (before the connection is locked down) as the catalog
+    of `table`'s `number`-th prepared column set; that catalog, or None if the file cannot be
+    attached (the engine then bounds in memory)."""
+    catalog = f"{COPY_CATALOG}{table.name}_{number}"
     try:
         conn.execute(f"ATTACH {_literal(str(path))} AS {_quoted(catalog)} (READ_ONLY)")
     except duckdb.Error:

@@ -1,7 +1,9 @@
 """The one per-unit bounding rule, as a sqlglot tree every backend renders in its own dialect.
 
 Each privacy unit keeps the `max_rows_per_unit` of its rows with the smallest MD5 of (the
-ledger's secret hash key | a canonical text of the row), ties broken by the row's values. The
+ledger's secret hash key | a canonical text of the row's unit and the columns a query reads),
+ties broken by those values, and the copy holds only them: what a query sees is then a
+function of the unit and the columns it reads alone (docs/theory.md §28). The
 canonical text writes NULL apart from every value, integers, text and booleans as they print,
 and floats as FLOOR(x * 2^20) (exact in double arithmetic), so DuckDB and Spark compute the same
 text, the same hash and therefore keep the same rows.
@@ -17,7 +19,7 @@ from ..policy import TableSpec
 from ..rewrite import bounded_columns
 from ..sql_types import SqlType
 
-RULE_VERSION = "md5-canonical-1"
+RULE_VERSION = "md5-canonical-2-read-columns"
 """Names this rule in the fingerprint of prepared copies (engine/backends/bounded_store.py): a changed
 rule must never reuse rows kept by the old one."""
 _SCALE = 2 ** 20
@@ -25,22 +27,25 @@ _SCALE = 2 ** 20
 _WHOLE = 2 ** 62
 
 
-def kept_rows(table: TableSpec, hash_key: str, source: exp.Table, unit_is_float: bool) -> exp.Expression:
-    """The unit and policy columns of the rows each unit of `source` keeps under the bound.
+def kept_rows(table: TableSpec, hash_key: str, source: exp.Expression, unit_is_float: bool,
+              columns: Collection[str] | None = None) -> exp.Expression:
+    """The unit and the policy columns `columns` a query reads (None: every policy column) of
+    the rows each unit of `source` keeps under the bound, chosen by the rule over them alone.
 
     Policy columns of type float, and the unit when its data type is a floating one, are
     written as floats. A row whose unit is NULL is a unit of its own (one row, within any bound): always kept.
     The choice depends only on the unit's own rows, never on other units' rows or on row
     positions, so changing one unit cannot change what another contributes; rows that tie on
-    the hash and on every value are identical, so which is kept cannot change any answer. Only
+    the hash and on every column read are identical in the copy, so which is kept cannot change
+    any answer, and the copy is a function of the unit and those columns alone. Only
     units over the bound are ranked: one aggregate finds them, the window sorts only their rows.
     """
-    columns = bounded_columns(table)
+    names = bounded_columns(table, columns)
     unit = table.unit
     floats = {name for name, col in table.columns.items() if col.type == SqlType.FLOAT}
     if unit_is_float:
         floats.add(unit)
-    content = [_column(name, "t") for name in columns]
+    content = [_column(name, "t") for name in names]
     heavy = (
         exp.select(_column(unit)).from_(source.copy())
         .where(exp.Not(this=exp.Is(this=_column(unit), expression=exp.Null())))
@@ -56,22 +61,22 @@ def kept_rows(table: TableSpec, hash_key: str, source: exp.Table, unit_is_float:
         this=exp.RowNumber(),
         partition_by=[_column(unit, "t")],
         order=exp.Order(expressions=[
-            exp.Ordered(this=_digest(table, hash_key, floats), nulls_first=True),
+            exp.Ordered(this=_digest(names, hash_key, floats), nulls_first=True),
             *(exp.Ordered(this=c.copy(), nulls_first=True) for c in content),
         ]),
     )
     ranked = (exp.select(*[c.copy() for c in content], exp.alias_(rank, "dpsql_rank"))
               .from_(source.copy().as_("t")).join(heavy, on=on, join_type="semi"))
-    kept = (exp.select(*[_column(name) for name in columns]).from_(ranked.subquery("ranked"))
+    kept = (exp.select(*[_column(name) for name in names]).from_(ranked.subquery("ranked"))
             .where(exp.LTE(this=exp.column("dpsql_rank"),
                            expression=exp.Literal.number(table.max_rows_per_unit))))
     return exp.union(light, kept, distinct=False)
 
 
-def _digest(table: TableSpec, hash_key: str, float_columns: Collection[str]) -> exp.Expression:
-    """MD5 of the key and each column's canonical text, joined by '|'."""
+def _digest(names: list[str], hash_key: str, float_columns: Collection[str]) -> exp.Expression:
+    """MD5 of the key and each of the columns' `names` canonical text, joined by '|'."""
     parts: list[exp.Expression] = [exp.Literal.string(hash_key)]
-    for name in bounded_columns(table):
+    for name in names:
         parts.append(_canonical(_column(name, "t"), name in float_columns))
     text: exp.Expression = parts[0]
     for part in parts[1:]:

@@ -10,7 +10,7 @@ unit of its own (docs/theory.md §24).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from sqlglot import exp
 
@@ -71,12 +71,13 @@ def chain_source(policy: Policy, table: TableSpec, locate: Locate) -> exp.Select
 
 
 def bounded_rows(policy: Policy, table: TableSpec, hash_key: str, locate: Locate,
-                 unit_is_float: bool) -> exp.Expression:
-    """The rows of `table` each unit keeps under the bound (engine/backends/bounding.py), for a
-    chained table over its rows with their derived unit."""
+                 unit_is_float: bool, columns: Collection[str] | None = None) -> exp.Expression:
+    """The rows of `table` each unit keeps under the bound for a query reading the policy
+    columns `columns` (None: every column; engine/backends/bounding.py, docs/theory.md §28), for
+    a chained table over its rows with their derived unit."""
     if not table.chain:
-        return kept_rows(table, hash_key, locate(table.name), unit_is_float)
-    rows = kept_rows(table, hash_key, exp.to_table(SOURCE, quoted=True), unit_is_float)
+        return kept_rows(table, hash_key, locate(table.name), unit_is_float, columns)
+    rows = kept_rows(table, hash_key, exp.to_table(SOURCE, quoted=True), unit_is_float, columns)
     kept = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("kept")))
     return exp.select("*").from_(kept).with_(SOURCE, as_=chain_source(policy, table, locate))
 

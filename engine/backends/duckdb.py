@@ -1,14 +1,15 @@
 """The DuckDB backend: the data in a locked-down DuckDB, SQL bound on a schema-only gate first.
 
 Its parts: engine/backends/duckdb_execute.py opens the data (read-only, no external access, limits, locked
-configuration), checks the schema, makes the bounded copy and runs SQL under the time limit
+configuration), checks the schema, makes the bounded copies (one per column set a query reads,
+docs/theory.md §28) and runs SQL under the time limit
 (engine/backends/bounded_store.py keeps the owner's prepared copies beside the ledger);
 engine/backends/duckdb_gate.py binds SQL on empty tables of the data's types and refuses what could fail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import duckdb
 from sqlglot import exp
 
 from ..policy import Policy, TableSpec
+from ..rewrite import copies_read, copy_scope
 from . import ExactAnswer
 from . import duckdb_execute as execute
 from .bounded_store import PreparedCopy, store_dir
@@ -28,9 +30,11 @@ class DuckDBBackend:
 
     def __init__(self, conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
         self.conn = conn
+        self._policy = policy
         self._gate = execute.schema_gate(conn, policy)
         self._columns = execute.data_columns(conn, policy)
-        self._bounded: set[str] = set()
+        self._types = execute.column_types(conn, policy)
+        self._bounded: set[tuple[str, frozenset[str] | None]] = set()
 
     @classmethod
     def open(cls, path: str | Path, policy: Policy, ledger: str | Path | None = None,
@@ -67,17 +71,23 @@ class DuckDBBackend:
         return self._columns
 
     def render(self, query: exp.Expression) -> str:
+        """The tree as DuckDB SQL; the bounded copy of each column set it reads joins the gate."""
+        for path, columns in copies_read(self._policy, query, self._types).items():
+            self._gate.add(path, columns)
         return query.sql(self.dialect)
 
     def check(self, sql: str) -> None:
         self._gate.check(sql)
 
-    def bound(self, table: TableSpec, hash_key: str) -> None:
-        """The bounded copy is made on a table's first query (never for explain): the data is
-        read-only, so it stays valid for the connection."""
-        if table.privacy_unit is not None and table.name not in self._bounded:
-            execute.bound_units(self.conn, table, hash_key)
-            self._bounded.add(table.name)
+    def bound(self, table: TableSpec, hash_key: str, columns: Collection[str] | None = None) -> None:
+        """The bounded copy for the columns read is made on the first query reading them (never
+        for explain): the data is read-only, so it stays valid for the connection."""
+        if table.privacy_unit is None:
+            return
+        key = (table.name, copy_scope(table, columns))
+        if key not in self._bounded:
+            execute.bound_units(self.conn, table, hash_key, key[1])
+            self._bounded.add(key)
 
     def run(self, sql: str, n_keys: int) -> ExactAnswer:
         return execute.run(self.conn, sql, n_keys)

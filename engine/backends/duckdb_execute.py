@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +23,12 @@ from .. import progress
 from ..errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from ..plan import ExactAnswer
 from ..policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
-from ..rewrite import BOUNDED_CATALOG, bounded_table, readable_tables
+from ..rewrite import BOUNDED_CATALOG, bounded_table, copy_scope, readable_tables
 from ..sql_types import SqlType
 from ..watchdog import WATCHDOG
 from . import bounded_store
 from .bounding import kept_rows
-from .chain_units import bounded_rows, check_chains, unit_column, with_unit_type
+from .chain_units import bounded_rows, check_chains, link_columns, unit_column, with_unit_type
 from .duckdb_gate import SchemaGate
 
 _LOCKED = {
@@ -56,7 +56,8 @@ class _Guard:
 
     limits: Limits
     timed_out: bool = False
-    copies: dict[str, str] = field(default_factory=dict)  # table -> catalog of its prepared copy
+    # (table, column set; None: every column) -> catalog of its prepared copy
+    copies: dict[tuple[str, frozenset[str] | None], str] = field(default_factory=dict)
     policy: Policy | None = None  # the policy the data was opened under (chained units)
 
 
@@ -431,6 +432,13 @@ def data_columns(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, f
     return {name: frozenset(_columns(conn, name)) for name in policy.tables}
 
 
+def column_types(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, dict[str, str]]:
+    """Each policy table's columns (lower-cased) and their DuckDB types, a chained table's
+    derived unit typed as the column it is derived from: schema, not values."""
+    types = {name: _columns(conn, name) for name in policy.tables}
+    return {name: with_unit_type(table, types) for name, table in policy.tables.items()}
+
+
 def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     """Lower-cased column name -> DuckDB type of a table in the main schema, as queries read
     it (a temporary view from `_read_as_declared` shadows the stored table)."""
@@ -458,32 +466,33 @@ def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
     return ExactAnswer(keys, values)
 
 
-def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str) -> None:
-    """Make, once per connection, the bounded copy of `table` that queries then read.
+def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str,
+                columns: Collection[str] | None = None) -> None:
+    """Make the bounded copy of `table` that queries reading `columns` (None: every column)
+    then read: each unit's kept rows by the rule over those columns, holding only them.
 
-    The copy (unit and policy columns of each unit's kept rows) is made whether or not any
-    unit is over the bound, so that nothing observable says whether one is. It goes into an
-    in-memory catalog that DuckDB compresses on checkpoint, so it costs less memory than the
-    rows it holds and scans as fast as the table itself."""
+    The copy is made whether or not any unit is over the bound, so that nothing observable
+    says whether one is. It goes into an in-memory catalog that DuckDB compresses on
+    checkpoint, so it costs less memory than the rows it holds and scans as fast as the table
+    itself. Backends call this once per (table, column set) and connection."""
+    scope = copy_scope(table, columns)
     try:
-        attached = conn.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                                [BOUNDED_CATALOG]).fetchall()[0][0]
-        if not attached:
-            conn.execute(f"ATTACH ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
+        conn.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
         guard = _GUARDS.get(conn)
-        copy = None if guard is None else guard.copies.get(table.name)
+        copy = None if guard is None else guard.copies.get((table.name, scope))
         if copy is not None:  # prepared by the owner for exactly this data, policy and ledger
             declared = ", ".join(f"CAST({duckdb_identifier(c.name)} AS {DECLARED_TYPES[c.type]}) AS "
-                                 f"{duckdb_identifier(c.name)}" for c in table.columns.values())
+                                 f"{duckdb_identifier(c.name)}" for c in table.columns.values()
+                                 if scope is None or c.name in scope)
             replaced = f" REPLACE ({declared})" if declared else ""
-            conn.execute(f"CREATE OR REPLACE VIEW {bounded_table(table).sql('duckdb')} AS "
+            conn.execute(f"CREATE OR REPLACE VIEW {bounded_table(table, scope).sql('duckdb')} AS "
                          f"SELECT *{replaced} FROM "
                          f"{exp.table_(table.name, 'main', copy, quoted=True).sql('duckdb')}")
             return
         policy = None if guard is None else guard.policy
         unit_type = _unit_type(conn, table).split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
-            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES, policy))
+            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES, scope, policy))
             conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error as exc:
         cancelled = cancellation(conn, exc)
@@ -502,25 +511,27 @@ def _unit_type(conn: duckdb.DuckDBPyConnection, table: TableSpec) -> str:
 
 
 def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, store: Path,
-                   hash_key: str) -> dict[str, str]:
-    """Attach the prepared copy of each table with a privacy unit whose fingerprint matches
-    (only file facts and the schema are read); table -> catalog."""
+                   hash_key: str) -> dict[tuple[str, frozenset[str] | None], str]:
+    """Attach each prepared copy (of a table with a privacy unit, for one column set) whose
+    fingerprint matches (only file facts and the schema are read); (table, set) -> catalog."""
     copies = {}
     for name, table in policy.tables.items():
         if table.privacy_unit is None:
             continue
         types = {**_columns(conn, name), table.unit: _unit_type(conn, table)}
-        copy = bounded_store.copy_path(store, path, table, hash_key, types)
-        catalog = bounded_store.attach_copy(conn, copy, table) if copy.is_file() else None
-        if catalog is not None:
-            copies[name] = catalog
+        for number, scope in enumerate(bounded_store.prepared_scopes(policy, table)):
+            copy = bounded_store.copy_path(store, path, table, hash_key, types, scope)
+            catalog = bounded_store.attach_copy(conn, copy, table, number) if copy.is_file() else None
+            if catalog is not None:
+                copies[(name, scope)] = catalog
     return copies
 
 
 def prepare_copies(path: str | Path, policy: Policy, hash_key: str,
                    store: Path) -> tuple[bounded_store.PreparedCopy, ...]:
-    """The owner's act: write the bounded copy of every table with a privacy unit, for later
-    connections to this data under this policy and ledger (engine/backends/bounded_store.py)."""
+    """The owner's act: write the bounded copies of every table with a privacy unit (of every
+    column and of each column set its eta_by_columns names), for later connections to this
+    data under this policy and ledger (engine/backends/bounded_store.py)."""
     path = Path(path)
     open_data(path, policy).close()  # the data is readable and matches the policy
     bounded_store.check_store(store)
@@ -529,26 +540,51 @@ def prepare_copies(path: str | Path, policy: Policy, hash_key: str,
     for table in policy.tables.values():
         if table.privacy_unit is None or (loader is not None and table.name != path.stem.lower()):
             continue
-        with progress.step(f"preparing the bounded copy of {table.name}"):
-            try:
-                copies.append(bounded_store.prepare_table(path, policy, table, hash_key, store,
-                                                          loader))
-            except duckdb.Error:
-                raise DataFailure(f"preparing the bounded copy of {table.name} failed") from None
+        written = []
+        for scope in bounded_store.prepared_scopes(policy, table):
+            what = "every column" if scope is None else ", ".join(sorted(scope)) or "no column"
+            with progress.step(f"preparing the bounded copy of {table.name} for {what}"):
+                try:
+                    copy = bounded_store.prepare_table(path, policy, table, hash_key, store,
+                                                       loader, scope)
+                except duckdb.Error:
+                    raise DataFailure(f"preparing the bounded copy of {table.name} failed") from None
+            copies.append(copy)
+            written.append(copy.path)
+        bounded_store.remove_stale(store, table, written)
     return tuple(copies)
 
 
+_COPY_SQL: dict[tuple, str] = {}  # rendered bounding statements, by everything they depend on
+_COPY_SQL_KEPT = 256
+
+
 def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool,
-                     policy: Policy | None = None) -> str:
-    """The DuckDB statement that makes the bounded copy of `table` (engine/backends/bounding.py),
-    a chained table's over its rows with their derived unit (the `policy` it is read under)."""
+                     columns: Collection[str] | None = None, policy: Policy | None = None) -> str:
+    """The DuckDB statement that makes the bounded copy of `table` for queries reading
+    `columns` (None: every column; engine/backends/bounding.py), a chained table's over its
+    rows with their derived unit (the `policy` it is read under). Rendering the rule costs more
+    than running it on a small table, so each statement is rendered once per process."""
     if table.chain and policy is None:
         raise ValueError(f"table {table.name}'s unit is reached through its chain: bound it "
                          "with its policy")
-    rows = kept_rows(table, hash_key, exp.to_table(table.name, quoted=True), unit_is_float) \
-        if policy is None else bounded_rows(policy, table, hash_key,
-                                            lambda name: exp.to_table(name, quoted=True), unit_is_float)
-    return f"CREATE OR REPLACE TABLE {bounded_table(table).sql('duckdb')} AS {rows.sql('duckdb')}"
+    scope = copy_scope(table, columns)
+    key = (table.name, table.unit, table.max_rows_per_unit,
+           tuple(sorted((name, col.type) for name, col in table.columns.items())),
+           hash_key, unit_is_float, None if scope is None else tuple(sorted(scope)), table.chain,
+           tuple(link_columns(policy, table)) if policy is not None and table.chain else ())
+    sql = _COPY_SQL.get(key)
+    if sql is None:
+        rows = kept_rows(table, hash_key, exp.to_table(table.name, quoted=True), unit_is_float, scope) \
+            if policy is None else bounded_rows(policy, table, hash_key,
+                                                lambda name: exp.to_table(name, quoted=True),
+                                                unit_is_float, scope)
+        sql = (f"CREATE OR REPLACE TABLE {bounded_table(table, scope).sql('duckdb')} AS "
+               f"{rows.sql('duckdb')}")
+        if len(_COPY_SQL) >= _COPY_SQL_KEPT:
+            _COPY_SQL.pop(next(iter(_COPY_SQL)))
+        _COPY_SQL[key] = sql
+    return sql
 
 
 def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:

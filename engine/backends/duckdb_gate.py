@@ -69,15 +69,24 @@ class SchemaGate:
             "enable_external_access": False, "autoinstall_known_extensions": False,
             "autoload_known_extensions": False, "error_on_division_by_zero": False,
         })
+        self._tables: set[tuple[str, ...]] = set()
         for path, columns in tables.items():
-            if len(path) > 1 and not self._conn.execute(
-                    "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                    [path[0]]).fetchall()[0][0]:
-                self._conn.execute(f"ATTACH ':memory:' AS {_quote(path[0])}")
-            body = ", ".join(f"{_quote(col)} {kind}" for col, kind in columns)
-            self._conn.execute(f"CREATE TABLE {'.'.join(map(_quote, path))} ({body})")
+            self.add(path, columns)
         self._conn.execute("SET lock_configuration = true")
         self._verdicts: dict[str, str | None] = {}
+
+    def add(self, path: tuple[str, ...], columns: list[tuple[str, str]]) -> None:
+        """Create one more empty table (a bounded copy of a column set, made when a query first
+        names it); a path already held is left as it is."""
+        if path in self._tables:
+            return
+        if len(path) > 1 and not self._conn.execute(
+                "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                [path[0]]).fetchall()[0][0]:
+            self._conn.execute(f"ATTACH ':memory:' AS {_quote(path[0])}")
+        body = ", ".join(f"{_quote(col)} {kind}" for col, kind in columns)
+        self._conn.execute(f"CREATE TABLE {'.'.join(map(_quote, path))} ({body})")
+        self._tables.add(path)
 
     def check(self, sql: str) -> None:
         """Raise QueryRefused unless `sql` binds and its plan can fail on no value."""

@@ -13,10 +13,11 @@ they cannot wrap. Only one row per group comes back to the driver.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,15 @@ from sqlglot import exp
 from ..errors import DataFailure, InputError, PolicyError, QueryRefused, ResourceLimitExceeded
 from ..plan import ExactAnswer
 from ..policy import Policy, TableSpec
-from ..rewrite import BOUNDED_CATALOG, bounded_columns, readable_tables
+from ..rewrite import (
+    BOUNDED_CATALOG,
+    bounded_columns,
+    bounded_table_path,
+    copies_read,
+    copy_of,
+    copy_scope,
+    readable_tables,
+)
 from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 from .chain_units import bounded_rows, chain_source, check_chains, with_unit_type
 from .duckdb_gate import SchemaGate
@@ -117,7 +126,8 @@ class SparkBackend:
         if public:
             raise QueryRefused(f"JOIN with public table {public[0]} refused on Spark: public tables "
                                "are not loaded by the Spark backend; run the query on DuckDB")
-        private = sorted({t.name for t in query.find_all(exp.Table) if t.name in self._policy.tables})
+        private = sorted({self._table_of(t) for t in query.find_all(exp.Table)
+                          if self._table_of(t) in self._policy.tables})
         if len(private) > 1:
             raise QueryRefused(f"JOIN of private tables {private[0]} and {private[1]} refused on "
                                "Spark: it is not checked to keep the same rows as DuckDB yet; run "
@@ -126,8 +136,9 @@ class SparkBackend:
         if parent:
             raise QueryRefused(f"JOIN with parent table {parent[0]} refused on Spark: parent tables "
                                "are not loaded by the Spark backend; run the query on DuckDB")
+        self._add_copies(query)
         duckdb_sql = query.sql("duckdb")
-        names = [t.name for t in query.find_all(exp.Table) if t.name in self._types]
+        names = [self._table_of(t) for t in query.find_all(exp.Table) if self._table_of(t) in self._types]
         families = {col: _policy_family(kind) for col, kind in self._types[names[0]].items()} \
             if names else {}
         tree = to_spark(query, families)
@@ -156,13 +167,19 @@ class SparkBackend:
         if refusal is not None:
             raise QueryRefused(refusal)
 
-    def bound(self, table: TableSpec, hash_key: str) -> None:
-        """Make the bounded rows of `table` once (kept in Spark's memory, spilling to disk) and
-        register them as the view the rendered SQL reads."""
-        if table.privacy_unit is None or table.name in self._bounded:
+    def bound(self, table: TableSpec, hash_key: str, columns: Collection[str] | None = None) -> None:
+        """Make the bounded rows of `table` for queries reading `columns` (None: every column)
+        once (kept in Spark's memory, spilling to disk) and register them as the view the
+        rendered SQL reads: the same rule as DuckDB's, over the same columns."""
+        if table.privacy_unit is None:
+            return
+        scope = copy_scope(table, columns)
+        name = bounded_table_path(table, scope)[2]
+        if name in self._bounded:
             return
         unit_is_float = _family(self._types[table.name][table.unit]) in _FLOATS
-        sql = bounded_rows(self._policy, table, hash_key, _located, unit_is_float).sql(self.dialect)
+        sql = bounded_rows(self._policy, table, hash_key, _located, unit_is_float,
+                           scope).sql(self.dialect)
         from pyspark import StorageLevel
 
         def make() -> Any:
@@ -172,8 +189,8 @@ class SparkBackend:
             return frame
 
         frame = self._guarded(make, "bounding rows per privacy unit failed on the data")
-        frame.createOrReplaceTempView(_bounded_view(table.name))
-        self._bounded.add(table.name)
+        frame.createOrReplaceTempView(_bounded_view(name))
+        self._bounded.add(name)
 
     def run(self, sql: str, n_keys: int) -> ExactAnswer:
         """Run checked SQL; only its rows (one per group) come back to the driver."""
@@ -239,11 +256,34 @@ class SparkBackend:
 
     def _view_of(self, table: exp.Table) -> str | None:
         """The view a table reference of the rewrite's tree reads (None: not a data table)."""
-        if table.catalog == BOUNDED_CATALOG and table.name in self._types:
+        if table.catalog == BOUNDED_CATALOG and (table.name in self._types or
+                                                 copy_of(self._policy, table.name) is not None):
             return _bounded_view(table.name)
         if not table.catalog and not table.db and table.name in self._types:
             return _view(table.name)
         return None
+
+    def _table_of(self, ref: exp.Table) -> str:
+        """The policy table a table reference reads: its own name, or the table whose bounded
+        copy of a column set it names."""
+        found = copy_of(self._policy, ref.name) if ref.catalog == BOUNDED_CATALOG else None
+        return ref.name if found is None else found[0].name
+
+    def _add_copies(self, query: exp.Expression) -> None:
+        """Give both gates (the DuckDB one and the empty Spark views) the bounded copy of each
+        column set `query` reads that they do not hold yet."""
+        types = {name: {col: _duckdb_type(kind) for col, kind in self._types[name].items()}
+                 for name in self._policy.tables}
+        for path, columns in copies_read(self._policy, query, types).items():
+            self._gate.add(path, columns)
+            found = copy_of(self._policy, path[2])
+            assert found is not None
+            table = found[0]
+            names = ", ".join(f"`{col}`" for col, _ in columns)
+            source = f"({chain_source(self._policy, table, _located).sql(self.dialect)})" \
+                if table.chain else _view(table.name)
+            self._empty.sql(f"SELECT {names} FROM {source}").createOrReplaceTempView(
+                _bounded_view(path[2]))
 
     def _gate_tables(self) -> dict[tuple[str, ...], list[tuple[str, str]]]:
         """The DuckDB gate's empty tables: each policy table and its bounded copy."""
@@ -274,7 +314,12 @@ def _view(name: str) -> str:
 
 
 def _bounded_view(name: str) -> str:
-    return f"dpsql_bounded_{name}"
+    """The view of a bounded copy: of every column, after the table; of a column set (named
+    `table["a","b"]`), after the table and a digest of the name."""
+    table, bracket, _ = name.partition("[")
+    if not bracket:
+        return f"dpsql_bounded_{name}"
+    return f"dpsql_bounded_{table}_{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
 def _sources(source: Source | Mapping[str, Source], policy: Policy) -> dict[str, Source]:

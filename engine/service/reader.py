@@ -5,7 +5,7 @@ them waits behind a query or an explain on the worker thread."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import NoReturn, TypeVar
 
 from sqlglot import exp
@@ -31,7 +31,7 @@ class NoData:
     def check(self, sql: str) -> None:
         self._refuse()
 
-    def bound(self, table: TableSpec, hash_key: str) -> None:
+    def bound(self, table: TableSpec, hash_key: str, columns: Collection[str] | None = None) -> None:
         self._refuse()
 
     def run(self, sql: str, n_keys: int) -> ExactAnswer:
