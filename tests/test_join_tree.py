@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 from dpsql.engine import PrivateDatabase, QueryRefused
-from dpsql.engine.backends.duckdb_execute import bound_units, open_data, run
+from dpsql.engine.backends.duckdb_execute import open_data, run
 from dpsql.engine.plan import EdgeKind
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
@@ -25,7 +25,7 @@ from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import create_ledger, write_policy
+from tests.support import bound_plans, create_ledger, write_policy
 
 NATIONS = ["ALGERIA", "CHINA", "FRANCE", "JAPAN"]
 POLICY: dict[str, Any] = {
@@ -233,8 +233,7 @@ def exact(db: Path, sql: str) -> dict[str, list]:
     plan = plan_of(sql)
     conn = open_data(db, PARSED)
     try:
-        for table in plan.bounded_tables:
-            bound_units(conn, table, "fixed-key")
+        bound_plans(conn, [plan])
         return run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values
     finally:
         conn.close()

@@ -13,7 +13,7 @@ from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.support import BASE_POLICY, REGIONS, STATES, with_regions, with_visits
+from tests.support import BASE_POLICY, REGIONS, STATES, bound_plans, with_regions, with_visits
 
 POLICY = parse_policy(BASE_POLICY)
 QUERIES = [
@@ -172,8 +172,7 @@ def _exact_joined(people: dict[int, tuple[list, list]]) -> list[dict[str, list]]
         conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", rows)
     if visits:
         conn.executemany("INSERT INTO visits VALUES (?, ?, ?, ?)", visits)
-    for table in JOIN_POLICY.tables.values():
-        bound_units(conn, table, "fixed-key")
+    bound_plans(conn, JOIN_PLANS)
     answers = [run(conn, rewrite(plan).sql("duckdb"), len(plan.group_by)).values for plan in JOIN_PLANS]
     conn.close()
     return answers
