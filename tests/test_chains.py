@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,40 @@ def test_prepared_copies_of_a_chain_are_the_rows_bounding_keeps(hostile_db: Path
     other = replace(lineitem, chain=(UnitLink("l_orderkey", "orders", "o_custkey"), *lineitem.chain[1:]))
     assert copy_path(tmp_path, hostile_db, lineitem, "k", types) != \
         copy_path(tmp_path, hostile_db, other, "k", types)
+
+
+def test_a_chained_tables_copy_of_the_columns_read_is_bounded_over_its_derived_unit(
+        hostile_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chained table is column-scoped too (docs/theory.md §28): COUNT(*) on lineitem reads its
+    copy of no column, the derived unit alone, each unit keeping at most m lines; `dpsql prepare`
+    writes that copy as well, under a fingerprint holding both the chain and the column set."""
+    policy = parse_policy(CHAIN)
+    lineitem = policy.tables["lineitem"]
+    ledger = tmp_path / "ledger.sqlite"
+    copy = bounded_table(lineitem, ()).sql("duckdb")
+    with _ledger_connect(hostile_db, tmp_path) as conn:
+        conn._backend.bound(lineitem, conn.ledger.hash_key, ())
+        memory = sorted(conn._backend.conn.execute(f"SELECT * FROM {copy}").fetchall(), key=repr)
+        hash_key = conn.ledger.hash_key
+    assert {len(row) for row in memory} == {1}  # the derived unit, no column
+    per_unit = Counter(row[0] for row in memory if row[0] is not None)
+    assert max(per_unit.values()) == lineitem.max_rows_per_unit  # the hostile customer is cut to m
+    DuckDBBackend.prepare_copies(hostile_db, policy, ledger, hash_key)
+    built: list[str] = []
+    original = execute.bounded_copy_sql
+    monkeypatch.setattr(execute, "bounded_copy_sql",
+                        lambda *args: built.append(args[0].name) or original(*args))
+    with PrivateDatabase.connect(hostile_db, policy, ledger) as conn:
+        conn._backend.bound(lineitem, hash_key, ())
+        assert sorted(conn._backend.conn.execute(f"SELECT * FROM {copy}").fetchall(), key=repr) == memory
+    assert built == []  # read from the prepared copy of no column
+    types = {"c_custkey": "BIGINT", "l_quantity": "DOUBLE", "l_partkey": "BIGINT"}
+    other = replace(lineitem, chain=(UnitLink("l_orderkey", "orders", "o_custkey"), *lineitem.chain[1:]))
+    none = frozenset[str]()
+    assert copy_path(tmp_path, hostile_db, lineitem, "k", types, none) != \
+        copy_path(tmp_path, hostile_db, lineitem, "k", types)
+    assert copy_path(tmp_path, hostile_db, lineitem, "k", types, none) != \
+        copy_path(tmp_path, hostile_db, other, "k", types, none)
 
 
 @pytest.mark.parametrize(("sql", "message"), [
