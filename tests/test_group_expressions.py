@@ -128,8 +128,8 @@ EXPRESSIONS = ["FLOOR(age / 10) * 10", "CAST(CEIL(t / 10.0) * 10 AS INTEGER)", "
 @pytest.mark.parametrize("expression", EXPRESSIONS)
 def test_answers_centre_on_the_exact_counts_and_list_every_key(expression, tmp_path):
     """Each cell's 95% interval holds the exact count of its rows (plain DuckDB GROUP BY on the
-    same expression): at least 90% of the cells over 5 runs at ε = 1 (the miss rate is at
-    most 5%; over >= 55 cells, 10% is more than 3 standard deviations away). Every key is
+    same expression): at least 88% of the cells over 20 runs at ε = 1 (the miss rate is at
+    most 5%; over >= 220 cells, 12% is more than 4 standard deviations away). Every key is
     listed (those absent from the data too: see test_keys_read_no_data)."""
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump(CENSUS, sort_keys=False))
@@ -141,14 +141,14 @@ def test_answers_centre_on_the_exact_counts_and_list_every_key(expression, tmp_p
         exact = dict(conn.execute(f"SELECT {expression}, COUNT(*) FROM people GROUP BY 1").fetchall())
     hits = cells = 0
     with PrivateDatabase.connect(db_path, policy, ledger) as db:
-        for _ in range(5):
+        for _ in range(20):
             result = db.query(sql, epsilon=1.0)
             assert list(result.df["k"]) == list(key.keys)
             truth = np.array([exact.get(k, 0) for k in key.keys], dtype=float)
             hit = np.abs(result.df["n"].to_numpy(dtype=float) - truth) <= \
                 result.ci95["n"].to_numpy(dtype=float)
             hits, cells = hits + int(hit.sum()), cells + len(hit)
-    assert hits >= 0.9 * cells, (hits, cells)
+    assert hits >= 0.88 * cells, (hits, cells)
 
 
 def test_keys_read_no_data(tmp_path):

@@ -25,12 +25,8 @@ class Avg(Aggregate):
 
     def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
         operand = bounded_numeric(node, binder)
-        total = binder.measurement(SUM, operand)
-        count = binder.measurement(COUNT, operand)
-        lo, hi = operand.bounds
-        mean = exp.Div(this=total, expression=greatest(count, 1))
-        return exp.Least(this=greatest(mean, lo), expressions=[exp.Literal.number(hi)],
-                         ignore_nulls=True)
+        return clamped_mean(binder.measurement(SUM, operand), binder.measurement(COUNT, operand),
+                            operand.bounds)
 
     def possible(self, operand: Operand | None) -> tuple[float, float]:
         if operand is None:
@@ -71,3 +67,13 @@ def greatest(node: exp.Expression, floor: float) -> exp.Greatest:
 
 
 AVG = Avg()
+
+
+def clamped_mean(total: exp.Expression, count: exp.Expression,
+                 bounds: tuple[float, float]) -> exp.Expression:
+    """The mean of noisy `total` over noisy `count` (at least 1), clamped to the operand's
+    bounds: post-processing that keeps an AVG inside the values it averages."""
+    lo, hi = bounds
+    mean = exp.Div(this=total, expression=greatest(count, 1))
+    return exp.Least(this=greatest(mean, lo), expressions=[exp.Literal.number(hi)],
+                     ignore_nulls=True)

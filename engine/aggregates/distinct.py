@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from ..errors import QueryRefused
 from ..policy import TableSpec
-from .avg import Avg, greatest
+from .avg import Avg, clamped_mean
 from .base import Binder, Measured, Operand
 from .sum import Sum, clamped
 
@@ -132,12 +132,8 @@ class AvgDistinct(Avg):
 
     def bind(self, node: exp.AggFunc, binder: Binder) -> exp.Expression:
         operand = binder.operand(node, distinct_target(node), numeric=True)
-        total = binder.measurement(SUM_DISTINCT, operand)
-        count = binder.measurement(COUNT_DISTINCT_CLAMPED, operand)
-        lo, hi = operand.bounds
-        mean = exp.Div(this=total, expression=greatest(count, 1))
-        return exp.Least(this=greatest(mean, lo), expressions=[exp.Literal.number(hi)],
-                         ignore_nulls=True)
+        return clamped_mean(binder.measurement(SUM_DISTINCT, operand),
+                            binder.measurement(COUNT_DISTINCT_CLAMPED, operand), operand.bounds)
 
 
 def _operand(operand: Operand | None) -> Operand:

@@ -518,7 +518,10 @@ def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, 
     for name, table in policy.tables.items():
         if table.privacy_unit is None:
             continue
-        types = {**_columns(conn, name), table.unit: _unit_type(conn, table)}
+        try:
+            types = {**_columns(conn, name), table.unit: _unit_type(conn, table)}
+        except KeyError:  # a table or unit column missing: the schema check names it next
+            continue
         for number, scope in enumerate(bounded_store.prepared_scopes(policy, table)):
             copy = bounded_store.copy_path(store, path, table, hash_key, types, scope)
             catalog = bounded_store.attach_copy(conn, copy, table, number) if copy.is_file() else None

@@ -119,11 +119,20 @@ def _translate(node: exp.Expression, typer: _Types) -> exp.Expression:
             node.set("this", exp.func("ROUND", node.this))
         return node
     if isinstance(node, exp.Sum):
-        # x + DECIMAL(38,0) zero is DECIMAL for an integer x and DOUBLE for a floating one.
-        node.set("this", exp.Add(this=exp.paren(node.this),
-                                 expression=exp.cast(exp.Literal.number(0), _DECIMAL_SUM)))
+        # x + DECIMAL(38,0) zero is DECIMAL for an integer x and DOUBLE for a floating one;
+        # in SUM(DISTINCT x) the zero goes inside DISTINCT (adding it merges no values).
+        target = node.this
+        if isinstance(target, exp.Distinct):
+            target.set("expressions", [_widened(value) for value in target.expressions])
+        else:
+            node.set("this", _widened(target))
         return node
     return node
+
+
+def _widened(value: exp.Expression) -> exp.Expression:
+    """`value` plus a DECIMAL(38, 0) zero: summed in Spark's widest type, as DuckDB sums."""
+    return exp.Add(this=exp.paren(value), expression=exp.cast(exp.Literal.number(0), _DECIMAL_SUM))
 
 
 def _ieee_divide(dividend: exp.Expression, divisor: exp.Expression) -> exp.Expression:
