@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import duckdb
 
 from ..calibration.declared import DeclaredModel
-from .backends.duckdb_execute import duckdb_identifier
+from .backends.duckdb_schema import duckdb_identifier
 from .policy import TableSpec
 
 

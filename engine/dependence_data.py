@@ -18,7 +18,8 @@ import numpy as np
 
 from ..calibration import CalibrationError
 from ..calibration.household import household_eta
-from .backends.duckdb_execute import duckdb_identifier, open_data
+from .backends.duckdb_execute import open_data
+from .backends.duckdb_schema import duckdb_identifier
 from .errors import InputError
 from .policy import Policy, TableSpec
 

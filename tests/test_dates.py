@@ -413,7 +413,7 @@ def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(date
     the gate cannot see is within years 1 to 9999 is refused, and such forms do fail on the
     table's extreme rows (the first and third shown to; whether EXTRACT(week) of year 5881580
     fails depends on the DuckDB release, so the refusal cannot rely on it)."""
-    from dpsql.engine.backends.duckdb_execute import schema_gate
+    from dpsql.engine.backends.duckdb_schema import schema_gate
 
     policy = parse_policy({**BASE_POLICY, **DATES_POLICY})
     sql = f"SELECT COUNT(*) FROM visits WHERE {condition}"
@@ -434,7 +434,7 @@ def test_the_gate_alone_refuses_date_functions_on_values_not_known_in_range(date
     f"date_trunc('month', COALESCE({GUARD}, TRY_CAST('2024-01-01' AS DATE))) IS NULL",
 ])
 def test_the_gate_accepts_date_functions_of_guarded_columns_and_they_run(dates_db, condition):
-    from dpsql.engine.backends.duckdb_execute import schema_gate
+    from dpsql.engine.backends.duckdb_schema import schema_gate
 
     policy = parse_policy({**BASE_POLICY, **DATES_POLICY})
     sql = f"SELECT COUNT(*) FROM visits WHERE {condition}"

@@ -20,6 +20,7 @@ from ..policy import Policy, TableSpec
 from ..rewrite import copies_read, copy_scope
 from . import ExactAnswer
 from . import duckdb_execute as execute
+from . import duckdb_schema as schema
 from .bounded_store import PreparedCopy, store_dir
 
 
@@ -31,9 +32,9 @@ class DuckDBBackend:
     def __init__(self, conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
         self.conn = conn
         self._policy = policy
-        self._gate = execute.schema_gate(conn, policy)
-        self._columns = execute.data_columns(conn, policy)
-        self._types = execute.column_types(conn, policy)
+        self._gate = schema.schema_gate(conn, policy)
+        self._columns = schema.data_columns(conn, policy)
+        self._types = schema.column_types(conn, policy)
         self._bounded: set[tuple[str, frozenset[str] | None]] = set()
 
     @classmethod

@@ -22,31 +22,26 @@ from sqlglot import exp
 from .. import progress
 from ..errors import DataFailure, InputError, PolicyError, ResourceLimitExceeded
 from ..plan import ExactAnswer
-from ..policy import ColumnSpec, Limits, Policy, PublicTableSpec, TableSpec
-from ..rewrite import BOUNDED_CATALOG, bounded_table, copy_scope, readable_tables
-from ..sql_types import SqlType
+from ..policy import Limits, Policy, TableSpec
+from ..rewrite import BOUNDED_CATALOG, bounded_table, copy_scope
 from ..watchdog import WATCHDOG
 from . import bounded_store
 from .bounding import kept_rows
-from .chain_units import bounded_rows, check_chains, link_columns, unit_column, with_unit_type
-from .duckdb_gate import SchemaGate
+from .chain_units import bounded_rows, link_columns, unit_column
+from .duckdb_schema import (
+    DECLARED_TYPES,
+    FLOAT_TYPES,
+    check_schema,
+    columns,
+    duckdb_identifier,
+    read_as_declared,
+)
 
 _LOCKED = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
     "error_on_division_by_zero": False,
-}
-_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
-_TYPE_FAMILIES = {
-    SqlType.INT: ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                  "UINTEGER", "UBIGINT", "UHUGEINT"),
-    SqlType.FLOAT: ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                    "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL"),
-    SqlType.STR: ("VARCHAR",),
-    SqlType.BOOL: ("BOOLEAN",),
-    SqlType.DATE: ("DATE",),
-    SqlType.TIMESTAMP: ("TIMESTAMP",),
 }
 
 
@@ -109,8 +104,8 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
         first = str(exc).splitlines()[0]
         raise InputError(f"cannot open data file {path}: {first}") from None
     _GUARDS[conn] = _Guard(limits, copies=copies, policy=policy)
-    _check_schema(conn, policy)
-    _read_as_declared(conn, policy)
+    check_schema(conn, policy)
+    read_as_declared(conn, policy)
     return conn
 
 
@@ -148,8 +143,8 @@ def open_frames(frames: Mapping[str, Any], policy: Policy) -> duckdb.DuckDBPyCon
         conn.close()
         raise
     _GUARDS[conn] = _Guard(policy.limits, policy=policy)
-    _check_schema(conn, policy)
-    _read_as_declared(conn, policy)
+    check_schema(conn, policy)
+    read_as_declared(conn, policy)
     return conn
 
 
@@ -177,10 +172,6 @@ def _scannable(frame: Any, name: str) -> Any:
 
 
 _LOADED = (".csv", ".tsv", ".parquet", ".pq")  # files loaded into memory, not opened
-# The one DuckDB type each policy type is read as, whatever a file stores (docs/theory.md §1):
-# the gate binds queries on these types, so its verdict depends on the policy, not the file.
-DECLARED_TYPES = {SqlType.INT: "BIGINT", SqlType.FLOAT: "DOUBLE", SqlType.STR: "VARCHAR",
-                  SqlType.BOOL: "BOOLEAN", SqlType.DATE: "DATE", SqlType.TIMESTAMP: "TIMESTAMP"}
 
 
 def _reader(path: Path, policy: Policy) -> str:
@@ -320,135 +311,6 @@ def cancellation(conn: duckdb.DuckDBPyConnection,
     return None
 
 
-def duckdb_identifier(name: str) -> str:
-    """A safely quoted DuckDB identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
-    """Every policy table must be a base table with the listed columns of compatible types."""
-    rows = conn.execute(
-        "SELECT lower(table_name), table_type FROM information_schema.tables "
-        "WHERE table_schema = 'main'"
-    ).fetchall()
-    kinds = dict(rows)
-    for name, table in policy.tables.items():
-        columns = _table_columns(conn, kinds, name, table.columns)
-        if table.privacy_unit is not None and not table.chain and table.privacy_unit not in columns:
-            raise PolicyError(f"tables.{name}.privacy_unit: no column {table.privacy_unit!r} "
-                              "in the data")
-    check_chains(policy, lambda name: _columns(conn, name),
-                 lambda count: int(conn.execute(count.sql("duckdb")).fetchall()[0][0]))
-    for name, public in policy.public_tables.items():
-        _table_columns(conn, kinds, name, public.columns)
-        _check_unique_key(conn, public)
-    for name, parent in policy.parent_tables.items():
-        # No uniqueness check: the parent's rows are private, and queries read one per key.
-        _table_columns(conn, kinds, name, parent.columns)
-
-
-def _table_columns(conn: duckdb.DuckDBPyConnection, kinds: Mapping[str, str], name: str,
-                   declared: Mapping[str, ColumnSpec]) -> dict[str, str]:
-    """The data's columns of a policy table, which must be a base table holding every declared
-    column with a type of the declared family."""
-    if name not in kinds:
-        raise PolicyError(f"tables.{name}: no such table in the data "
-                          f"(found: {', '.join(sorted(kinds)) or 'none'})")
-    if kinds[name] not in ("BASE TABLE", "LOCAL TEMPORARY"):  # temporary: a public `data:` file
-        raise PolicyError(f"tables.{name}: is a {kinds[name].lower()}, not a base table")
-    columns = _columns(conn, name)
-    for col in declared.values():
-        path = f"tables.{name}.columns.{col.name}"
-        if col.name not in columns:
-            raise PolicyError(f"{path}: no such column in the data")
-        data_type = columns[col.name].split("(")[0].upper()
-        if col.type == SqlType.TIMESTAMP and data_type != "TIMESTAMP" and "TIMESTAMP" in data_type:
-            raise PolicyError(f"{path}.type: the data column is {columns[col.name]}; a "
-                              "timestamp column must be TIMESTAMP (without time zone, "
-                              "microseconds): EXTRACT and date_trunc of a time zone's "
-                              "timestamps depend on the session, so store them as UTC "
-                              "TIMESTAMP")
-        if data_type not in _TYPE_FAMILIES[col.type]:
-            raise PolicyError(f"{path}.type: the policy says {col.type} but the data "
-                              f"column is {columns[col.name]}")
-    return columns
-
-
-def _read_as_declared(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
-    """Make every policy table read its declared columns as their declared types: a table whose
-    file stores another type of the same family (TINYINT or HUGEINT for int; an integer or
-    DECIMAL for float) is shadowed by a temporary view of the same name that casts them, which
-    every later statement (bounding, queries) reads. An integer that BIGINT cannot hold stops
-    the opening, naming the column: reading it would otherwise fail on that value alone."""
-    catalog = conn.execute("SELECT current_database()").fetchall()[0][0]
-    tables = {**{n: t.columns for n, t in policy.tables.items()},
-              **{n: t.columns for n, t in policy.public_tables.items()},
-              **{n: t.columns for n, t in policy.parent_tables.items()}}
-    for name, declared in tables.items():
-        stored = _columns(conn, name)
-        casts = {col.name: DECLARED_TYPES[col.type] for col in declared.values()
-                 if stored[col.name].split("(")[0].upper() != DECLARED_TYPES[col.type]}
-        if not casts:
-            continue
-        temporary = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND "
-                                 "lower(table_name) = ?", [name]).fetchall()[0][0]
-        if temporary:  # a public table loaded from its own file: read with declared types already
-            continue
-        source = f"{duckdb_identifier(catalog)}.main.{duckdb_identifier(name)}"
-        for col, kind in casts.items():
-            if kind != "BIGINT":
-                continue
-            quoted = duckdb_identifier(col)
-            over = conn.execute(f"SELECT count(*) FROM {source} WHERE {quoted} IS NOT NULL AND "
-                                f"TRY_CAST({quoted} AS BIGINT) IS NULL").fetchall()[0][0]
-            if over:
-                raise PolicyError(f"tables.{name}.columns.{col}.type: the data column is "
-                                  f"{stored[col]} and holds {over} value(s) outside BIGINT, which "
-                                  "an int column is read as; declare it float or store it as "
-                                  "BIGINT", values=over)
-        replaced = ", ".join(f"CAST({duckdb_identifier(col)} AS {kind}) AS {duckdb_identifier(col)}"
-                             for col, kind in casts.items())
-        conn.execute(f"CREATE TEMP VIEW {duckdb_identifier(name)} AS SELECT * REPLACE ({replaced}) "
-                     f"FROM {source}")
-
-
-def _check_unique_key(conn: duckdb.DuckDBPyConnection, public: PublicTableSpec) -> None:
-    """A public table's key must be unique in the data, so that a private row joins at most one
-    of its rows. This reads the public table only: the error, seen by whoever opens the data,
-    says nothing about private rows (NULL keys join nothing and may repeat)."""
-    key, table = duckdb_identifier(public.key), duckdb_identifier(public.name)
-    repeated = conn.execute(f"SELECT COUNT(*) FROM (SELECT {key} FROM main.{table} WHERE {key} "
-                            f"IS NOT NULL GROUP BY {key} HAVING COUNT(*) > 1)").fetchone()
-    if repeated is not None and repeated[0]:
-        raise PolicyError(f"tables.{public.name}.key: {public.key} is not unique in the data "
-                          f"({repeated[0]} value(s) repeat); a public table's key must be unique, "
-                          "so that each private row joins at most one of its rows",
-                          repeated=repeated[0])
-
-
-def data_columns(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, frozenset[str]]:
-    """The data's column names (lower-cased) of each policy table: schema, not values. The plan
-    uses them to say that a column exists but is not in the policy, rather than unknown."""
-    return {name: frozenset(_columns(conn, name)) for name in policy.tables}
-
-
-def column_types(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, dict[str, str]]:
-    """Each policy table's columns (lower-cased) and their DuckDB types, a chained table's
-    derived unit typed as the column it is derived from: schema, not values."""
-    types = {name: _columns(conn, name) for name in policy.tables}
-    return {name: with_unit_type(table, types) for name, table in policy.tables.items()}
-
-
-def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
-    """Lower-cased column name -> DuckDB type of a table in the main schema, as queries read
-    it (a temporary view from `_read_as_declared` shadows the stored table)."""
-    return dict(conn.execute(
-        "SELECT lower(column_name), data_type FROM information_schema.columns "
-        "WHERE table_schema = 'main' AND lower(table_name) = ? "
-        "ORDER BY table_catalog = 'temp', ordinal_position", [table]
-    ).fetchall())
-
-
 def run(conn: duckdb.DuckDBPyConnection, sql: str, n_keys: int) -> ExactAnswer:
     """Run the rewritten query; the first `n_keys` columns are group keys."""
     try:
@@ -492,7 +354,7 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
         policy = None if guard is None else guard.policy
         unit_type = _unit_type(conn, table).split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
-            conn.execute(bounded_copy_sql(table, hash_key, unit_type in _FLOAT_TYPES, scope, policy))
+            conn.execute(bounded_copy_sql(table, hash_key, unit_type in FLOAT_TYPES, scope, policy))
             conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
     except duckdb.Error as exc:
         cancelled = cancellation(conn, exc)
@@ -505,9 +367,9 @@ def _unit_type(conn: duckdb.DuckDBPyConnection, table: TableSpec) -> str:
     """The data type of `table`'s unit: its column's, or for a chained table the type of the
     column it is derived from (engine/backends/chain_units.py)."""
     if not table.chain:
-        return _columns(conn, table.name)[table.unit]
+        return columns(conn, table.name)[table.unit]
     holder, column = unit_column(table)
-    return _columns(conn, holder)[column]
+    return columns(conn, holder)[column]
 
 
 def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, store: Path,
@@ -519,7 +381,7 @@ def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, 
         if table.privacy_unit is None:
             continue
         try:
-            types = {**_columns(conn, name), table.unit: _unit_type(conn, table)}
+            types = {**columns(conn, name), table.unit: _unit_type(conn, table)}
         except KeyError:  # a table or unit column missing: the schema check names it next
             continue
         for number, scope in enumerate(bounded_store.prepared_scopes(policy, table)):
@@ -588,13 +450,3 @@ def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool,
             _COPY_SQL.pop(next(iter(_COPY_SQL)))
         _COPY_SQL[key] = sql
     return sql
-
-
-def schema_gate(conn: duckdb.DuckDBPyConnection, policy: Policy) -> SchemaGate:
-    """The gate for this data: each policy table and its bounded copy, EMPTY, with the types
-    queries read (the policy's declared types, `_read_as_declared`, and the privacy unit's)."""
-    types = {name: _columns(conn, name)
-             for name in (*policy.tables, *policy.public_tables, *policy.parent_tables)}
-    for name, table in policy.tables.items():
-        types[name] = with_unit_type(table, types)
-    return SchemaGate(readable_tables(policy, types))

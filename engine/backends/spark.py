@@ -366,7 +366,7 @@ def _frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> 
 
 
 # The Spark type each policy type is read as, whatever the source stores (as on DuckDB,
-# engine/backends/duckdb_execute.py DECLARED_TYPES), so a verdict follows the policy, not the file.
+# engine/backends/duckdb_schema.py DECLARED_TYPES), so a verdict follows the policy, not the file.
 _DECLARED = {SqlType.INT: "bigint", SqlType.FLOAT: "double", SqlType.STR: "string",
              SqlType.BOOL: "boolean"}
 

@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from ..backends.duckdb_execute import DECLARED_TYPES
+from ..backends.duckdb_schema import DECLARED_TYPES
 from ..errors import DpsqlError
 from ..policy import Policy
 from .schema import public_schema
