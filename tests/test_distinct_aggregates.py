@@ -55,7 +55,11 @@ def test_a_domain_smaller_than_the_row_bound_bounds_count_distinct():
 
 @pytest.mark.parametrize("sql, fragment", [
     ("SELECT COUNT(DISTINCT age, state) FROM people", "DISTINCT takes one expression here"),
-    ("SELECT SUM(DISTINCT note) FROM people", "the column is str, not numeric"),
+    ("SELECT SUM(DISTINCT note) FROM people",
+     "SUM(DISTINCT note) refused: the column is str, not numeric (a condition counts as 0/1; "
+     "or COUNT(DISTINCT note))"),
+    ("SELECT AVG(DISTINCT income) FILTER (WHERE sick) FROM people",
+     "FILTER is not supported on AVG(DISTINCT ...); put the condition in WHERE"),
     ("SELECT SUM(DISTINCT person_id) FROM people", "column person_id is the privacy unit"),
     ("SELECT MEDIAN(DISTINCT age) FROM people", "DISTINCT is supported only in COUNT, SUM and AVG"),
     ("SELECT COUNT(DISTINCT age) FILTER (WHERE sick) FROM people", "FILTER is not supported"),

@@ -56,6 +56,9 @@ class CountDistinct(Measured):
     def label(self, operand: Operand | None) -> str:
         return f"COUNT(DISTINCT {_operand(operand).name})"
 
+    def describe(self, operand: Operand) -> str:
+        return self.label(operand)
+
     def sensitivity(self, operand: Operand | None, rows_per_unit: int, grouped: bool) -> int:
         domain = _listed(_operand(operand))
         if grouped:
@@ -112,6 +115,9 @@ class SumDistinct(Sum):
 
     def label(self, operand: Operand | None) -> str:
         return f"SUM(DISTINCT {_operand(operand).name})"
+
+    def describe(self, operand: Operand) -> str:
+        return self.label(operand)
 
     def sql(self, operand: Operand | None, table: TableSpec) -> exp.Expr:
         return exp.Sum(this=exp.Distinct(expressions=[clamped(_operand(operand))]))

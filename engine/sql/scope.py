@@ -308,7 +308,8 @@ class PostScope:
 
     def operand(self, node: exp.Expr, arg: exp.Expression, numeric: bool) -> Operand:
         registered = aggregate_of(node) if isinstance(node, exp.AggFunc) else None
-        call = registered.name if registered is not None else node.key.upper()
+        distinct = isinstance(node.this, exp.Distinct)
+        call = node.sql_name() if distinct or registered is None else registered.name
         if isinstance(arg, exp.Distinct):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
                                "in COUNT, SUM and AVG")
@@ -318,6 +319,7 @@ class PostScope:
         columns = tuple(dict.fromkeys(self.scope.column(c) for c in arg.find_all(exp.Column)))
         bare = arg if isinstance(arg, exp.Column) else None
         name = columns[0].name if bare is not None else arg.sql(dialect="duckdb")
+        shown = f"DISTINCT {name}" if distinct else name  # SUM(DISTINCT note), not SUM DISTINCT(note)
         key = (name, numeric)
         if key in self.operands:
             self.bound.append(self.operands[key])
@@ -328,16 +330,16 @@ class PostScope:
         elif kind == SqlType.BOOL:
             found = Operand(name, SqlType.BOOL, value, columns, 0, 1)
         elif kind == SqlType.NULL:
-            raise QueryRefused(f"{call}({name}) refused: the argument is always NULL")
+            raise QueryRefused(f"{call}({shown}) refused: the argument is always NULL")
         elif kind in TIME_TYPES:
             raise QueryRefused(
-                f"{call}({name}) refused: a {kind} is not a number; aggregate a number taken "
+                f"{call}({shown}) refused: a {kind} is not a number; aggregate a number taken "
                 f"from it, e.g. {call}(EXTRACT(year FROM {name})) or {call}(EXTRACT(month FROM "
                 f"{name})), or count the rows with COUNT({name})")
         elif kind not in NUMBER_TYPES:
             what = "column" if bare is not None else "argument"
-            raise QueryRefused(f"{call}({name}) refused: the {what} is {kind}, not numeric "
-                               f"(a condition counts as 0/1; or COUNT({name}))")
+            raise QueryRefused(f"{call}({shown}) refused: the {what} is {kind}, not numeric "
+                               f"(a condition counts as 0/1; or COUNT({shown}))")
         elif bare is not None:
             self._column_range(call, name, bare)
             lo, hi = columns[0].bounds
@@ -416,8 +418,8 @@ def _filtered(node: exp.Filter) -> exp.AggFunc:
     call = node.this.copy()
     condition = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
     if isinstance(call.this, exp.Distinct):
-        raise QueryRefused(f"{short(node)} refused: FILTER is not supported on COUNT(DISTINCT ...); "
-                           "put the condition in WHERE")
+        raise QueryRefused(f"{short(node)} refused: FILTER is not supported on "
+                           f"{call.sql_name()}(DISTINCT ...); put the condition in WHERE")
     value = exp.Literal.number(1) if isinstance(call.this, exp.Star) else call.this
     call.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
     return call
