@@ -93,8 +93,28 @@ def reason(out: OutputColumn, plan: QueryPlan, known: Mapping[str, Reading]) -> 
         divisor = evaluate(node.expression, leaf)
         if divisor is not None and divisor[0][0] <= 0 <= divisor[1][0]:
             return ("no interval in rows where the interval of the divisor "
-                    f"{node.expression.sql('duckdb')} reaches 0")
+                    f"{_written(node.expression, plan)} reaches 0")
+    for node in out.expression.find_all(exp.Ln, exp.Log):
+        argument = node.this if isinstance(node, exp.Ln) else node.expression
+        bounds = evaluate(argument, leaf)
+        if bounds is not None and bounds[0][0] <= 0:
+            name = "LN" if isinstance(node, exp.Ln) else "LOG10"
+            return (f"no interval in rows where the interval of {name}'s argument reaches 0 or "
+                    "below (the logarithm is unbounded below there)")
     return None
+
+
+def _written(node: exp.Expression, plan: QueryPlan) -> str:
+    """`node` as the analyst wrote it: each measurement by its label (COUNT(*), SUM(x)), without
+    the casts the rewrite added."""
+    labels = {m.name: m.label for m in plan.measurements}
+    shown = exp.Paren(this=node.copy())
+    for cast in list(shown.find_all(exp.Cast, exp.TryCast)):
+        cast.replace(cast.this)
+    for column in list(shown.find_all(exp.Column)):
+        if column.name in labels:
+            column.replace(exp.Var(this=labels[column.name]))
+    return shown.this.sql("duckdb")
 
 
 def _blocked(out: OutputColumn, plan: QueryPlan, known: Mapping[str, Reading]) -> str | None:

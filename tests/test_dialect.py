@@ -129,7 +129,10 @@ def test_functions_of_released_values_are_those_functions_of_the_released_value(
     assert (ci["l"].notna() == ci["g"].notna()).all() and ci["l"].notna().sum() >= 2
     assert ci[["p", "c", "s"]].isna().all().all()
     reasons = dict(result.no_interval)
-    assert set(reasons) == {"p", "c", "s"}
+    assert set(reasons) == {"p", "c", "s", "l", "g"}
+    assert reasons["l"] == ("no interval in rows where the interval of LN's argument reaches 0 "
+                            "or below (the logarithm is unbounded below there)")
+    assert reasons["g"] == reasons["l"].replace("LN", "LOG10")
     assert reasons["c"].startswith("no interval: COS has no interval rule")
     assert reasons["p"].startswith("no interval: POWER has no interval rule")
 
