@@ -172,8 +172,9 @@ def engine_cell(folder: Path, policy: dict, sql: str, table: str, frame: dict,
 
 
 def checked(rng: np.random.Generator, cell: EngineCell, exact: np.ndarray) -> tuple[float, float]:
-    """The engine column's p95 over the drawn datasets, and the KS p-value of the engine's own
-    errors against the simulated ones (stops the run below KS_FLOOR)."""
+    """The engine column's p95 over the drawn datasets (released minus exact is the mechanism's
+    noise), and the KS p-value of the engine's own errors against the simulated ones (stops the
+    run below KS_FLOOR)."""
     simulated = noise(rng, cell.mechanism, cell.scale, exact.size)
     p_value = 1.0 if cell.errors.size == 0 else float(ks_2samp(cell.errors, simulated).pvalue)
     if p_value < KS_FLOOR:
