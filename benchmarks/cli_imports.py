@@ -16,6 +16,7 @@ Run: `python -m benchmarks.cli_imports [--repeats 9] [--compare DIR]`. Prints a 
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import os
 import shutil
@@ -38,8 +39,10 @@ VERSION = "from dpsql.engine.cli import main; main(['--version'])"
 def layout(tree: Path) -> Path:
     """A folder holding a `dpsql/` package of links to `tree`'s files with its engine/ and
     calibration/ inside, as setuptools installs them; put on PYTHONPATH, it is imported instead
-    of the installed checkout."""
+    of the installed checkout (by a process not started in a checkout: `-c` puts the current
+folder first)."""
     root = Path(tempfile.mkdtemp(prefix="dpsql-layout-"))
+    atexit.register(shutil.rmtree, root, True)
     package = root / "dpsql"
     package.mkdir()
     for path in (tree / "dpsql").glob("*.py"):

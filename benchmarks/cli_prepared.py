@@ -45,7 +45,9 @@ def _timed(command: list[str], bytecode: bool = False,
     `layout` to import (the installed checkout if None)."""
     env = environment(tree, bytecode)
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # From "/": run from the checkout, `-c` would put its dpsql/ folder before PYTHONPATH
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            cwd="/")
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--compare", type=Path, default=None,
                         help="another checkout whose query process is timed alongside")
+    parser.add_argument("--templates", nargs="+", choices=list(QUERIES), default=list(QUERIES))
     args = parser.parse_args()
     before = layout(args.compare) if args.compare else None
     now = layout(Path(__file__).resolve().parent.parent)  # this checkout, launched as `before` is
@@ -84,7 +87,8 @@ def main() -> None:
         rows, compared, starts = [], [], {"python -c pass": [], "dpsql --version": []}
         version = [dpsql, "--version"]
         loads = [os.getloadavg()[0]]
-        for name, sql in QUERIES.items():
+        for name in args.templates:
+            sql = QUERIES[name]
             asked = ["query", sql, "--epsilon", "1", "--format", "json", *paths]
             command = [dpsql, *asked]
             launched = [sys.executable, "-c", CLI, *asked]
@@ -113,7 +117,8 @@ def main() -> None:
         offenders = _offenders(["-c", CLI, *asked], now, before, args.repeats)
     table_mb = data_path.stat().st_size / 2**20
     print(f"### A CLI call on {args.rows:,} rows under the per-unit policy\n")
-    compare = f" --compare {args.compare}" if args.compare else ""
+    compare = (f" --compare {args.compare}" if args.compare else "") + (
+        f" --templates {' '.join(args.templates)}" if args.templates != list(QUERIES) else "")
     print(f"Command: `python -m benchmarks.cli_prepared --rows {args.rows} --repeats {args.repeats}"
           f"{compare}`\n")
     print(f"* Without a prepared copy, one `dpsql query` (bounding in the process) took "
