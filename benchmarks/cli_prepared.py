@@ -2,10 +2,13 @@
 plain DuckDB query run the same way (a new Python process each time), and the one-time cost.
 dpsql runs twice per round: as this environment starts Python (PYTHONDONTWRITEBYTECODE=1 here:
 the package's own modules are compiled on every start) and as a user's machine does (bytecode
-written once and then read).
+written once and then read). The same rounds time `dpsql --version` and an interpreter that
+does nothing, and `python -X importtime` gives what a query process's imports cost by package.
+`--compare DIR` also times the query process of another checkout (e.g. an older commit from
+`git archive`) on the same prepared copy, alternating, and gives its imports beside.
 
-Run: `python -m benchmarks.cli_prepared --rows 20000000 [--repeats 5]`. Prints a Markdown
-section for benchmarks/RESULTS.md.
+Run: `python -m benchmarks.cli_prepared --rows 20000000 [--repeats 10] [--compare DIR]`. Prints
+a Markdown section for benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.cli_imports import CACHE, drop_bytecode
+from benchmarks.cli_imports import environment, import_offenders, layout
 from benchmarks.generate import DATA_DIR
 from benchmarks.workload import policy_dict
 
@@ -31,18 +34,20 @@ QUERIES = {
 }
 PLAIN = ("import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); "
          "c.execute(sys.argv[2]).fetchall()")
+CLI = "from dpsql.engine.cli import main; main()"  # a checkout's command line, from its layout
+TOP = 10  # packages listed by import time
 
 
-def _timed(command: list[str], bytecode: bool = False) -> tuple[float, float]:
+def _timed(command: list[str], bytecode: bool = False,
+           tree: Path | None = None) -> tuple[float, float]:
     """Wall seconds of one process, and its peak resident memory in MB (from wait4); with
-    `bytecode`, Python may write and read the package's compiled modules."""
-    env = {k: v for k, v in os.environ.items() if not (bytecode and k == "PYTHONDONTWRITEBYTECODE")}
-    if bytecode:  # kept apart, so the uncached runs find no __pycache__ in the checkout either
-        env["PYTHONPYCACHEPREFIX"] = str(CACHE)
-    elif command[0] != sys.executable:
-        drop_bytecode(Path(__file__).resolve().parent.parent)
+    `bytecode`, Python may write and read the package's compiled modules; `tree` is a checkout's
+    `layout` to import (the installed checkout if None)."""
+    env = environment(tree, bytecode)
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # From "/": run from the checkout, `-c` would put its dpsql/ folder before PYTHONPATH
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            cwd="/")
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
@@ -53,8 +58,13 @@ def _timed(command: list[str], bytecode: bool = False) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=20_000_000)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--compare", type=Path, default=None,
+                        help="another checkout whose query process is timed alongside")
+    parser.add_argument("--templates", nargs="+", choices=list(QUERIES), default=list(QUERIES))
     args = parser.parse_args()
+    before = layout(args.compare) if args.compare else None
+    now = layout(Path(__file__).resolve().parent.parent)  # this checkout, launched as `before` is
     # The table is read (generated and counted) in a process of its own: Linux carries this
     # process's memory high-water mark into every child it spawns, which would then report it
     # as their own peak.
@@ -74,25 +84,43 @@ def main() -> None:
         prepared_s, prepare_mb = _timed([dpsql, "prepare", *paths])
         store = ledger.with_name(ledger.name + ".bounded")
         disk = sum(f.stat().st_size for f in store.glob("*.duckdb")) / 2**20
-        rows = []
+        rows, compared, starts = [], [], {"python -c pass": [], "dpsql --version": []}
+        version = [dpsql, "--version"]
         loads = [os.getloadavg()[0]]
-        for name, sql in QUERIES.items():
-            command = [dpsql, "query", sql, "--epsilon", "1", "--format", "json", *paths]
-            _timed(command, bytecode=True)  # writes the bytecode a user's first run would
-            plain, engine, cached, peak = [], [], [], 0.0
+        for name in args.templates:
+            sql = QUERIES[name]
+            asked = ["query", sql, "--epsilon", "1", "--format", "json", *paths]
+            command = [dpsql, *asked]
+            launched = [sys.executable, "-c", CLI, *asked]
+            for warm, tree in [(command, None), (version, None)] + ([(launched, before),
+                                                                     (launched, now)] if before else []):
+                _timed(warm, bytecode=True, tree=tree)  # writes the bytecode a user's first run would
+            plain, engine, cached, previous, current, peak = [], [], [], [], [], 0.0
             for _ in range(args.repeats):  # alternate, so all see the same machine
                 plain.append(_timed([sys.executable, "-c", PLAIN, str(data_path), sql])[0])
                 seconds, mb = _timed(command)
                 engine.append(seconds)
                 cached.append(_timed(command, bytecode=True)[0])
                 peak = max(peak, mb)
+                if before:
+                    previous.append(_timed(launched, bytecode=True, tree=before)[0])
+                    current.append(_timed(launched, bytecode=True, tree=now)[0])
+                starts["python -c pass"].append(_timed([sys.executable, "-c", "pass"])[0])
+                starts["dpsql --version"].append(_timed(version, bytecode=True)[0])
             p, e, c = statistics.median(plain), statistics.median(engine), statistics.median(cached)
             rows.append(f"| {name} | {p:.2f} | {e:.2f} | {e / p:.2f} | {c:.2f} | {c / p:.2f} | "
                         f"{peak:,.0f} |")
+            if before:
+                b, n = statistics.median(previous), statistics.median(current)
+                compared.append(f"| {name} | {p:.2f} | {b:.2f} | {b / p:.2f} | {n:.2f} | {n / p:.2f} |")
             loads.append(os.getloadavg()[0])
+        offenders = _offenders(["-c", CLI, *asked], now, before, args.repeats)
     table_mb = data_path.stat().st_size / 2**20
     print(f"### A CLI call on {args.rows:,} rows under the per-unit policy\n")
-    print(f"Command: `python -m benchmarks.cli_prepared --rows {args.rows} --repeats {args.repeats}`\n")
+    compare = (f" --compare {args.compare}" if args.compare else "") + (
+        f" --templates {' '.join(args.templates)}" if args.templates != list(QUERIES) else "")
+    print(f"Command: `python -m benchmarks.cli_prepared --rows {args.rows} --repeats {args.repeats}"
+          f"{compare}`\n")
     print(f"* Without a prepared copy, one `dpsql query` (bounding in the process) took "
           f"{unprepared:.1f} s, peak {unprepared_mb:,.0f} MB.")
     print(f"* `dpsql prepare` (once, by the owner) took {prepared_s:.1f} s, peak {prepare_mb:,.0f} MB; "
@@ -103,7 +131,41 @@ def main() -> None:
     print("\n".join(rows))
     print(f"\nMedians of {args.repeats} runs, alternating; each is a new Python process "
           "(interpreter start and imports included on both sides); `--format json`; load average "
-          f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores.")
+          f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores.\n")
+    print("| process (bytecode cached) | median s |")
+    print("|---|---:|")
+    for name, spent in starts.items():
+        print(f"| {name} | {statistics.median(spent):.3f} |")
+    if compared:
+        print(f"\nThe same rounds, the query process of `{args.compare}` (before) and of this "
+              "checkout (now), both started as `python -c` on the package's layout:\n")
+        print("| template | plain DuckDB process, s | before, s | ratio | now, s | ratio |")
+        print("|---|---:|---:|---:|---:|---:|")
+        print("\n".join(compared))
+    print("\nImport time of one `dpsql query` process by package (`python -X importtime`, each "
+          f"module's own time summed per top-level package, median of {args.repeats} runs, "
+          "bytecode cached), largest first:\n")
+    columns = [("now", offenders["now"])] + ([("before", offenders["before"])] if before else [])
+    print("| package | " + " | ".join(f"{label} ms" for label, _ in columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for package in sorted(offenders["now"] | offenders.get("before", {}),
+                          key=lambda p: -max(spent.get(p, 0.0) for _, spent in columns))[:TOP]:
+        print(f"| {package} | " + " | ".join(f"{spent.get(package, 0.0):.0f}" for _, spent in columns)
+              + " |")
+    print("| all imports | " + " | ".join(f"{sum(spent.values()):.0f}" for _, spent in columns) + " |")
+
+
+def _offenders(command: list[str], now: Path, before: Path | None,
+               repeats: int) -> dict[str, dict[str, float]]:
+    """Per checkout layout ("now", and "before" when compared), the median milliseconds of import
+    time per top-level package over `repeats` alternating runs of `command` (bytecode cached)."""
+    trees = {"now": now} | ({"before": before} if before else {})
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
+    for _ in range(repeats):
+        for label, tree in trees.items():
+            runs[label].append(import_offenders(command, environment(tree, bytecode=True)))
+    return {label: {package: statistics.median(run.get(package, 0.0) for run in spent)
+                    for package in set().union(*spent)} for label, spent in runs.items()}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Prints a Markdown section.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sqlite3
 import statistics
@@ -58,18 +59,24 @@ def main() -> None:
             copy = Path(work) / f"ledger-{size}.sqlite"
             shutil.copyfile(ledger, copy)
             copies.append((stored, copy))
+        loads = [os.getloadavg()[0]]
         times = _time(data, policy, [copy for _, copy in copies], args.repeats)
+        loads.append(os.getloadavg()[0])
         floor = _commit(Path(work) / "floor.sqlite", args.repeats)
-        rows = [(stored, ms, copy.stat().st_size / 1e6)
-                for (stored, copy), ms in zip(copies, times, strict=True)]
-    base = rows[0][1]
+        rows = [(stored, ms, copy.stat().st_size / 1e6, cpu)
+                for (stored, copy), (ms, cpu) in zip(copies, times, strict=True)]
+    base, base_cpu = rows[0][1], rows[0][3]
     print("### Warm COUNT(*) against answers stored in the ledger (10,000 rows)\n")
     print(f"Command: `python -m benchmarks.ledger_growth --repeats {args.repeats}`; stored "
-          f"answers of {min(sizes)} and {max(sizes)} characters, alternately.\n")
-    print("| answers stored | ledger MB | median ms per query | vs empty |")
-    print("|---:|---:|---:|---:|")
-    for stored, ms, mb in rows:
-        print(f"| {stored:,} | {mb:.1f} | {ms:.2f} | {ms / base:.2f}x |")
+          f"answers of {min(sizes)} and {max(sizes)} characters, alternately (load average "
+          f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores).\n")
+    print("| answers stored | ledger MB | median ms per query | vs empty | median CPU ms | vs empty |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for stored, ms, mb, cpu in rows:
+        print(f"| {stored:,} | {mb:.1f} | {ms:.2f} | {ms / base:.2f}x | {cpu:.2f} | "
+              f"{cpu / base_cpu:.2f}x |")
+    print("\nCPU: the querying process's own time per query (DuckDB's threads included), which "
+          "leaves out waits for the disk and for other processes on a shared machine.")
     print(f"\nThe floor, one durable sqlite commit of one row (WAL, synchronous FULL) in the same "
           f"directory: {floor:.2f} ms (median of {args.repeats}).")
     if args.plot is not None:
@@ -96,21 +103,24 @@ def _fill(path: Path, templates: list[Charge], target: int, stored: int) -> int:
     return stored
 
 
-def _time(data: Path, policy: Path, ledgers: list[Path], repeats: int) -> list[float]:
-    """Median milliseconds of a warm COUNT(*) on each ledger, the ledgers taken in turn."""
+def _time(data: Path, policy: Path, ledgers: list[Path],
+          repeats: int) -> list[tuple[float, float]]:
+    """Median milliseconds of a warm COUNT(*) on each ledger, wall and this process's CPU, the
+    ledgers taken in turn."""
     connections = [PrivateDatabase.connect(data, policy, ledger) for ledger in ledgers]
-    times: list[list[float]] = [[] for _ in ledgers]
+    times: list[list[tuple[float, float]]] = [[] for _ in ledgers]
     try:
         for round_ in range(repeats + 10):
             for private, spent in zip(connections, times, strict=True):
-                start = time.perf_counter()
+                start, used = time.perf_counter(), time.process_time()
                 private.query(COUNT, epsilon=1e-6)
                 if round_ >= 10:  # the first rounds warm up
-                    spent.append(time.perf_counter() - start)
+                    spent.append((time.perf_counter() - start, time.process_time() - used))
     finally:
         for private in connections:
             private.close()
-    return [statistics.median(spent) * 1000 for spent in times]
+    return [(statistics.median(w for w, _ in spent) * 1000,
+             statistics.median(c for _, c in spent) * 1000) for spent in times]
 
 
 def _commit(path: Path, repeats: int) -> float:

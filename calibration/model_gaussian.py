@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import log_ndtr, ndtr, ndtri
 
 from .errors import CalibrationError
 
@@ -86,6 +85,8 @@ def gaussian_eta(model: GaussianHousehold) -> float:
     """An upper bound on the model's eta (docs/theory.md §21): the TV between the housemates'
     laws given the two atoms, each a mixture over its latent tail, bounded by the unclamped
     Gaussians' TV 2 Phi(c rho |w - w'| / 2) - 1 at the tails' mean distance (concave in it)."""
+    from scipy.special import ndtr  # SciPy loads where a Gaussian model is used, not with every query
+
     n = model.max_size - 1
     if n == 0 or model.rho_high == 0.0:
         return 0.0
@@ -99,6 +100,8 @@ def gaussian_eta(model: GaussianHousehold) -> float:
 
 def _mills(edge: float) -> float:
     """E[W | W >= edge] for W standard normal: phi(edge) / Phi(-edge), in logs."""
+    from scipy.special import log_ndtr
+
     return float(math.exp(-edge * edge / 2.0 - 0.5 * math.log(2.0 * math.pi) - log_ndtr(-edge)))
 
 
@@ -119,6 +122,8 @@ def study_factor(size: int, rho: float) -> float:
 def _tail_factors(edge: float, kappa: float) -> tuple[float, float]:
     """log E[e^{kappa (W - edge)} | W >= edge] and -log E[e^{-kappa (W - edge)} | W >= edge]
     for W standard normal (closed forms of the truncated normal's moment generating function)."""
+    from scipy.special import log_ndtr
+
     tail = log_ndtr(-edge)
     up = kappa * kappa / 2.0 - kappa * edge + log_ndtr(-(edge - kappa)) - tail
     down = -(kappa * kappa / 2.0 + kappa * edge + log_ndtr(-(edge + kappa)) - tail)
@@ -137,6 +142,8 @@ def numerical_level(model: GaussianHousehold, eps_dp: float, size: int | None = 
     Hypotheses t: `points` interior values and the two atoms (each a mixture over its tail).
     The level is the largest log ratio over hypotheses and outputs (outputs beyond the grid have
     the ratio of its ends, where the Laplace kernel is a common exponential)."""
+    from scipy.special import ndtr, ndtri
+
     m = model.max_size if size is None else size
     r = model.rho_high if rho is None else rho
     step = model.span / cells

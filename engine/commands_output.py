@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .display import cell as _cell
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import InputError
@@ -75,10 +74,8 @@ def print_result(result: QueryResult) -> None:
         table.add_column(Text(header), justify="right",
                          min_width=min(max(map(len, header.split() or [""])), 30))
     intervals, intervals_note = result.shown_intervals()
-    ranges = result.ranges()
-    for row, ci in zip(result.df.itertuples(index=False), intervals.itertuples(index=False),
-                       strict=True):
-        table.add_row(*(Text(_cell(v, float(c), r)) for v, c, r in zip(row, ci, ranges, strict=True)))
+    for row in result.cells(intervals):
+        table.add_row(*(Text(text) for text in row))
     console = terminal()
     console.print(Text(visible(result.sql)))
     console.print(table)

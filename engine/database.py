@@ -11,9 +11,9 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
-from . import postprocess, reuse, workload_run
+from . import postprocess, reuse
 from .accounting.analysts import check_analyst
 from .accounting.bookkeeper import Bookkeeper, Price
 from .accounting.ledger import Charge, Ledger, LedgerState, peek_hash_key
@@ -34,11 +34,12 @@ from .policy import Policy
 from .policy_yaml import load_policy
 from .prepare import PreparedQuery, Preparer, aggregate_infos
 from .release import PostProcessingFailed, release_answer
-from .report.build import build_report
-from .report.values import Report
 from .result import BudgetStatus, Explanation, HistoryEntry, QueryResult, model_fields
 from .rewrite import copies_to_bound
-from .workload_result import WorkloadExplanation, WorkloadResult
+
+if TYPE_CHECKING:
+    from .report.values import Report
+    from .workload_result import WorkloadExplanation, WorkloadResult
 
 DEFAULT_ANALYST = "analyst"
 
@@ -146,6 +147,8 @@ class PrivateDatabase:
 
     def report(self, analyst: str | None = None) -> Report:
         """What the ledger has spent, by whom, and what the transcript guarantees."""
+        from .report.build import build_report  # imported here, as a query does not use it
+
         return build_report(self.ledger.path, policy=self.policy, analyst=analyst)
 
     @_serialized
@@ -269,6 +272,8 @@ class PrivateDatabase:
         and answered by least squares; the others are answered alone within the same split
         (docs/theory.md §18). `accuracy=H` asks the smallest epsilon keeping every noisy
         cell's 95% half-width within ±H (`epsilon_for`)."""
+        from . import workload_run  # here: the workload's code (SciPy, pandas) is not a query's
+
         if accuracy is not None:
             epsilon = workload_run.accuracy_epsilon(self, statements, accuracy, mode, epsilon,
                                                     cost)
@@ -280,6 +285,8 @@ class PrivateDatabase:
                      accuracy: float | None = None) -> WorkloadExplanation:
         """The workload's strategy, each statement's expected per-cell error against asking
         the statements separately at epsilon / (their number), and the cost; reads no data."""
+        from . import workload_run
+
         if accuracy is not None:
             epsilon = workload_run.accuracy_epsilon(self, statements, accuracy, mode, epsilon,
                                                     cost)
@@ -297,6 +304,8 @@ class PrivateDatabase:
                 return max(m.ci95 for m in prepared.mechanisms.values())
 
             return smallest_epsilon(widest, ci95, "this query")
+        from . import workload_run
+
         return smallest_epsilon(workload_run.workload_halfwidth(self, sql, mode), ci95,
                                 "this workload")
 

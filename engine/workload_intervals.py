@@ -8,7 +8,6 @@ import functools
 import math
 
 import numpy as np
-from scipy import integrate, optimize, signal, stats
 
 from .noise import NoiseKind, _accuracy, _sum_accuracy
 
@@ -38,6 +37,8 @@ def _unit_halfwidth(key: tuple[tuple[int, int], ...], alpha: float) -> float:
     Σ w_j Z_j has characteristic function φ(t) = Π 1 / (1 + w_j² t²), real and even, so
     Pr[|X| <= h] = (2/π) ∫_0^∞ sin(h t) / t · φ(t) dt (Gil-Pelaez), increasing in h; the h is
     found by root finding on that integral."""
+    from scipy import integrate, optimize  # here, so that a query process does not load SciPy
+
     w2 = np.square(np.array([v for v, _ in key], dtype=float) / GRID)
     mult = np.array([c for _, c in key], dtype=float)
 
@@ -85,6 +86,8 @@ def _discrete_sum_halfwidth(scale: float, terms: int, alpha: float) -> float | N
     probabilities over 0..N, N beyond which Pr[X > N] < alpha·1e-9. The mass cut off (at
     most 2·Pr[X > N]) is added to each tail whole, which can only widen h; by symmetry
     Pr[|S| > h] = 2·Pr[S >= h + 1]."""
+    from scipy import signal, stats  # here, so that a query process does not load SciPy
+
     r = math.exp(-1.0 / scale)
     law = stats.nbinom(terms, 1.0 - r)
     last = int(law.isf(alpha * 1e-9)) + 1

@@ -1,0 +1,71 @@
+"""What a `dpsql query` process loads: SciPy (the workload's intervals and the Gaussian model's
+normal tails), plotting, the workload's code, the report builder and the service client are
+imported by the calls that use them, never with the command line or a query (issue 26: the
+process's start-up is most of a prepared query's cost). Each check is a new interpreter, so
+modules an earlier test loaded here do not hide a regression."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import create_ledger, make_people, write_policy
+
+NOT_AT_IMPORT = ("scipy", "matplotlib", "dpsql.engine.workload_run", "dpsql.engine.workload",
+                 "dpsql.engine.workload_result", "dpsql.engine.report.build",
+                 "dpsql.engine.service.client")
+"""Not loaded by importing the command line, the engine's database or the calibration layer."""
+
+NOT_FOR_A_QUERY = ("scipy", "matplotlib", "dpsql.engine.workload_run", "dpsql.engine.workload",
+                   "dpsql.engine.report.build")
+"""Not loaded by answering a query (without a declared model) and printing it."""
+
+PROBE = """
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+{body}
+"""
+
+
+def _modules(body: str, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run `body` in a new interpreter; its output and the modules loaded when it exits."""
+    done = subprocess.run([sys.executable, "-c", PROBE.format(body=body), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done, json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def _loaded(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in modules for p in prefixes if m == p or m.startswith(p + ".")]
+
+
+def test_importing_the_command_line_and_the_engine_loads_no_scipy_or_workload_code():
+    _, modules = _modules("import dpsql.engine.commands, dpsql.engine.database, dpsql.calibration")
+    assert "dpsql.engine.database" in modules and "dpsql.engine.commands_owner" in modules
+    assert _loaded(modules, NOT_AT_IMPORT) == []
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_query_and_its_printed_answer_load_no_scipy_or_workload_code(tmp_path, output):
+    policy = write_policy(tmp_path / "policy.yaml")
+    data = make_people(tmp_path / "people.duckdb")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    done, modules = _modules(
+        "from dpsql.engine.cli import main; main(sys.argv[1:])", "query",
+        "SELECT state, COUNT(*) AS n, AVG(income) AS mean FROM people GROUP BY state",
+        "--epsilon", "1", "--format", output, "--db", str(data), "--policy", str(policy),
+        "--ledger", str(ledger))
+    assert "mean" in done.stdout  # answered and printed
+    assert "opendp" in modules  # the probe sees what a query uses
+    assert _loaded(modules, NOT_FOR_A_QUERY) == []
+
+
+def test_the_probe_sees_a_workload_load_its_code(tmp_path):
+    """The guard can fail: the same probe, on the calls that do need them, finds them."""
+    _, modules = _modules("from dpsql.engine.workload_intervals import sum_halfwidth; "
+                          "from dpsql.engine.noise import NoiseKind; "
+                          "sum_halfwidth(NoiseKind.LAPLACE, 1.0, 3, 0.05)")
+    assert "scipy" in modules and "scipy.integrate" in modules
