@@ -17,7 +17,7 @@ def expand_quantile_lists(select: exp.Select) -> exp.Select:
     q (named `QUANTILE_CONT(x, q)`, or `alias[q]` under an alias), and the ORDER BY and GROUP BY
     positions after it moved along (a position naming the list orders by each of its columns
     in turn). A list anywhere else stays as written, for binding to refuse."""
-    items: list[exp.Expression] = []
+    items: list[exp.Expr] = []
     moved: dict[int, list[int]] = {}  # old 1-based position -> its new positions
     for position, item in enumerate(select.expressions, start=1):
         expanded = _expanded(item)
@@ -37,9 +37,9 @@ def expand_quantile_lists(select: exp.Select) -> exp.Select:
     return select
 
 
-def _list_call(node: exp.Expression) -> tuple[exp.Expression, list[exp.Expression]] | None:
+def _list_call(node: exp.Expr) -> tuple[exp.Expr, list[exp.Expr]] | None:
     """(x, [q...]) of QUANTILE_CONT(x, [q...]) or its WITHIN GROUP form, else None."""
-    call: exp.Expression = node
+    call: exp.Expr = node
     if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont) \
             and isinstance(node.this.this, exp.Array):
         call = within_group(node)
@@ -48,7 +48,7 @@ def _list_call(node: exp.Expression) -> tuple[exp.Expression, list[exp.Expressio
     return None
 
 
-def _expanded(item: exp.Expression) -> list[exp.Expression]:
+def _expanded(item: exp.Expr) -> list[exp.Expr]:
     """The item, or one `QUANTILE_CONT(x, q)` item per q of a list."""
     alias = item.alias if isinstance(item, exp.Alias) else ""
     found = _list_call(item.this if isinstance(item, exp.Alias) else item)
@@ -59,13 +59,11 @@ def _expanded(item: exp.Expression) -> list[exp.Expression]:
         raise QueryRefused(f"QUANTILE_CONT({value.sql(dialect='duckdb')}, [...]) refused: a list "
                            f"of 1 to {MAX_QUANTILES} qs in [0, 1] is accepted, got {len(qs)}",
                            count=len(qs), limit=MAX_QUANTILES)
-    calls: list[exp.Expression] = [exp.PercentileCont(this=value.copy(), expression=q.copy())
-                                   for q in qs]
+    calls: list[exp.Expr] = [exp.PercentileCont(this=value.copy(), expression=q.copy()) for q in qs]
     if not alias:
         return calls
-    named: list[exp.Expression] = [exp.alias_(call, f"{alias}[{q.sql(dialect='duckdb')}]", quoted=True)
-                                   for call, q in zip(calls, qs, strict=True)]
-    return named
+    return [exp.alias_(call, f"{alias}[{q.sql(dialect='duckdb')}]", quoted=True)
+            for call, q in zip(calls, qs, strict=True)]
 
 
 def _position(node: exp.Expression) -> int | None:
