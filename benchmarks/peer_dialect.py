@@ -1,8 +1,10 @@
 """Queries in the forms peers' users write (computed GROUP BY keys, DISTINCT aggregates, literals
-read as DuckDB casts them, FROM (t) AS c), tried on data shaped like the peers' examples: census
-rows with a person id and a few rows each, a week of visits (VisitorId, day, spent) and library
-checkouts with genres. Prints, per construct, the queries tried / answered / refused, and the
-measured coverage of the 95% intervals of the DISTINCT aggregates over repeated runs.
+read as DuckDB casts them, FROM (t) AS c, SELECT DISTINCT over released rows, lists of
+quantiles, a date column ± INTERVAL compared with a literal), tried on data shaped like the
+peers' examples: census rows with a person id and a few rows each, a week of visits
+(VisitorId, day, spent) and library checkouts with genres. Prints, per construct, the queries
+tried / answered / refused, and the measured coverage of the 95% intervals of the DISTINCT
+aggregates and of each q of a quantile list over repeated runs.
 
     .venv/bin/python benchmarks/peer_dialect.py [runs]
 """
@@ -90,10 +92,32 @@ QUERIES: dict[str, list[str]] = {
         "SELECT COUNT(*) FROM (census) AS c WHERE c.age > 30",
         "SELECT genre, COUNT(*) FROM (checkouts) AS c GROUP BY genre",
     ],
-    "not done: QUANTILE_CONT list, SELECT DISTINCT, a column + INTERVAL": [
-        "SELECT QUANTILE_CONT(spent, [0.25, 0.5, 0.75]) FROM visits",
-        "SELECT COUNT(*) FROM visits WHERE day + INTERVAL 1 DAY > DATE '2024-03-06'",
+    "SELECT DISTINCT over released rows": [
         "SELECT DISTINCT genre, COUNT(*) FROM checkouts GROUP BY genre",
+        "SELECT DISTINCT sex, married FROM census GROUP BY sex, married",
+        "SELECT DISTINCT married, COUNT(*) > 100 AS big FROM census GROUP BY sex, married",
+        "SELECT DISTINCT EXTRACT(dow FROM day) < 5 AS weekday, SUM(spent) > 0 AS paid FROM visits "
+        "GROUP BY day ORDER BY 1",
+        "SELECT DISTINCT ROUND(AVG(pages), -2) AS hundreds FROM checkouts GROUP BY genre",
+        "SELECT DISTINCT ROUND(AVG(pages) / 100) * 100 AS hundreds FROM checkouts GROUP BY genre",
+        "SELECT DISTINCT ON (genre) genre, COUNT(*) FROM checkouts GROUP BY genre",
+    ],
+    "QUANTILE_CONT / PERCENTILE_CONT list": [
+        "SELECT QUANTILE_CONT(spent, [0.25, 0.5, 0.75]) FROM visits",
+        "SELECT day, QUANTILE_CONT(spent, [0.1, 0.9]) AS q FROM visits GROUP BY day",
+        "SELECT PERCENTILE_CONT([0.5, 0.9]) WITHIN GROUP (ORDER BY pages) FROM checkouts",
+        "SELECT genre, QUANTILE_CONT(pages, [0.25, 0.75]), COUNT(*) FROM checkouts GROUP BY genre "
+        "ORDER BY 2",
+        "SELECT QUANTILE_CONT(age, [0.5, 0.99]) AS q, MEDIAN(income) FROM census",
+        "SELECT QUANTILE_DISC(age, [0.25, 0.5]) FROM census",
+        "SELECT COUNT(*) FROM census HAVING QUANTILE_CONT(age, [0.5, 0.9]) > 3",
+    ],
+    "a column + INTERVAL compared with a literal (GROUP BY not done)": [
+        "SELECT COUNT(*) FROM visits WHERE day + INTERVAL 1 DAY > DATE '2024-03-06'",
+        "SELECT day, SUM(spent) FROM visits WHERE day - INTERVAL 2 DAY >= '2024-03-05' GROUP BY day",
+        "SELECT COUNT(*) FROM census WHERE joined + INTERVAL 52 WEEK < DATE '2022-01-01'",
+        "SELECT COUNT(*) FROM checkouts WHERE out + INTERVAL 1 MONTH > DATE '2024-06-01'",
+        "SELECT day + INTERVAL 7 DAY AS next_week, COUNT(*) FROM visits GROUP BY 1",
     ],
 }
 
@@ -105,6 +129,11 @@ COVERAGE = [
     ("SELECT SUM(DISTINCT items) AS v FROM visits", "SELECT SUM(DISTINCT items) FROM visits"),
     ("SELECT AVG(DISTINCT spent) AS v FROM visits",
      "SELECT AVG(DISTINCT LEAST(GREATEST(spent, 0), 100)) FROM visits"),
+    # A list of quantiles: one column per q, all from one histogram of the clamped values.
+    ("SELECT QUANTILE_CONT(spent, [0.25, 0.5, 0.75]) AS v FROM visits",
+     "SELECT QUANTILE_CONT(LEAST(GREATEST(spent, 0), 100), [0.25, 0.5, 0.75]) FROM visits"),
+    ("SELECT PERCENTILE_CONT([0.1, 0.9]) WITHIN GROUP (ORDER BY pages) AS v FROM checkouts",
+     "SELECT QUANTILE_CONT(LEAST(GREATEST(pages, 10), 1000), [0.1, 0.9]) FROM checkouts"),
 ]
 
 
@@ -145,7 +174,8 @@ def main(runs: int) -> None:
     policy_path.write_text(yaml.safe_dump(POLICY, sort_keys=False))
     Ledger(root / "ledger.sqlite", binding_of(load_policy(policy_path)), create=True).close()
     with duckdb.connect(str(root / "peers.duckdb"), read_only=True) as conn:
-        exact = [float(conn.execute(exact_sql).fetchone()[0]) for _, exact_sql in COVERAGE]
+        exact = [np.atleast_1d(np.asarray(conn.execute(exact_sql).fetchone()[0], dtype=float))
+                 for _, exact_sql in COVERAGE]
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     with PrivateDatabase.connect(root / "peers.duckdb", policy_path, root / "ledger.sqlite") as db:
         for construct, queries in QUERIES.items():
@@ -161,13 +191,16 @@ def main(runs: int) -> None:
         print("\n| construct | tried | answered | refused |\n|---|---|---|---|")
         for construct, (tried, answered, refused) in tally.items():
             print(f"| {construct} | {tried} | {answered} | {refused} |")
-        print(f"\n| query (ε = 1, {runs} runs) | exact | 95% intervals holding it |\n|---|---|---|")
+        print(f"\n| query (ε = 1, {runs} runs) | column | exact | 95% intervals holding it |\n"
+              "|---|---|---|---|")
         for (sql, _), truth in zip(COVERAGE, exact, strict=True):
-            hits = 0
+            hits = np.zeros(len(truth), dtype=int)
             for _ in range(runs):
                 result = db.query(sql, epsilon=1.0)
-                hits += int(abs(float(result.df["v"][0]) - truth) <= float(result.ci95["v"][0]))
-            print(f"| `{sql}` | {truth:g} | {hits}/{runs} = {hits / runs:.3f} |")
+                values = result.df.iloc[0].to_numpy(dtype=float)
+                hits += np.abs(values - truth) <= result.ci95.iloc[0].to_numpy(dtype=float)
+            for column, value, hit in zip(result.df.columns, truth, hits, strict=True):
+                print(f"| `{sql}` | {column} | {value:g} | {hit}/{runs} = {hit / runs:.3f} |")
 
 
 if __name__ == "__main__":

@@ -161,6 +161,7 @@ class QueryPlan:
     offset: int | None
     flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/sql/flatten.py)
     join: JoinTree | None = None  # the tables joined to the FROM table, if any
+    distinct: bool = False  # SELECT DISTINCT: the released rows de-duplicated (post-processing)
 
     @property
     def rows_per_unit(self) -> int:

@@ -130,13 +130,16 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 def query_sql(plan: QueryPlan) -> str:
     """The post-processing query over the table `noisy`: outputs, their half-widths (per cell
-    and simultaneous), HAVING, ORDER BY, LIMIT and OFFSET."""
+    and simultaneous), HAVING, DISTINCT (rows equal in every value and half-width once),
+    ORDER BY, LIMIT and OFFSET."""
     items = []
     for j, out in enumerate(plan.outputs):
         items.append(exp.alias_(out.expression, f"__o{j}", quoted=True))
         items.append(exp.column(f"__ci{j}", quoted=True))
         items.append(exp.column(f"__cs{j}", quoted=True))
     query = exp.select(*items).from_("noisy")
+    if plan.distinct:
+        query = query.distinct(copy=False)
     if plan.having is not None:
         query = query.where(plan.having)
     if plan.order:
@@ -172,7 +175,8 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     output is a group key, one noisy measurement as it is, or a clamped ratio of two (AVG), and
     nothing is filtered, ordered or cut; None when the post-processing query is needed. Which
     path runs is a function of the plan alone."""
-    if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None:
+    if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None \
+            or plan.distinct:
         return None
     types = dict(noisy_columns(plan))
     key_names = {col.name for col in plan.group_by}

@@ -241,8 +241,9 @@ def _outside_shape(plan: QueryPlan) -> str:
         return "it joins another table"
     if len(plan.measurements) != 1 or not _aggregate(plan):
         return "it is not one COUNT(*) or one SUM of a column"
-    if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None:
-        return "it has HAVING, ORDER BY, LIMIT or OFFSET"
+    if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None \
+            or plan.distinct:
+        return "it has HAVING, DISTINCT, ORDER BY, LIMIT or OFFSET"
     name = plan.measurements[0].name
     for out in plan.outputs:
         if out.aggregate is not None and out.expression != exp.column(name, quoted=True):

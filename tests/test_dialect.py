@@ -336,3 +336,156 @@ def test_an_interval_beyond_year_9999_is_refused():
     with pytest.raises(QueryRefused, match="falls outside the years 1 to 9999"):
         sql = "SELECT COUNT(*) FROM people WHERE day < DATE '9999-12-31' + INTERVAL 1 DAY"
         build_plan(parse_select(sql), DATED, sql)
+
+
+# SELECT DISTINCT over released rows (docs/theory.md §26.1): post-processing, cost unchanged.
+def test_select_distinct_has_the_plan_and_cost_of_the_query_without_it():
+    with_distinct = _plan("SELECT DISTINCT sick, COUNT(*) > 5 AS many FROM people GROUP BY state, sick")
+    without = _plan("SELECT sick, COUNT(*) > 5 AS many FROM people GROUP BY state, sick")
+    assert with_distinct.distinct and not without.distinct
+    assert dataclasses.replace(with_distinct, distinct=False) == without
+    assert [sensitivity(m, with_distinct) for m in with_distinct.measurements] == \
+        [sensitivity(m, without) for m in without.measurements]
+
+
+def test_select_distinct_shows_each_released_row_once(people_db, tmp_path):
+    """The DISTINCT answer is the answer without DISTINCT (same noise seed is not available, so
+    compared on the released rows of one answer): its rows are those rows de-duplicated in
+    every value and interval, in order, LIMIT counting distinct rows."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    sql = "SELECT DISTINCT sick, COUNT(*) > 0 AS some FROM people GROUP BY state, sick ORDER BY 1"
+    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+        explained = db.explain(sql, epsilon=1.0)
+        plain = db.explain(sql.replace("DISTINCT ", ""), epsilon=1.0)
+        result = db.query(sql, epsilon=1.0)
+        limited = db.query(sql + " LIMIT 1", epsilon=1.0)
+    assert explained.epsilon_dp == plain.epsilon_dp
+    assert [a.sensitivity for a in explained.aggregates] == [a.sensitivity for a in plain.aggregates]
+    rows = list(zip(result.df["sick"], result.df["some"], strict=True))
+    assert len(rows) == len(set(rows)) and 1 <= len(rows) <= 4  # 4 states x 2 has 8 rows before
+    assert sorted(result.df["sick"].tolist()) == result.df["sick"].tolist()
+    assert len(limited.df) == 1
+
+
+def test_distinct_on_is_refused_in_one_line():
+    assert _refusal("SELECT DISTINCT ON (state) state, COUNT(*) FROM people GROUP BY state") == \
+        "SELECT DISTINCT ON (state) refused: write SELECT DISTINCT (released rows equal in every " \
+        "value and interval shown once)"
+
+
+# QUANTILE_CONT(x, [q, ...]) (docs/theory.md §26.2): one column per q, one histogram for all.
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT QUANTILE_CONT(age, [0.25, 0.5, 0.75]) FROM people",
+     "SELECT QUANTILE_CONT(age, 0.25), QUANTILE_CONT(age, 0.5), QUANTILE_CONT(age, 0.75) FROM people"),
+    ("SELECT PERCENTILE_CONT([0.1, 0.9]) WITHIN GROUP (ORDER BY income) FROM people",
+     "SELECT QUANTILE_CONT(income, 0.1), QUANTILE_CONT(income, 0.9) FROM people"),
+    ("SELECT state, QUANTILE_CONT(income, [0.1, 0.9]) AS q, COUNT(*) FROM people GROUP BY 1 "
+     "ORDER BY 2 DESC, 3",
+     'SELECT state, QUANTILE_CONT(income, 0.1) AS "q[0.1]", QUANTILE_CONT(income, 0.9) AS "q[0.9]", '
+     "COUNT(*) FROM people GROUP BY 1 ORDER BY 2 DESC, 3 DESC, 4"),
+])
+def test_a_list_of_quantiles_is_one_quantile_per_q(written, canonical):
+    """The same plan (each output's aggregate is a new Quantile per call, so compared by its q)."""
+    ours, theirs = _plan(written), _plan(canonical)
+
+    def shape(plan):
+        return [(o.name, o.expression, o.measurements, o.operand, getattr(o.aggregate, "q", None))
+                for o in plan.outputs]
+    assert shape(ours) == shape(theirs)
+    assert dataclasses.replace(ours, outputs=()) == dataclasses.replace(theirs, outputs=())
+
+
+def test_a_list_of_quantiles_reads_one_histogram():
+    """Every q reads the one noisy histogram of the operand: the list costs what one q costs."""
+    listed = _plan("SELECT QUANTILE_CONT(age, [0.1, 0.5, 0.9]) FROM people")
+    single = _plan("SELECT QUANTILE_CONT(age, 0.5) FROM people")
+    assert listed.measurements == single.measurements and len(listed.measurements) == 1
+    assert len(listed.outputs) == 3
+
+
+_OWN_ITEM = "a list of qs is a SELECT item of its own"
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT QUANTILE_CONT(age, []) FROM people", "a list of 1 to 100 qs in [0, 1] is accepted, got 0"),
+    ("SELECT QUANTILE_CONT(age, [0.5, 1.5]) FROM people", "q must be in [0, 1], got 1.5"),
+    ("SELECT QUANTILE_CONT(age, [0.5, 'x']) FROM people", "takes a number literal q in [0, 1]"),
+    ("SELECT COUNT(*) FROM people HAVING QUANTILE_CONT(age, [0.5, 0.9]) > 3", _OWN_ITEM),
+    ("SELECT QUANTILE_CONT(age, [0.5, 0.9]) + 1 FROM people", _OWN_ITEM),
+])
+def test_a_list_of_quantiles_outside_a_select_item_or_of_bad_qs_is_refused(sql, fragment):
+    assert fragment in _refusal(sql)
+
+
+def test_a_list_of_quantiles_is_answered_with_an_interval_per_q(people_db, tmp_path):
+    policy = write_policy(tmp_path / "policy.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+        listed = db.explain("SELECT QUANTILE_CONT(age, [0.25, 0.5, 0.75]) FROM people", epsilon=1.0)
+        single = db.explain("SELECT MEDIAN(age) FROM people", epsilon=1.0)
+        result = db.query("SELECT QUANTILE_CONT(age, [0.25, 0.5, 0.75]) FROM people", epsilon=5.0)
+    assert listed.epsilon_dp == single.epsilon_dp
+    assert [a.sensitivity for a in listed.aggregates] == [a.sensitivity for a in single.aggregates]
+    assert list(result.df.columns) == [f"QUANTILE_CONT(age, {q})" for q in (0.25, 0.5, 0.75)]
+    assert result.ci95.notna().all().all()
+    values = result.df.iloc[0].to_numpy(float)
+    assert (np.diff(values) >= 0).all() and ((values >= 0) & (values <= 100)).all()
+
+
+# A date column ± INTERVAL compared with a literal (docs/theory.md §26.3): the literal moves.
+@pytest.mark.parametrize("written, canonical", [
+    ("SELECT COUNT(*) FROM people WHERE day + INTERVAL 7 DAY > DATE '2024-01-10'",
+     "SELECT COUNT(*) FROM people WHERE day > DATE '2024-01-03'"),
+    ("SELECT COUNT(*) FROM people WHERE '2024-01-10' <= INTERVAL 2 WEEK + day",
+     "SELECT COUNT(*) FROM people WHERE DATE '2023-12-27' <= day"),
+    ("SELECT COUNT(*) FROM people WHERE day - INTERVAL 1 DAY BETWEEN '2024-01-02' AND DATE '2024-01-09'",
+     "SELECT COUNT(*) FROM people WHERE day BETWEEN DATE '2024-01-03' AND DATE '2024-01-10'"),
+    ("SELECT COUNT(*) FROM people WHERE (day + INTERVAL 1 DAY) IN ('2024-01-07', '2024-03-01')",
+     "SELECT COUNT(*) FROM people WHERE day IN (DATE '2024-01-06', DATE '2024-02-29')"),
+    ("SELECT COUNT(*) FROM people WHERE day + INTERVAL 36 HOUR < TIMESTAMP '2024-01-05 00:00:00'",
+     "SELECT COUNT(*) FROM people WHERE day < TIMESTAMP '2024-01-03 12:00:00'"),
+    ("SELECT day, COUNT(*) FROM people WHERE day + INTERVAL 7 DAY >= '2024-02-06' GROUP BY day",
+     "SELECT day, COUNT(*) FROM people WHERE day >= DATE '2024-01-30' GROUP BY day"),
+])
+def test_a_date_column_plus_an_interval_moves_the_literal_instead(written, canonical):
+    plan = _dated(written)
+    assert plan == _dated(canonical)
+    if plan.group_by:
+        assert len(plan.group_by[0].keys) == 2  # WHERE narrows the days as the moved literal does
+
+
+@pytest.mark.parametrize("predicate, moved", [
+    ("d + INTERVAL 7 DAY > DATE '2024-01-10'", "d > DATE '2024-01-03'"),
+    ("d - INTERVAL 3 WEEK <= DATE '2024-01-10'", "d <= DATE '2024-01-31'"),
+    ("d + INTERVAL 36 HOUR = TIMESTAMP '2024-01-05 12:00:00'", "d = TIMESTAMP '2024-01-04 00:00:00'"),
+    ("d + INTERVAL 1 DAY IS DISTINCT FROM DATE '2024-03-01'", "d IS DISTINCT FROM DATE '2024-02-29'"),
+])
+def test_moving_the_literal_keeps_the_rows_duckdb_keeps(predicate, moved):
+    """On every kind of date a row can hold (infinite, DuckDB's extreme years, NULL, each side of
+    the literal), DuckDB's shifted predicate and the moved one hold on the same rows, and the
+    moved one never shifts a row (so an extreme date cannot make it fail)."""
+    days = ["2024-01-02", "2024-01-03", "2024-01-04", "2024-01-30", "2024-01-31", "2024-02-29",
+            "2024-03-01", "2024-01-05", "2024-01-03", "infinity", "-infinity", "0001-01-01",
+            "9999-12-31"]
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE t AS SELECT CAST(v AS DATE) AS d FROM (SELECT UNNEST(?) AS v "
+                 "UNION ALL SELECT NULL)", [days])
+    shifted = conn.execute(f"SELECT d, ({predicate}) FROM t ORDER BY d").fetchall()
+    assert shifted == conn.execute(f"SELECT d, ({moved}) FROM t ORDER BY d").fetchall()
+    sql = f"SELECT COUNT(*) FROM people WHERE {predicate.replace('d ', 'day ', 1)}"
+    assert "INTERVAL" not in build_plan(parse_select(sql), DATED, sql).where.sql()
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT COUNT(*) FROM people WHERE day + INTERVAL 1 MONTH > DATE '2024-01-10'",
+     "day + INTERVAL '1' MONTH refused: a date column compared with a literal moves by a fixed "
+     "length (weeks, days, hours, minutes, seconds); a month step has none"),
+    ("SELECT COUNT(*) FROM people WHERE day + INTERVAL 1 DAY > '2024-13-01'", "is not a valid date"),
+    ("SELECT COUNT(*) FROM people WHERE day + INTERVAL 1 DAY > day", "arithmetic needs numbers"),
+    ("SELECT day + INTERVAL 1 DAY, COUNT(*) FROM people GROUP BY 1", "arithmetic needs numbers"),
+])
+def test_a_shift_without_a_fixed_length_or_a_literal_is_refused(sql, fragment):
+    with pytest.raises(QueryRefused) as info:
+        build_plan(parse_select(sql), DATED, sql)
+    assert fragment in str(info.value)

@@ -20,15 +20,20 @@ from pathlib import Path
 
 import pytest
 from dpsql.engine import DpsqlError, PrivateDatabase
+from dpsql.engine.sensitivity import sensitivity
+from dpsql.engine.sql.planning_limits import Deadline
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests import adversarial
+from tests.peer_forms import peer_queries
+from tests.support import create_ledger
 
 EPSILON = 2.0  # noisy counts within a few units of the exact ones, so HAVING sees real magnitudes
 TYPES = ("int", "float", "str", "bool", "date", "timestamp")
 MAX_DEPTH = 3
 ILL_TYPED_PERCENT = 4  # how often a child of the wrong type is drawn on purpose
+PEER_PERCENT = 15  # how often a query is of the peer forms (tests/peer_forms.py), all valid
 
 ROW_LEAVES = {"int": ["age", "level", "people.age"], "float": ["income", "people.income"],
               "str": ["state", "note", "people.note"], "bool": ["sick"],
@@ -200,7 +205,8 @@ def _part(draw, sub) -> str:
 @st.composite
 def _date(draw, sub) -> str:
     """Date-valued forms: a cast of a date or timestamp (or, refused, of text), date_trunc cast
-    back to a date, and (refused) date arithmetic."""
+    back to a date, and date arithmetic (refused, but for a column ± INTERVAL compared with
+    literals, docs/theory.md §26.3)."""
     kind = draw(st.integers(0, 3))
     if kind == 0:
         return f"CAST({draw(sub(draw(st.sampled_from(['date', 'timestamp', 'timestamp', 'str']))))} AS DATE)"
@@ -306,7 +312,10 @@ def aggregate(draw) -> str:
 @st.composite
 def queries(draw) -> str:
     """A SELECT over `people`: aggregates and expressions over them, WHERE, GROUP BY on domain
-    columns, HAVING, ORDER BY and LIMIT, each sometimes."""
+    columns, HAVING, ORDER BY and LIMIT, each sometimes; or one of the peer forms (computed
+    keys, DISTINCT aggregates, dialect literals) drawn only where they are valid."""
+    if draw(st.integers(0, 99)) < PEER_PERCENT:
+        return draw(peer_queries())
     group = draw(st.sampled_from(GROUPINGS))
     post = post_context(group)
     items = [draw(aggregate())]
@@ -422,8 +431,9 @@ def failures_of(sql: str, datasets: list[Dataset], tally: Counter) -> list[str]:
         except Exception as exc:  # noqa: BLE001
             problems.append(f"query on {dataset.name} raised {type(exc).__name__}: {exc}")
             continue
-        # Only noisy values may differ; rows can differ only through HAVING on noisy values.
-        rows = None if " HAVING " in sql else len(result.df)
+        # Only noisy values may differ; rows can differ only through HAVING on noisy values and
+        # SELECT DISTINCT, which merges rows whose noisy values are equal.
+        rows = None if " HAVING " in sql or sql.startswith("SELECT DISTINCT ") else len(result.df)
         shapes[dataset.name] = (list(result.df.columns), rows, result.aggregates)
     if len({repr(shape) for shape in shapes.values()}) > 1:
         problems.append(f"answer's columns, row count or mechanisms differ: {shapes}")
@@ -504,6 +514,78 @@ def test_accepted_queries_succeed_on_every_dataset(datasets, capsys):
 def test_accepted_queries_succeed_on_every_dataset_slow(datasets, capsys):
     """8000 queries, from a fresh seed each run."""
     _differential(datasets, examples=8000, derandomize=False, capsys=capsys)
+
+
+# Neighbouring hostile datasets: one unit's rows replaced by more hostile rows than its bound,
+# removed, or a heavy unit's hundred rows swapped for odd ones; or one row with a NULL unit (an
+# individual of its own) added. Each pair shares a ledger, so both bound units with one key.
+def _neighbours() -> dict[str, tuple[list[tuple], list[tuple]]]:
+    sets = adversarial.datasets()
+    base, extremes, mixed = sets["ordinary"], sets["extremes"], sets["mixed"]
+    without = [row for row in base if row[0] != 5]
+    light = [row for row in mixed if row[0] != 1000]
+    return {
+        "replaced": (base, without + [(5, *row[1:]) for row in extremes[:7]]),
+        "removed": (base, without),
+        "heavy": (mixed, light + [(1000, *row[1:]) for row in extremes[:100]]),
+        "null_unit": (mixed, mixed + [(None, *extremes[3][1:])]),
+    }
+
+
+@pytest.fixture(scope="module")
+def neighbours(tmp_path_factory) -> list[tuple[str, PrivateDatabase, PrivateDatabase]]:
+    root: Path = tmp_path_factory.mktemp("neighbours")
+    policy = adversarial.write_policy(root / "policy.yaml")
+    pairs = []
+    for name, (ours, theirs) in _neighbours().items():
+        ledger = create_ledger(root / f"{name}.ledger", policy)
+        dbs = [PrivateDatabase.connect(adversarial.write_dataset(root / f"{name}{i}.duckdb", rows),
+                                       policy, ledger) for i, rows in enumerate((ours, theirs))]
+        pairs.append((name, *dbs))
+    yield pairs
+    for _, *dbs in pairs:
+        for db in dbs:
+            db.close()
+
+
+def _exact(db: PrivateDatabase, sql: str):
+    """The plan and exact measurements the engine would add noise to (owner-side, for the check)."""
+    plan, rewritten, *_ = db._preparer._plan(sql, Deadline(db.policy.limits))
+    for table in plan.bounded_tables:
+        db._backend.bound(table, db.ledger.hash_key)
+    return plan, db._backend.run(rewritten, len(plan.group_by)).values
+
+
+def test_peer_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbours, capsys):
+    """40 peer-form queries (computed keys, DISTINCT aggregates, dialect literals; fixed seed) on
+    four pairs of neighbouring hostile datasets: each exact measurement, summed over its cells
+    and groups, moves by at most the sensitivity its noise is calibrated to, and the pairs are
+    hostile enough that some COUNT(DISTINCT col) moves by its whole sensitivity."""
+    reached: dict[str, float] = {}  # per aggregate, the largest change seen over its sensitivity
+
+    @settings(max_examples=40, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(sql=peer_queries())
+    @example(sql="SELECT COUNT(DISTINCT age), COUNT(DISTINCT visit), SUM(DISTINCT income - 500), "
+                 "AVG(DISTINCT age - 50) FROM people WHERE visit >= '2020-01-01' OR sick = 1")
+    @example(sql="SELECT FLOOR(age / 10) * 10, COUNT(DISTINCT state), SUM(DISTINCT level), COUNT(*) "
+                 "FROM people WHERE level = TRUE OR visit < DATE '2023-01-01' + INTERVAL 2 MONTH "
+                 "GROUP BY 1")
+    def check(sql: str) -> None:
+        for name, ours, theirs in neighbours:
+            (plan, before), (_, after) = _exact(ours, sql), _exact(theirs, sql)
+            for m in plan.measurements:
+                moved = sum(abs(float(a) - float(b)) for cell in m.cells
+                            for a, b in zip(before[cell], after[cell], strict=True))
+                bound = sensitivity(m, plan)
+                assert moved <= bound * (1 + 1e-9), (sql, name, m.label, moved, bound)
+                key = f"{m.kind.name}{' grouped' if plan.group_by else ''}"
+                reached[key] = max(reached.get(key, 0.0), moved / bound)
+
+    check()
+    with capsys.disabled():
+        print("\nlargest change over sensitivity:", {k: round(v, 3) for k, v in sorted(reached.items())})
+    assert max(v for k, v in reached.items() if k.startswith("COUNT DISTINCT")) == 1.0
 
 
 # Fields of an Explanation that describe the ledger (each dataset has its own), not the query.

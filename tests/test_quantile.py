@@ -96,9 +96,10 @@ def test_the_bins_knob_is_read_from_the_policy(setup, tmp_path):
     ("SELECT QUANTILE_CONT(income, age) FROM people",
      "QUANTILE_CONT(income, age) refused: QUANTILE_CONT takes a number literal q in [0, 1], "
      "e.g. QUANTILE_CONT(income, 0.9)"),
-    ("SELECT QUANTILE_CONT(income, [0.1, 0.9]) FROM people",
-     "QUANTILE_CONT(income, [0.1, 0.9]) refused: one q per call; write one QUANTILE_CONT(expr, q) "
-     "for each (they read one noisy histogram, so several cost no more)"),
+    ("SELECT QUANTILE_CONT(income, [0.1, 0.9]) + 1 FROM people",
+     "QUANTILE_CONT(income, [0.1, 0.9]) refused: a list of qs is a SELECT item of its own (one "
+     "column per q); elsewhere write one QUANTILE_CONT(expr, q) for each (they read one noisy "
+     "histogram, so several cost no more)"),
     ("SELECT MEDIAN(note) FROM people",
      "MEDIAN(note) refused: the column is str, not numeric (a condition counts as 0/1; or COUNT(note))"),
     ("SELECT MAX(income, age) FROM people",

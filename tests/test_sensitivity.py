@@ -61,6 +61,12 @@ QUERIES = [
     "AVG(DISTINCT age - 50), COUNT(DISTINCT FLOOR(income / 100)) FROM people",
     "SELECT state, COUNT(DISTINCT age), SUM(DISTINCT age - 50), AVG(DISTINCT income) FROM people "
     "GROUP BY state",
+    # SELECT DISTINCT de-duplicates released rows; a list of quantiles reads one histogram
+    # (docs/theory.md §26.1, §26.2): the measurements are the query's without them.
+    "SELECT DISTINCT sick, COUNT(*) > 3, QUANTILE_CONT(income, [0.1, 0.5, 0.9]) FROM people "
+    "GROUP BY state, sick",
+    "SELECT PERCENTILE_CONT([0.25, 0.75]) WITHIN GROUP (ORDER BY age - 50) AS q, "
+    "QUANTILE_CONT(age, [0, 1]) FROM people WHERE income > 10",
 ]
 PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them

@@ -252,8 +252,9 @@ class Quantile(Aggregate):
         sign = -1.0 if isinstance(arg, exp.Neg) else 1.0
         arg = arg.this if isinstance(arg, exp.Neg) else arg
         if isinstance(arg, exp.Array):
-            raise QueryRefused(f"{call} refused: one q per call; write one {self.name}(expr, q) for "
-                               "each (they read one noisy histogram, so several cost no more)")
+            raise QueryRefused(f"{call} refused: a list of qs is a SELECT item of its own (one "
+                               f"column per q); elsewhere write one {self.name}(expr, q) for each "
+                               "(they read one noisy histogram, so several cost no more)")
         if not isinstance(arg, exp.Literal) or arg.is_string:
             raise QueryRefused(f"{call} refused: {self.name} takes a number literal q in [0, 1], "
                                f"e.g. {self.name}(income, 0.9)")

@@ -19,12 +19,16 @@ from .domain_literals import check_domain_literals, coerce_literals
 from .join import join_sources
 from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group
+from .quantile_lists import expand_quantile_lists
+from .released_distinct import released_distinct
 from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
+from .shifted_columns import move_shifts
 from .where import pruned
 
 MAX_LIMIT = 1_000_000_000
-_SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "offset"}
+_SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "offset",
+                "distinct"}
 
 
 def build_plan(select: exp.Select, policy: Policy, sql: str,
@@ -33,15 +37,14 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     column names in the data) lets a refusal say a column exists but is not in the policy."""
     normalized = normalize_times(select)
     assert isinstance(normalized, exp.Select)
-    select = normalized
+    select = expand_quantile_lists(normalized)
     for key, value in select.args.items():
         if key not in _SELECT_ARGS and value not in (None, [], False):
-            if key == "distinct":
-                raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
     table, aliases = _bind_table(select, policy)
     sources = join_sources(select, policy, table, aliases)
     scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), sources)
+    move_shifts(select, scope.spec_of)
     coerce_literals(select, scope.spec_of)
     join, where = bind_joins(select, table, aliases, sources, scope)
     group_by = bind_group(select, scope)
@@ -58,7 +61,8 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     limit = _bind_count(select.args.get("limit"), "LIMIT")
     offset = _bind_count(select.args.get("offset"), "OFFSET")
     plan = QueryPlan(sql, table, where, group_by, tuple(post.measurements.values()),
-                     tuple(outputs), having, order, limit, offset, join=join)
+                     tuple(outputs), having, order, limit, offset, join=join,
+                     distinct=released_distinct(select))
     if plan.group_by and plan.group_count > MAX_GROUPS:
         raise QueryRefused(f"GROUP BY would produce {plan.group_count} groups; at most {MAX_GROUPS}")
     return plan

@@ -1,0 +1,76 @@
+"""The query forms peers' users write (docs/theory.md §26), drawn only where they are valid.
+
+Computed GROUP BY keys over the bounded int, date, bool and domain columns of tests/adversarial.py,
+DISTINCT aggregates of columns that are not the unit, and the dialect's literals (ISO text against
+a date or timestamp, 0/1 against a bool, TRUE against an int, DATE ± INTERVAL literals, a
+column ± INTERVAL compared with a literal),
+quantile lists and SELECT DISTINCT over released rows. Every
+form is one the engine accepts, so a refusal of a drawn query is itself a finding; the
+differential fuzzer mixes these queries into its random ones, and its sensitivity test runs them
+on neighbouring hostile datasets.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+# Computed keys whose values follow from the policy: age 0..100, level {1, 2, 3}, a bool, the
+# state domain and the visit dates 2020..2024 (at most 105 keys each).
+COMPUTED_KEYS = [
+    "FLOOR(age / 10) * 10", "CEIL(age / 7.0)", "COALESCE(level, 1)", "COALESCE(age, 1) % 3",
+    "UPPER(state)", "level * 2 + CAST(sick AS INTEGER)", "CAST(CEIL(age / 10.0) * 10 AS INTEGER)",
+    "YEAR(visit) - 2020", "age > 50 AND sick", "COALESCE(sick, FALSE)", "CEIL(level / 2)",
+    "age - (2025 - YEAR(visit))",
+]
+# Keys of the forms before §26, to cross with a computed one.
+PLAIN_KEYS = ["state", "sick", "level", "EXTRACT(month FROM visit)"]
+DISTINCT_AGGREGATES = [
+    "COUNT(DISTINCT age)", "COUNT(DISTINCT state)", "COUNT(DISTINCT visit)", "COUNT(DISTINCT sick)",
+    "COUNT(DISTINCT note)", "COUNT(DISTINCT level)", "COUNT(DISTINCT FLOOR(income / 100))",
+    "SUM(DISTINCT level)", "SUM(DISTINCT income - 500)", "SUM(DISTINCT age)", "AVG(DISTINCT income)",
+    "AVG(DISTINCT age - 50)",
+]
+PLAIN_AGGREGATES = ["COUNT(*)", "COUNT(person_id)", "SUM(income)", "AVG(age)", "COUNT(visit)"]
+# Lists of quantiles, one column per q read from one histogram (§26.2); with one key at most,
+# so that keys x bins stay under the policy's noisy-value limit.
+QUANTILE_LISTS = ["QUANTILE_CONT(age, [0.25, 0.5, 0.75])", "QUANTILE_CONT(level, [0, 1])",
+                  "PERCENTILE_CONT([0.1, 0.9]) WITHIN GROUP (ORDER BY income)"]
+# Literals read as DuckDB casts them, and DATE ± INTERVAL folded from the text.
+DIALECT_CONDITIONS = [
+    "visit >= '2022-03-01'", "visit BETWEEN '2021-01-01' AND '2023-06-30'", "visit = '2024-02-29'",
+    "visit IN ('2024-02-29', '2020-01-01')", "visit <> '2019-12-31'", "sick = 1", "sick <> 0",
+    "level = TRUE", "age > FALSE", "seen < '2024-03-01 10:00:00'",
+    "visit < DATE '2023-01-01' + INTERVAL 2 MONTH", "visit >= DATE '2024-03-31' - INTERVAL 1 MONTH",
+    "seen >= TIMESTAMP '2024-06-01 00:00:00' - INTERVAL 36 HOUR",
+    # A column ± INTERVAL compared with a literal: the literal moves instead (§26.3).
+    "visit + INTERVAL 7 DAY > '2022-03-01'", "seen - INTERVAL 36 HOUR < TIMESTAMP '2024-06-01 00:00:00'",
+    "visit + INTERVAL 2 WEEK BETWEEN '2021-01-01' AND DATE '2023-06-30'",
+    "visit - INTERVAL 1 DAY IN ('2024-02-28', '2019-12-31')",
+]
+
+
+@st.composite
+def peer_queries(draw) -> str:
+    """A SELECT over `people` of the peer forms: a computed key (sometimes crossed with a plain
+    one, sometimes none), DISTINCT and plain aggregates, a list of quantiles, a dialect WHERE,
+    ORDER BY, and SELECT DISTINCT or TOP."""
+    keys: list[str] = []
+    if draw(st.integers(0, 4)):
+        keys.append(draw(st.sampled_from(COMPUTED_KEYS)))
+        if draw(st.integers(0, 3)) == 0:
+            keys.append(draw(st.sampled_from(PLAIN_KEYS)))
+    items = [draw(st.sampled_from(DISTINCT_AGGREGATES))]
+    for _ in range(draw(st.integers(0, 2))):
+        items.append(draw(st.sampled_from(DISTINCT_AGGREGATES + PLAIN_AGGREGATES)))
+    if len(keys) <= 1 and draw(st.integers(0, 3)) == 0:
+        items.append(draw(st.sampled_from(QUANTILE_LISTS)))
+    prefix = draw(st.sampled_from(["", "", "", "DISTINCT ", f"TOP {draw(st.integers(1, 3))} "]))
+    sql = f"SELECT {prefix if keys else ''}{', '.join(keys + items)} FROM people"
+    conditions = draw(st.lists(st.sampled_from(DIALECT_CONDITIONS), max_size=2, unique=True))
+    if conditions:
+        sql += " WHERE " + draw(st.sampled_from([" AND ", " OR "])).join(conditions)
+    if keys:
+        sql += " GROUP BY " + ", ".join(str(i + 1) for i in range(len(keys)))
+        if draw(st.integers(0, 3)) == 0:
+            sql += f" ORDER BY {len(keys) + 1} DESC"
+    return sql
