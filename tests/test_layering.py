@@ -28,8 +28,9 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 )
 
 # engine/sql/, lowest first: a module there imports only the ones before it (no circle).
-SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "join", "flatten", "domain_literals",
-             "planning_limits", "columns", "scope", "join_tree", "where", "key_values", "keys", "bind")
+SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "nesting", "join", "flatten",
+             "domain_literals", "planning_limits", "columns", "scope", "join_tree", "where", "key_values",
+             "keys", "two_level", "bind")
 
 
 def _imports(path: Path, package: Path) -> list[tuple[str, int]]:
