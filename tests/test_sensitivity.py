@@ -61,6 +61,16 @@ QUERIES = [
     "AVG(DISTINCT age - 50), COUNT(DISTINCT FLOOR(income / 100)) FROM people",
     "SELECT state, COUNT(DISTINCT age), SUM(DISTINCT age - 50), AVG(DISTINCT income) FROM people "
     "GROUP BY state",
+    # Two-level aggregation (docs/theory.md §29): per-unit values in their derived bounds, r rows
+    # per unit (1 by the unit alone, min(m, keys) with keys), a SUM of per-unit sums as one row.
+    "SELECT SUM(n), AVG(a), SUM(LEAST(s, 100)), COUNT(DISTINCT pid), MAX(top), SUM(s) FROM "
+    "(SELECT person_id AS pid, COUNT(*) AS n, AVG(age) AS a, SUM(income - 500) AS s, MAX(age) AS top "
+    "FROM people WHERE age > 10 GROUP BY person_id) AS u WHERE n > 1",
+    "WITH per_state AS (SELECT person_id, state, SUM(income) AS s, COUNT(age) AS n, MIN(age) AS low "
+    "FROM people GROUP BY person_id, state) SELECT state, SUM(s), COUNT(*), AVG(n), SUM(low) "
+    "FROM per_state GROUP BY state",
+    "SELECT COUNT(*), SUM(n), SUM(n * n) FROM (SELECT person_id, sick, COUNT(*) AS n FROM people "
+    "GROUP BY 1, 2)",
 ]
 PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them

@@ -103,6 +103,17 @@ class PerUnit:
         at least one of the unit's at most m rows, so min(m, product of the keys' sizes) (§29)."""
         return min(self.table.max_rows_per_unit, math.prod(len(k.keys) for k in self.keys))
 
+    def rows_for(self, summed: bool, operand: Operand | None) -> int:
+        """The rows per unit a measurement's sensitivity counts: 1 for a SUM of an inner COUNT
+        or SUM column itself (a unit's values across its groups add up to one value within
+        the column's bounds, as its rows are at most m, §29), else `rows_per_unit`."""
+        if summed and operand is not None and isinstance(operand.value, exp.Column):
+            value = next((v for v in self.values if v.name == operand.value.name), None)
+            if value is not None and value.kind in (Inner.COUNT, Inner.SUM) \
+                    and operand.bounds == (value.lower, value.upper):
+                return 1
+        return self.rows_per_unit
+
     def rows(self, source: exp.Expression) -> exp.Subquery:
         """The per-unit rows over `source` (the bounded copy): one per unit and key values,
         rows with a NULL unit left out (each such row is a unit of its own, §29)."""
