@@ -57,6 +57,9 @@ def _sensitivities(sql: str, policy=POLICY) -> dict[str, float]:
     ("WITH u AS (SELECT VisitorId, SUM(spent) AS s, AVG(items) AS a, MIN(spent) AS lo FROM visits "
      "GROUP BY VisitorId) SELECT SUM(LEAST(s, 100)), SUM(a), SUM(lo), COUNT(DISTINCT VisitorId) FROM u",
      1, {"SUM(LEAST(s, 100))": 100, "SUM(a)": 25, "SUM(lo)": 100, "COUNT(DISTINCT unit)": 1}),
+    # Days visited per visitor (PipelineDP's example): a distinct count in [0, m].
+    ("SELECT AVG(n) FROM (SELECT VisitorId, COUNT(DISTINCT day) AS n FROM visits GROUP BY VisitorId)",
+     1, {"SUM(n)": 4, "COUNT(n)": 1}),
     # items in [-5, 20]: a per-unit SUM lies in [-20, 80], so a SUM of it spans 100.
     ("SELECT SUM(s) FROM (SELECT VisitorId, SUM(items) AS s FROM visits GROUP BY 1)", 1, {"SUM(s)": 100}),
     # With the unit and a 2-value key: r = min(m, 2) = 2 rows per unit.
@@ -94,14 +97,18 @@ def test_sum_of_per_unit_sums_is_no_more_sensitive_than_the_row_level_sum():
      "CTE c groups by (its keys: none); n is a per-unit aggregate"),
     ("SELECT SUM(n) FROM (SELECT VisitorId, COUNT(*) FROM visits GROUP BY VisitorId)",
      "COUNT(*) in subquery in FROM refused: name it"),
-    ("SELECT SUM(n) FROM (SELECT VisitorId, COUNT(DISTINCT day) AS n FROM visits GROUP BY VisitorId)",
+    ("SELECT SUM(n) FROM (SELECT VisitorId, SUM(DISTINCT spent) AS n FROM visits GROUP BY VisitorId)",
      "in subquery in FROM refused: its SELECT may list the privacy unit"),
+    ("SELECT SUM(n) FROM (SELECT VisitorId, COUNT(DISTINCT VisitorId) AS n FROM visits GROUP BY 1)",
+     "it is 1 for every unit"),
     ("SELECT SUM(n) FROM (SELECT VisitorId, spent, COUNT(*) AS n FROM visits GROUP BY VisitorId)",
      "spent in subquery in FROM refused: its SELECT may list the privacy unit"),
     ("SELECT COUNT(*) FROM (SELECT VisitorId, note FROM visits GROUP BY VisitorId, note)",
      "GROUP BY note refused: the column has no public domain"),
     ("SELECT SUM(n) FROM (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId "
      "ORDER BY n LIMIT 3)", "ORDER BY in subquery in FROM refused"),
+    ("SELECT SUM(__m0) FROM (SELECT VisitorId, COUNT(*) AS __m0 FROM visits GROUP BY VisitorId)",
+     "names starting with __ are the engine's own"),
     ("SELECT SUM(s) FROM (SELECT VisitorId, SUM(note) AS s FROM visits GROUP BY VisitorId)",
      "the column is str, not numeric"),
     ("WITH a AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId), "
@@ -152,6 +159,8 @@ def _exact(rows: list[tuple], sql: str) -> dict[str, list]:
      "SELECT shop, COUNT(DISTINCT VisitorId) FROM visits GROUP BY shop ORDER BY shop"),
     ("SELECT SUM(n), COUNT(n) FROM (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId)",
      "SELECT COUNT(*), COUNT(DISTINCT VisitorId) FROM visits"),
+    ("SELECT SUM(n) FROM (SELECT VisitorId, COUNT(DISTINCT day) AS n FROM visits GROUP BY VisitorId)",
+     "SELECT COUNT(*) FROM (SELECT DISTINCT VisitorId, day FROM visits)"),
     ("WITH u AS (SELECT VisitorId, MAX(items) AS top FROM visits GROUP BY VisitorId) "
      "SELECT SUM(top) FROM u WHERE top > 10",
      "SELECT SUM(m) FROM (SELECT MAX(items) AS m FROM visits GROUP BY VisitorId) WHERE m > 10"),

@@ -23,6 +23,7 @@ class Inner(StrEnum):
     """An aggregate the per-unit query may compute over one unit's rows in one group."""
 
     COUNT = "COUNT"
+    COUNT_DISTINCT = "COUNT(DISTINCT)"
     SUM = "SUM"
     AVG = "AVG"
     MIN = "MIN"
@@ -31,9 +32,9 @@ class Inner(StrEnum):
 
 def derived_bounds(kind: Inner, operand: Operand | None, rows: int) -> tuple[float, float]:
     """The public range of an inner aggregate over at most `rows` rows of one unit whose values
-    are clamped to the operand's [lo, hi]: COUNT in [0, m]; SUM in [min(0, m·lo), max(0, m·hi)];
-    AVG, MIN and MAX in [lo, hi] (§29)."""
-    if kind == Inner.COUNT:
+    are clamped to the operand's [lo, hi]: COUNT and COUNT(DISTINCT) in [0, m]; SUM in
+    [min(0, m·lo), max(0, m·hi)]; AVG, MIN and MAX in [lo, hi] (§29)."""
+    if kind in (Inner.COUNT, Inner.COUNT_DISTINCT):
         return 0, rows
     if operand is None:
         raise TypeError(f"{kind} needs an operand")
@@ -60,6 +61,9 @@ class PerUnitValue:
         if self.kind == Inner.COUNT:
             value: exp.Expr = exp.Count(this=exp.Star() if self.operand is None
                                         else self.operand.value.copy())
+        elif self.kind == Inner.COUNT_DISTINCT:
+            assert self.operand is not None
+            value = exp.Count(this=exp.Distinct(expressions=[self.operand.value.copy()]))
         else:
             assert self.operand is not None
             row = clamped(self.operand)
@@ -73,7 +77,7 @@ class PerUnitValue:
                                              true=value)])
             else:
                 value = (exp.Min if self.kind == Inner.MIN else exp.Max)(this=row)
-        bounded = Operand(self.name, self.type, value, (), self.lower, self.upper)
+        bounded = Operand(self.name, self.type, exp.paren(value), (), self.lower, self.upper)
         return clamped(bounded)
 
 
@@ -104,12 +108,12 @@ class PerUnit:
         return min(self.table.max_rows_per_unit, math.prod(len(k.keys) for k in self.keys))
 
     def rows_for(self, summed: bool, operand: Operand | None) -> int:
-        """The rows per unit a measurement's sensitivity counts: 1 for a SUM of an inner COUNT
-        or SUM column itself (a unit's values across its groups add up to one value within
+        """The rows per unit a measurement's sensitivity counts: 1 for a SUM of an inner COUNT,
+        COUNT(DISTINCT) or SUM column itself (a unit's values across its groups add up to one value within
         the column's bounds, as its rows are at most m, §29), else `rows_per_unit`."""
         if summed and operand is not None and isinstance(operand.value, exp.Column):
             value = next((v for v in self.values if v.name == operand.value.name), None)
-            if value is not None and value.kind in (Inner.COUNT, Inner.SUM) \
+            if value is not None and value.kind in (Inner.COUNT, Inner.COUNT_DISTINCT, Inner.SUM) \
                     and operand.bounds == (value.lower, value.upper):
                 return 1
         return self.rows_per_unit

@@ -40,13 +40,14 @@ def per_unit_source(select: exp.Select, policy: Policy) -> Nested | None:
             name = cte.alias_or_name
             return Nested(name.lower(), f"CTE {name}", inner, outer)
     source = select.args.get("from_")
-    body = _body(source.this) if source is not None and isinstance(source.this, exp.Subquery) else None
-    if body is None or not _groups_by(body, units):
+    subquery = source.this if source is not None and isinstance(source.this, exp.Subquery) else None
+    body = _body(subquery) if subquery is not None else None
+    if subquery is None or body is None or not _groups_by(body, units):
         return None
     inner = body.copy()
     if with_ is not None:
         inner.set("with_", with_.copy())
-    name = (source.this.alias or PER_UNIT).lower()
+    name = (subquery.alias or PER_UNIT).lower()
     outer = select.copy()
     outer.set("with_", None)
     outer.set("from_", exp.From(this=exp.to_table(name)))

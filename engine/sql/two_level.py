@@ -31,10 +31,10 @@ from .scalars import short
 from .scope import PostScope, Scope
 
 Build = Callable[[exp.Select, Policy, str, Mapping[str, frozenset[str]] | None], QueryPlan]
-_INNER = {exp.Count: Inner.COUNT, exp.Sum: Inner.SUM, exp.Avg: Inner.AVG, exp.Min: Inner.MIN,
-          exp.Max: Inner.MAX}
-_SELECTABLE = ("its SELECT may list the privacy unit, its GROUP BY keys and COUNT, SUM, AVG, MIN "
-               "or MAX of its rows, each named with AS")
+_INNER: dict[type[exp.Expression], Inner] = {
+    exp.Count: Inner.COUNT, exp.Sum: Inner.SUM, exp.Avg: Inner.AVG, exp.Min: Inner.MIN, exp.Max: Inner.MAX}
+_SELECTABLE = ("its SELECT may list the privacy unit, its GROUP BY keys and COUNT, COUNT(DISTINCT "
+               "expr), SUM, AVG, MIN or MAX of its rows, each named with AS")
 _CLAUSES = {"having": "HAVING", "distinct": "DISTINCT", "order": "ORDER BY", "limit": "LIMIT",
             "offset": "OFFSET", "joins": "JOIN", "qualify": "QUALIFY", "windows": "WINDOW"}
 _INSTEAD = {"having": "write the condition on its aggregates in the outer query's WHERE",
@@ -96,11 +96,15 @@ def _bind_inner(nested: Nested, policy: Policy, data_columns: Mapping[str, froze
         name = item.alias_or_name.lower()
         if name in columns or name == unit or (name == table.unit and not scope.is_unit(node)):
             raise QueryRefused(f"{what} names two columns {name}: give each its own name")
+        if name.startswith("__"):
+            raise QueryRefused(f"column name {name} in {what} refused: names starting with __ are "
+                               "the engine's own")
         if isinstance(node, exp.Column) and node.is_star:
             raise QueryRefused(f"SELECT * in {what} refused: {_SELECTABLE}")
         if scope.is_unit(node):
             unit = name
-        elif isinstance(node, exp.AggFunc) or isinstance(node, exp.Filter):
+        elif isinstance(node, (exp.AggFunc, exp.Filter)):
+            assert isinstance(node, exp.Expression)
             if not isinstance(item, exp.Alias):
                 raise QueryRefused(f"{short(node)} in {what} refused: name it, e.g. "
                                    f"{short(node)} AS n, to read it in the outer query")
@@ -123,8 +127,8 @@ def _table(inner: exp.Select, policy: Policy, what: str) -> tuple[TableSpec, set
     table = source.this if source is not None else None
     spec = policy.tables.get(table.name.lower()) if isinstance(table, exp.Table) \
         and isinstance(table.this, exp.Identifier) else None
-    if spec is None or spec.privacy_unit is None or spec.chain \
-            or (isinstance(table, exp.Table) and (table.args.get("db") or table.args.get("catalog"))):
+    if not isinstance(table, exp.Table) or spec is None or spec.privacy_unit is None or spec.chain \
+            or table.args.get("db") or table.args.get("catalog"):
         raise QueryRefused(f"{what} refused: a per-unit query reads one private table with a "
                            f"privacy unit of its own ({', '.join(sorted(policy.tables))})")
     aliases = {spec.name}
@@ -150,11 +154,21 @@ def _value(node: exp.Expression, name: str, post: PostScope, table: TableSpec,
            what: str) -> PerUnitValue:
     """One aggregate of the per-unit query with the bounds every unit's value lies in."""
     kind = _INNER.get(type(node))
-    if kind is None or isinstance(node.this, exp.Distinct):
+    distinct = node.this if isinstance(node.this, exp.Distinct) else None
+    if kind == Inner.COUNT and distinct is not None and len(distinct.expressions) == 1:
+        kind = Inner.COUNT_DISTINCT
+    if kind is None or (distinct is not None and kind != Inner.COUNT_DISTINCT):
         raise QueryRefused(f"{short(node)} in {what} refused: {_SELECTABLE}")
     assert isinstance(node, exp.AggFunc)
     operand: Operand | None = None
-    if kind == Inner.COUNT:
+    if kind == Inner.COUNT_DISTINCT:
+        assert distinct is not None
+        if post.is_unit(distinct.expressions[0]):
+            raise QueryRefused(f"{short(node)} in {what} refused: it is 1 for every unit; count "
+                               "the units with COUNT(*) in the outer query")
+        operand = post.operand(node, distinct.expressions[0], numeric=False)
+        kind_type = SqlType.INT
+    elif kind == Inner.COUNT:
         if not isinstance(node.this, exp.Star) and not post.is_unit(node.this):
             operand = post.operand(node, node.this, numeric=False)
         kind_type = SqlType.INT
@@ -181,8 +195,7 @@ def _key_column(name: str, key: GroupKey) -> ColumnSpec:
     """The outer query's column of an inner key: its type and public values (a date's as its
     bounds, the days the outer query may group on)."""
     if key.type in TIME_TYPES:
-        first, last = (min(key.keys), max(key.keys)) if key.keys else (None, None)
-        span = None if first is None else (_moment(first), _moment(last))
+        span = (_moment(min(key.keys)), _moment(max(key.keys))) if key.keys else None
         return ColumnSpec(name, key.type, span=span)
     if key.type == SqlType.BOOL:
         return ColumnSpec(name, key.type)
