@@ -71,6 +71,8 @@ QUERIES = [
     "FROM per_state GROUP BY state",
     "SELECT COUNT(*), SUM(n), SUM(n * n) FROM (SELECT person_id, sick, COUNT(*) AS n FROM people "
     "GROUP BY 1, 2)",
+    "SELECT state, COUNT(*), SUM(s) FROM (SELECT person_id, state, SUM(age) AS s FROM people "
+    "GROUP BY person_id, state HAVING COUNT(*) > 1 OR MAX(income) < 500) GROUP BY state",
 ]
 PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them

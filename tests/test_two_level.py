@@ -60,6 +60,9 @@ def _sensitivities(sql: str, policy=POLICY) -> dict[str, float]:
     # Days visited per visitor (PipelineDP's example): a distinct count in [0, m].
     ("SELECT AVG(n) FROM (SELECT VisitorId, COUNT(DISTINCT day) AS n FROM visits GROUP BY VisitorId)",
      1, {"SUM(n)": 4, "COUNT(n)": 1}),
+    # HAVING keeps or drops a unit's group on its own values: the bounds and r are unchanged.
+    ("SELECT day, SUM(s) FROM (SELECT VisitorId, day, SUM(spent) AS s FROM visits GROUP BY VisitorId, day "
+     "HAVING COUNT(*) > 1) GROUP BY day", 4, {"SUM(s)": 800}),
     # items in [-5, 20]: a per-unit SUM lies in [-20, 80], so a SUM of it spans 100.
     ("SELECT SUM(s) FROM (SELECT VisitorId, SUM(items) AS s FROM visits GROUP BY 1)", 1, {"SUM(s)": 100}),
     # With the unit and a 2-value key: r = min(m, 2) = 2 rows per unit.
@@ -87,9 +90,11 @@ def test_sum_of_per_unit_sums_is_no_more_sensitive_than_the_row_level_sum():
 @pytest.mark.parametrize("sql, fragment", [
     ("WITH c AS (SELECT day, COUNT(*) AS n FROM visits GROUP BY day) SELECT SUM(n) FROM c",
      "GROUP BY in CTE c refused"),
-    ("WITH c AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId HAVING COUNT(*) > 1) "
-     "SELECT SUM(n) FROM c", "HAVING in CTE c refused: write the condition on its aggregates in the "
-     "outer query's WHERE"),
+    ("WITH c AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId HAVING VisitorId > 1) "
+     "SELECT SUM(n) FROM c", "VisitorId in the HAVING of CTE c refused: it may read the query's GROUP "
+     "BY keys (not the unit) and aggregates of its rows"),
+    ("SELECT COUNT(*) FROM (SELECT VisitorId FROM visits GROUP BY VisitorId HAVING SUM(spent))",
+     "HAVING of subquery in FROM must be a condition"),
     ("WITH c AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId) "
      "SELECT VisitorId, SUM(n) FROM c GROUP BY VisitorId", "column VisitorId is the privacy unit"),
     ("WITH c AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId) "
@@ -161,6 +166,10 @@ def _exact(rows: list[tuple], sql: str) -> dict[str, list]:
      "SELECT COUNT(*), COUNT(DISTINCT VisitorId) FROM visits"),
     ("SELECT SUM(n) FROM (SELECT VisitorId, COUNT(DISTINCT day) AS n FROM visits GROUP BY VisitorId)",
      "SELECT COUNT(*) FROM (SELECT DISTINCT VisitorId, day FROM visits)"),
+    ("WITH big AS (SELECT VisitorId, shop, SUM(spent) AS s FROM visits GROUP BY VisitorId, shop "
+     "HAVING s > 50 AND COUNT(*) >= 2 AND shop = 'a') SELECT COUNT(*), SUM(s) FROM big",
+     "SELECT COUNT(*), SUM(s) FROM (SELECT SUM(spent) AS s FROM visits WHERE shop = 'a' "
+     "GROUP BY VisitorId HAVING SUM(spent) > 50 AND COUNT(*) >= 2)"),
     ("WITH u AS (SELECT VisitorId, MAX(items) AS top FROM visits GROUP BY VisitorId) "
      "SELECT SUM(top) FROM u WHERE top > 10",
      "SELECT SUM(m) FROM (SELECT MAX(items) AS m FROM visits GROUP BY VisitorId) WHERE m > 10"),

@@ -99,7 +99,8 @@ class PerUnit:
     table: TableSpec
     where: exp.Expression | None
     keys: tuple[PerUnitKey, ...]
-    values: tuple[PerUnitValue, ...]
+    values: tuple[PerUnitValue, ...]  # the selected aggregates, then those only HAVING reads
+    having: exp.Expression | None = None  # over the keys' and values' names: which groups stay
 
     @property
     def rows_per_unit(self) -> int:
@@ -119,8 +120,8 @@ class PerUnit:
         return self.rows_per_unit
 
     def rows(self, source: exp.Expression) -> exp.Subquery:
-        """The per-unit rows over `source` (the bounded copy): one per unit and key values,
-        rows with a NULL unit left out (each such row is a unit of its own, §29)."""
+        """The per-unit rows over `source` (the bounded copy): one per unit and key values that
+        HAVING keeps, rows with a NULL unit left out (each such row is a unit of its own, §29)."""
         unit = exp.column(self.table.unit, quoted=True)
         items = [unit.copy(), *(exp.alias_(k.value.copy(), k.name, quoted=True) for k in self.keys),
                  *(exp.alias_(v.sql(), v.name, quoted=True) for v in self.values)]
@@ -131,6 +132,9 @@ class PerUnit:
                        for k in self.keys]
         query = exp.select(*items).from_(source, copy=False).where(exp.and_(*conditions), copy=False)
         query = query.group_by(unit.copy(), *(k.value.copy() for k in self.keys), copy=False)
+        if self.having is not None:
+            query = exp.select(exp.Star()).from_(query.subquery("__groups", copy=False), copy=False) \
+                .where(self.having.copy(), copy=False)
         return query.subquery("__per_unit", copy=False)
 
 

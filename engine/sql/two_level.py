@@ -35,10 +35,9 @@ _INNER: dict[type[exp.Expression], Inner] = {
     exp.Count: Inner.COUNT, exp.Sum: Inner.SUM, exp.Avg: Inner.AVG, exp.Min: Inner.MIN, exp.Max: Inner.MAX}
 _SELECTABLE = ("its SELECT may list the privacy unit, its GROUP BY keys and COUNT, COUNT(DISTINCT "
                "expr), SUM, AVG, MIN or MAX of its rows, each named with AS")
-_CLAUSES = {"having": "HAVING", "distinct": "DISTINCT", "order": "ORDER BY", "limit": "LIMIT",
+_CLAUSES = {"distinct": "DISTINCT", "order": "ORDER BY", "limit": "LIMIT",
             "offset": "OFFSET", "joins": "JOIN", "qualify": "QUALIFY", "windows": "WINDOW"}
-_INSTEAD = {"having": "write the condition on its aggregates in the outer query's WHERE",
-            "joins": "a per-unit query reads one private table"}
+_INSTEAD = {"joins": "a per-unit query reads one private table"}
 
 
 def bind_two_level(select: exp.Select, policy: Policy, sql: str,
@@ -117,8 +116,56 @@ def _bind_inner(nested: Nested, policy: Policy, data_columns: Mapping[str, froze
                 raise QueryRefused(f"{short(node)} in {what} refused: {_SELECTABLE}")
             names[index] = name
             columns[name] = _key_column(name, keys[index])
+    having = None
+    if inner.args.get("having") is not None:
+        named = {item.alias.lower(): item.this for item in inner.expressions
+                 if isinstance(item, exp.Alias) and item.this.find(exp.AggFunc)}
+        having, hidden = _having(inner.args["having"].this, keys, names, named, post, scope, what)
+        values += hidden
     per_unit_keys = tuple(PerUnitKey(names.get(i, f"__k{i}"), k.value, k.keys) for i, k in enumerate(keys))
-    return PerUnit(table, where, per_unit_keys, tuple(values)), columns, unit
+    return PerUnit(table, where, per_unit_keys, tuple(values), having), columns, unit
+
+
+def _having(condition: exp.Expression, keys: tuple[GroupKey, ...], names: dict[int, str],
+            named: dict[str, exp.Expression], post: PostScope, scope: Scope,
+            what: str) -> tuple[exp.Expression, list[PerUnitValue]]:
+    """The per-unit query's HAVING as a condition on its rows: each aggregate in it (or named by
+    its SELECT alias, `named`) a per-unit value of its own (`__h<i>`, with its derived bounds),
+    each key its column; type-checked and hardened. It keeps or drops a group on that group's
+    own values, a unit's rows alone (§29)."""
+    hidden: list[PerUnitValue] = []
+    columns: dict[str, ColumnSpec] = {}
+
+    def bound(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.AggFunc, exp.Filter)):
+            value = _value(node, f"__h{len(hidden)}", post, scope.table, f"HAVING of {what}")
+            hidden.append(value)
+            columns[value.name] = ColumnSpec(value.name, value.type, value.lower, value.upper)
+            return exp.column(value.name)
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in named \
+                and not scope.has_column(node):
+            return bound(named[node.name.lower()])
+        if isinstance(node, exp.Column):
+            index = _key_index(node, keys, scope)
+            if index is None:
+                raise QueryRefused(f"{short(node)} in the HAVING of {what} refused: it may read the "
+                                   "query's GROUP BY keys (not the unit) and aggregates of its rows")
+            name = names.get(index, f"__k{index}")
+            columns[name] = _key_column(name, keys[index])
+            return exp.column(name)
+        copy = node.copy()
+        for key, child in node.args.items():
+            if isinstance(child, exp.Expression):
+                copy.set(key, bound(child))
+            elif isinstance(child, list):
+                copy.set(key, [bound(c) if isinstance(c, exp.Expression) else c for c in child])
+        return copy
+
+    rewritten = bound(condition)
+    rows = Scope(TableSpec("having", None, 1, columns), set())
+    if rows.scalar_type(rewritten, "HAVING") not in (SqlType.BOOL, SqlType.NULL):
+        raise QueryRefused(f"HAVING of {what} must be a condition (true/false), not a value")
+    return rows.rewrite_scalar(rewritten), hidden
 
 
 def _table(inner: exp.Select, policy: Policy, what: str) -> tuple[TableSpec, set[str]]:
