@@ -91,7 +91,7 @@ QUERIES: dict[str, list[str]] = {
         "SELECT COUNT(*) FROM (census) AS c WHERE c.age > 30",
         "SELECT genre, COUNT(*) FROM (checkouts) AS c GROUP BY genre",
     ],
-    "two-level aggregation (per-unit pre-aggregation, §29)": [
+    "two-level aggregation (per-unit pre-aggregation; outer queries over released rows, §29)": [
         "WITH per_visitor AS (SELECT VisitorId, day, SUM(spent) AS s FROM visits GROUP BY VisitorId, day) "
         "SELECT day, SUM(s) FROM per_visitor GROUP BY day",
         "SELECT AVG(n) FROM (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId)",
@@ -109,6 +109,10 @@ QUERIES: dict[str, list[str]] = {
         "WITH v AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId) "
         "SELECT n, COUNT(*) FROM v GROUP BY n",
         "SELECT AVG(c) FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day)",
+        "SELECT day, c FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day) AS r WHERE c > 500 "
+        "ORDER BY c DESC",
+        "WITH g AS (SELECT genre, COUNT(*) AS n, AVG(pages) AS p FROM checkouts GROUP BY genre) "
+        "SELECT genre, p FROM g ORDER BY n DESC LIMIT 3",
         "WITH big AS (SELECT VisitorId, SUM(spent) AS s FROM visits GROUP BY VisitorId HAVING SUM(spent) > 50) "
         "SELECT COUNT(*) FROM big",
     ],

@@ -28,7 +28,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 )
 
 # engine/sql/, lowest first: a module there imports only the ones before it (no circle).
-SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "nesting", "join", "flatten",
+SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "nesting", "released", "join", "flatten",
              "domain_literals", "planning_limits", "columns", "scope", "join_tree", "where", "key_values",
              "keys", "two_level", "bind")
 

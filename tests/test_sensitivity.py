@@ -73,6 +73,9 @@ QUERIES = [
     "GROUP BY 1, 2)",
     "SELECT state, COUNT(*), SUM(s) FROM (SELECT person_id, state, SUM(age) AS s FROM people "
     "GROUP BY person_id, state HAVING COUNT(*) > 1 OR MAX(income) < 500) GROUP BY state",
+    # An outer query over released rows: the inner query's measurements, post-processed (§29).
+    "SELECT state, n, s / 2 FROM (SELECT state, COUNT(*) AS n, SUM(income) AS s FROM people "
+    "GROUP BY state) AS r WHERE s > 0 ORDER BY n",
 ]
 PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them

@@ -1,7 +1,8 @@
 """Two-level aggregation (docs/theory.md §29): a CTE or FROM-subquery grouped by the privacy unit
 feeding an outer aggregate. Sensitivities from the derived per-unit bounds and rows per unit,
 refusals in one line, exact answers against plain DuckDB, hostile units over the bound, and the
-coverage of the 95% intervals."""
+coverage of the 95% intervals; an outer query filtering, ordering or computing columns of a
+released table, as the one query it post-processes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from dpsql.engine import PrivateDatabase, QueryRefused
+from dpsql.engine import PrivateDatabase, QueryRefused, postprocess
 from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import read_columns, rewrite
@@ -261,3 +262,40 @@ def test_intervals_of_per_unit_aggregates_cover(tmp_path):
             answer = result.df[["a", "t"]].to_numpy(dtype=float)[0]
             hits += np.abs(answer - [mean, total]) <= result.ci95[["a", "t"]].to_numpy(dtype=float)[0]
     assert (hits >= 180).all(), hits
+
+
+@pytest.mark.parametrize("outer, single", [
+    ("SELECT day, c FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day) AS r WHERE c > 100 "
+     "ORDER BY c DESC LIMIT 3",
+     "SELECT day, COUNT(*) AS c FROM visits GROUP BY day HAVING COUNT(*) > 100 ORDER BY COUNT(*) DESC LIMIT 3"),
+    ("WITH daily AS (SELECT shop, COUNT(*) AS c, SUM(spent) AS s FROM visits WHERE items > 0 GROUP BY shop "
+     "HAVING SUM(spent) > 0) SELECT shop, s / c AS mean FROM daily WHERE c > 5",
+     "SELECT shop, SUM(spent) / COUNT(*) AS mean FROM visits WHERE items > 0 GROUP BY shop "
+     "HAVING SUM(spent) > 0 AND COUNT(*) > 5"),
+    ("SELECT * FROM (SELECT shop, AVG(spent) AS a FROM visits GROUP BY shop)",
+     "SELECT shop, AVG(spent) AS a FROM visits GROUP BY shop"),
+])
+def test_an_outer_query_over_released_rows_is_the_query_it_post_processes(outer, single):
+    """Filtering, ordering and computing columns of the released rows is HAVING, ORDER BY and
+    SELECT of the inner query on the same noisy values: the same measurements, sensitivities, SQL
+    on the data and post-processing (one release, charged once)."""
+    merged, written = _plan(outer), _plan(single)
+    assert rewrite(merged).sql("duckdb") == rewrite(written).sql("duckdb")
+    assert postprocess.query_sql(merged) == postprocess.query_sql(written)
+    assert _sensitivities(outer) == _sensitivities(single)
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("SELECT day FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day) WHERE spent > 3",
+     "column spent is not a column of subquery in FROM (its columns: day, c)"),
+    ("SELECT day, c FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day ORDER BY c LIMIT 2)",
+     "ORDER in subquery in FROM refused: order and limit the released rows in the outer query"),
+    ("SELECT AVG(c) FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day)",
+     "GROUP BY in subquery in FROM refused"),
+    ("SELECT x.c FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day) AS r",
+     "unknown table qualifier 'x'"),
+])
+def test_over_released_rows_refusals(sql, fragment):
+    with pytest.raises(QueryRefused) as refused:
+        _plan(sql)
+    assert fragment in str(refused.value) and "\n" not in str(refused.value)

@@ -24,6 +24,7 @@ from ..sql_types import SqlType
 from .join import ACCEPTED as JOIN_ACCEPTED
 from .nesting import per_unit_source
 from .parse import check_depth
+from .released import merge_released
 
 _SQL_TYPES: dict[SqlType, str] = {SqlType.INT: "BIGINT", SqlType.FLOAT: "DOUBLE", SqlType.BOOL: "BOOLEAN",
                                   SqlType.STR: "VARCHAR"}
@@ -52,6 +53,9 @@ def flatten(select: exp.Select, policy: Policy) -> exp.Select:
     no FROM-subquery or is a two-level query (engine/sql/two_level.py binds it); raise
     QueryRefused naming a construct that does not flatten."""
     _unwrap_tables(select)
+    merged = merge_released(select, policy)
+    if merged is not None:
+        return flatten(merged, policy)
     if not needs_flattening(select) or per_unit_source(select, policy) is not None:
         return select
     _check_bodies(select, policy)
