@@ -51,7 +51,7 @@ def merge_released(select: exp.Select, policy: Policy) -> exp.Select | None:
                 copy.set(key, [released(c) if isinstance(c, exp.Expression) else c for c in child])
         return copy
 
-    items: list[exp.Expression] = []
+    items: list[exp.Expr] = []
     for item in select.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star):
             items += [i.copy() for i in inner.expressions]
