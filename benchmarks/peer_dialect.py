@@ -1,10 +1,10 @@
 """Queries in the forms peers' users write (computed GROUP BY keys, DISTINCT aggregates, literals
 read as DuckDB casts them, FROM (t) AS c, SELECT DISTINCT over released rows, lists of
-quantiles, a date column ± INTERVAL compared with a literal), tried on data shaped like the
-peers' examples: census rows with a person id and a few rows each, a week of visits
-(VisitorId, day, spent) and library checkouts with genres. Prints, per construct, the queries
-tried / answered / refused, and the measured coverage of the 95% intervals of the DISTINCT
-aggregates and of each q of a quantile list over repeated runs.
+quantiles, a date column ± INTERVAL compared with a literal, two-level aggregation), tried on
+data shaped like the peers' examples: census rows with a person id and a few rows each, a week
+of visits (VisitorId, day, spent) and library checkouts with genres. Prints, per construct, the
+queries tried / answered / refused, and the measured coverage of the 95% intervals of the
+DISTINCT and two-level aggregates and of each q of a quantile list over repeated runs.
 
     .venv/bin/python benchmarks/peer_dialect.py [runs]
 """
@@ -92,6 +92,31 @@ QUERIES: dict[str, list[str]] = {
         "SELECT COUNT(*) FROM (census) AS c WHERE c.age > 30",
         "SELECT genre, COUNT(*) FROM (checkouts) AS c GROUP BY genre",
     ],
+    "two-level aggregation (per-unit pre-aggregation; outer queries over released rows, §29)": [
+        "WITH per_visitor AS (SELECT VisitorId, day, SUM(spent) AS s FROM visits GROUP BY VisitorId, day) "
+        "SELECT day, SUM(s) FROM per_visitor GROUP BY day",
+        "SELECT AVG(n) FROM (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId)",
+        "SELECT COUNT(*) FROM (SELECT VisitorId FROM visits GROUP BY VisitorId)",
+        "WITH s AS (SELECT VisitorId, SUM(spent) AS total FROM visits GROUP BY VisitorId) "
+        "SELECT SUM(LEAST(total, 100)) FROM s",
+        "SELECT day, AVG(s), COUNT(*) FROM (SELECT VisitorId, day, SUM(spent) AS s FROM visits "
+        "GROUP BY VisitorId, day) GROUP BY day",
+        "SELECT AVG(days) FROM (SELECT VisitorId, COUNT(DISTINCT day) AS days FROM visits GROUP BY VisitorId)",
+        "WITH per_patron AS (SELECT patron, genre, COUNT(*) AS n FROM checkouts GROUP BY patron, genre) "
+        "SELECT genre, SUM(n), COUNT(*) FROM per_patron GROUP BY genre",
+        "SELECT sex, AVG(mean_income) FROM (SELECT pid, sex, AVG(income) AS mean_income FROM census "
+        "GROUP BY pid, sex) GROUP BY sex",
+        "SELECT MAX(top) FROM (SELECT VisitorId, MAX(items) AS top FROM visits GROUP BY VisitorId)",
+        "WITH v AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId) "
+        "SELECT n, COUNT(*) FROM v GROUP BY n",
+        "SELECT AVG(c) FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day)",
+        "SELECT day, c FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day) AS r WHERE c > 500 "
+        "ORDER BY c DESC",
+        "WITH g AS (SELECT genre, COUNT(*) AS n, AVG(pages) AS p FROM checkouts GROUP BY genre) "
+        "SELECT genre, p FROM g ORDER BY n DESC LIMIT 3",
+        "WITH big AS (SELECT VisitorId, SUM(spent) AS s FROM visits GROUP BY VisitorId HAVING SUM(spent) > 50) "
+        "SELECT COUNT(*) FROM big",
+    ],
     "SELECT DISTINCT over released rows": [
         "SELECT DISTINCT genre, COUNT(*) FROM checkouts GROUP BY genre",
         "SELECT DISTINCT sex, married FROM census GROUP BY sex, married",
@@ -134,6 +159,10 @@ COVERAGE = [
      "SELECT QUANTILE_CONT(LEAST(GREATEST(spent, 0), 100), [0.25, 0.5, 0.75]) FROM visits"),
     ("SELECT PERCENTILE_CONT([0.1, 0.9]) WITHIN GROUP (ORDER BY pages) AS v FROM checkouts",
      "SELECT QUANTILE_CONT(LEAST(GREATEST(pages, 10), 1000), [0.1, 0.9]) FROM checkouts"),
+    ("SELECT AVG(n) AS v FROM (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId)",
+     "SELECT AVG(n) FROM (SELECT COUNT(*) AS n FROM visits GROUP BY VisitorId)"),
+    ("SELECT SUM(s) AS v FROM (SELECT VisitorId, day, SUM(spent) AS s FROM visits GROUP BY VisitorId, day)",
+     "SELECT SUM(LEAST(GREATEST(spent, 0), 100)) FROM visits"),
 ]
 
 

@@ -14,6 +14,7 @@ from enum import StrEnum
 from sqlglot import exp
 
 from .aggregates import Aggregate, Measured, Operand
+from .aggregates.per_unit import PerUnit
 from .policy import ColumnSpec, LookupTable, ParentTableSpec, TableSpec
 from .sql_types import SqlType
 
@@ -162,11 +163,14 @@ class QueryPlan:
     flattened_sql: str = ""  # the one-table SELECT its CTEs/subqueries flatten to (engine/sql/flatten.py)
     join: JoinTree | None = None  # the tables joined to the FROM table, if any
     distinct: bool = False  # SELECT DISTINCT: the released rows de-duplicated (post-processing)
+    inner: PerUnit | None = None  # a two-level query's per-unit query, whose rows it reads (§29)
 
     @property
     def rows_per_unit(self) -> int:
-        """The most rows of one unit the aggregates read: the table's bound, or the join
-        tree's (§16, §25)."""
+        """The most rows of one unit the aggregates read: the table's bound, the join tree's,
+        or a two-level query's rows per unit (§16, §25, §29)."""
+        if self.inner is not None:
+            return self.inner.rows_per_unit
         return self.table.max_rows_per_unit if self.join is None else self.join.rows_per_unit
 
     @property

@@ -122,6 +122,8 @@ class Preparer:
                   ) -> tuple[DeclaredModel | None, tuple[int, ...] | None, str]:
         """The declared model covering a query (with a chain answer's time points), or None
         and why not: a function of the query text and the policy only."""
+        if plan.inner is not None:
+            return None, None, "it aggregates per-unit values (a two-level query)"
         models = [m for m in self.policy.models if m.table == plan.table.name]
         if not models:
             return None, None, f"no model is declared for table {plan.table.name}"

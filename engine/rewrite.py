@@ -206,8 +206,8 @@ def read_columns(plan: QueryPlan) -> frozenset[str]:
     the WHERE filter, the group keys, each aggregate's argument and a join's key. Found in the
     row-level query itself (every other part reads only its output), so a new query form
     cannot read a column this misses; a function of the plan, never of the data."""
-    named = {col.name.lower() for col in _bounded_rows(plan, None).find_all(exp.Column)
-             if not col.table.startswith("__other")}
+    rows = _bounded_rows(plan, None) if plan.inner is None else plan.inner.rows(bounded_table(plan.table))
+    named = {col.name.lower() for col in rows.find_all(exp.Column) if not col.table.startswith("__other")}
     return frozenset(name for name in plan.table.columns if name in named)
 
 
@@ -246,6 +246,8 @@ def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select
         items.append(exp.Literal.number(1))
     source_table: exp.Expression = bounded_table(table, columns) if table.privacy_unit is not None \
         else exp.to_table(table.name, quoted=True)
+    if plan.inner is not None:  # a two-level query reads its per-unit rows (docs/theory.md §29)
+        source_table = plan.inner.rows(source_table)
     if plan.join is not None:
         return exp.select(*items).from_(_joined(source_table, plan.join, plan.where), copy=False)
     rows = exp.select(*items).from_(source_table, copy=False)

@@ -67,6 +67,21 @@ QUERIES = [
     "GROUP BY state, sick",
     "SELECT PERCENTILE_CONT([0.25, 0.75]) WITHIN GROUP (ORDER BY age - 50) AS q, "
     "QUANTILE_CONT(age, [0, 1]) FROM people WHERE income > 10",
+    # Two-level aggregation (docs/theory.md §29): per-unit values in their derived bounds, r rows
+    # per unit (1 by the unit alone, min(m, keys) with keys), a SUM of per-unit sums as one row.
+    "SELECT SUM(n), AVG(a), SUM(LEAST(s, 100)), COUNT(DISTINCT pid), MAX(top), SUM(s) FROM "
+    "(SELECT person_id AS pid, COUNT(*) AS n, AVG(age) AS a, SUM(income - 500) AS s, MAX(age) AS top "
+    "FROM people WHERE age > 10 GROUP BY person_id) AS u WHERE n > 1",
+    "WITH per_state AS (SELECT person_id, state, SUM(income) AS s, COUNT(age) AS n, MIN(age) AS low "
+    "FROM people GROUP BY person_id, state) SELECT state, SUM(s), COUNT(*), AVG(n), SUM(low) "
+    "FROM per_state GROUP BY state",
+    "SELECT COUNT(*), SUM(n), SUM(n * n) FROM (SELECT person_id, sick, COUNT(*) AS n FROM people "
+    "GROUP BY 1, 2)",
+    "SELECT state, COUNT(*), SUM(s) FROM (SELECT person_id, state, SUM(age) AS s FROM people "
+    "GROUP BY person_id, state HAVING COUNT(*) > 1 OR MAX(income) < 500) GROUP BY state",
+    # An outer query over released rows: the inner query's measurements, post-processed (§29).
+    "SELECT state, n, s / 2 FROM (SELECT state, COUNT(*) AS n, SUM(income) AS s FROM people "
+    "GROUP BY state) AS r WHERE s > 0 ORDER BY n",
 ]
 PLANS = [build_plan(flatten(parse_select(q), POLICY), POLICY, q) for q in QUERIES]
 SQLS = [rewrite(plan).sql("duckdb") for plan in PLANS]  # rendered once, as the engine caches them

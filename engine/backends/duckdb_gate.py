@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 import duckdb
 
 from ..aggregates import measured
+from ..aggregates.per_unit import PER_UNIT_BOUND
 from ..errors import QueryRefused
 from ..sql.harden import BOUND_AS
 from ..sql.scalars import RELEASED_SCALARS, SCALARS
@@ -154,7 +155,7 @@ def _expression_problem(node: dict) -> str | None:
         return None if kind in _TOTAL_OPERATORS else f"operator {kind}"
     if cls == "BOUND_AGGREGATE":
         name = _name(node)
-        if not any(name in aggregate.bound for aggregate in measured()):
+        if not any(name in aggregate.bound for aggregate in measured()) and name not in PER_UNIT_BOUND:
             return f"aggregate {name}()"
         if name == "sum" and not all(_type(c)["id"] in _NUMBERS for c in _children(node)):
             return "SUM of a non-number"

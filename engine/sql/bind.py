@@ -19,11 +19,13 @@ from .domain_literals import check_domain_literals, coerce_literals
 from .join import join_sources
 from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group
+from .nesting import per_unit_source
 from .quantile_lists import expand_quantile_lists
 from .released_distinct import released_distinct
 from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
 from .shifted_columns import move_shifts
+from .two_level import bind_two_level
 from .where import pruned
 
 MAX_LIMIT = 1_000_000_000
@@ -35,6 +37,8 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
                data_columns: Mapping[str, frozenset[str]] | None = None) -> QueryPlan:
     """Validate the SELECT against the policy and return its plan. `data_columns` (each table's
     column names in the data) lets a refusal say a column exists but is not in the policy."""
+    if per_unit_source(select, policy) is not None:
+        return bind_two_level(select, policy, sql, data_columns, build_plan)
     normalized = normalize_times(select)
     assert isinstance(normalized, exp.Select)
     select = expand_quantile_lists(normalized)
