@@ -19,6 +19,7 @@ from .domain_literals import check_domain_literals, coerce_literals
 from .join import join_sources
 from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group
+from .link_columns import check_link_columns
 from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
 from .where import pruned
@@ -43,6 +44,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     sources = join_sources(select, policy, table, aliases)
     scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), sources)
     coerce_literals(select, scope.spec_of)
+    check_link_columns(select, scope)
     join, where = bind_joins(select, table, aliases, sources, scope)
     group_by = bind_group(select, scope)
     post = PostScope(scope, group_by, policy.limits.quantile_bins)

@@ -93,8 +93,8 @@ def joined_column(lookup: Table, name: str) -> ColumnSpec:
 
 def join_columns(table: Table) -> frozenset[str]:
     """The columns an equality may join `table` on: its policy columns (a public or parent
-    table's key is one) and its privacy unit, when a column of its own (a chained table's is
-    derived, in its bounded copy only)."""
+    table's key is one, and so is each key of a chain, listed or not) and its privacy unit,
+    when a column of its own (a chained table's is derived, in its bounded copy only)."""
     unit = {table.privacy_unit} if isinstance(table, TableSpec) and table.privacy_unit \
         and not table.chain else set()
     return frozenset(table.columns) | unit
@@ -161,13 +161,7 @@ def refusal(table: Table, other: Table, col: str, other_col: str, main: TableSpe
     for child, parent in ((table, other), (other, table)):
         link = child.through
         if link is not None and link.table == parent.name:
-            missing = [f"{t.name}.{c}" for t, c in ((child, link.column), (parent, link.key))
-                       if c not in join_columns(t)]
             shown = f"join ON {child.name}.{link.column} = {parent.name}.{link.key}"
-            if missing:
-                return (f"JOIN refused: {child.name} joins {parent.name} along its chain ({shown}), "
-                        f"but {' and '.join(missing)} is not a policy column; the owner lists it "
-                        "under the table's columns to join on it")
             return f"JOIN refused: {child.name} joins {parent.name} along its chain only; {shown}"
     return (f"JOIN refused: two private tables join only on their privacy unit, each qualified "
             f"by its table (join ON {other.name}.{unit} = {table.name}.{unit}), or along a "
