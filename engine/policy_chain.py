@@ -52,6 +52,11 @@ def resolve(tables: Mapping[str, TableSpec], links: Mapping[str, UnitLink],
         root = tables[chain[-1].table]
         unit = root.unit
         table = tables[name]
+        if table.dependence_group is not None:
+            raise PolicyError(f"tables.{name}.dependence_group: {name} reaches its privacy unit "
+                              f"through {link.describe()}, so its units' groups are those of "
+                              f"{root.name}; declare dependence_group on {root.name}, the table "
+                              "holding the unit")
         if unit in table.columns:
             raise PolicyError(f"tables.{name}.columns.{unit}: the rows of {name} carry the privacy unit "
                               f"{root.name}.{unit} through {link.describe()}, so {unit} names "

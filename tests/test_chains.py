@@ -483,3 +483,39 @@ def test_a_changed_chain_is_a_changed_privacy_unit_to_the_ledger(tmp_path: Path)
     assert "o_buyer -> customer.c_custkey" in changed.units
     with pytest.raises(LedgerError, match="has spent its budget on individuals identified by"):
         Ledger(path, changed).close()
+
+
+def test_dependence_commands_work_on_the_unit_s_table_and_refuse_a_chained_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql dependence check` counts the groups of the table holding the unit as for any table;
+    a dependence group on a chained table is refused when the policy loads, and fitting eta on a
+    chained table is refused in one line naming the table to fit, before the data is read."""
+    import json
+
+    import yaml
+
+    from tests.support import run_cli
+
+    db = make_chain_db(tmp_path / "shop.duckdb", extra=(
+        "ALTER TABLE customer ADD COLUMN c_household BIGINT",
+        "UPDATE customer SET c_household = c_custkey // 3"))
+    grouped = copy.deepcopy(CHAIN)
+    grouped["tables"]["customer"]["dependence_group"] = "c_household"
+    grouped["dependence"] = {"k": 2, "eta": 0.5}
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(grouped))
+    code, out, _ = run_cli(capsys, "dependence", "check", "--db", str(db), "--policy", str(policy),
+                           "--format", "json")
+    (row,) = json.loads(out)
+    assert code == 2 and (row["table"], row["largest"]) == ("customer", 3) and row["over_k"] > 0
+    code, _, err = run_cli(capsys, "dependence", "eta", "--db", str(db), "--policy", str(policy),
+                           "--table", "orders", "--format", "json")
+    assert code != 0 and "table orders reaches its privacy unit through foreign keys (o_custkey -> " \
+        "customer.c_custkey): its dependence groups are those of customer; check and fit them on " \
+        "customer" in err and len(err.strip().splitlines()) == 1
+    grouped["tables"]["orders"]["dependence_group"] = "o_household"
+    with pytest.raises(PolicyError, match=re.escape(
+            "tables.orders.dependence_group: orders reaches its privacy unit through o_custkey -> "
+            "customer.c_custkey, so its units' groups are those of customer; declare "
+            "dependence_group on customer")):
+        parse_policy(grouped)

@@ -29,8 +29,8 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 
 # engine/sql/, lowest first: a module there imports only the ones before it (no circle).
 SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "join", "flatten", "domain_literals",
-             "planning_limits", "columns", "scope", "link_columns", "join_tree", "where", "key_values",
-             "keys", "bind")
+             "planning_limits", "columns", "scope", "link_columns", "join_order", "join_tree", "where",
+             "key_values", "keys", "bind")
 
 
 def _imports(path: Path, package: Path) -> list[tuple[str, int]]:

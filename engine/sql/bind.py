@@ -17,6 +17,7 @@ from ..policy import Limits, Policy, TableSpec
 from .calendar import normalize_times
 from .domain_literals import check_domain_literals, coerce_literals
 from .join import join_sources
+from .join_order import private_first
 from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group
 from .link_columns import check_link_columns
@@ -40,6 +41,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
             if key == "distinct":
                 raise QueryRefused("SELECT DISTINCT refused: aggregate queries return one row per group")
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
+    select = private_first(select, policy)
     table, aliases = _bind_table(select, policy)
     sources = join_sources(select, policy, table, aliases)
     scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), sources)
