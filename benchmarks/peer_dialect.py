@@ -1,8 +1,8 @@
 """Queries in the forms peers' users write (computed GROUP BY keys, DISTINCT aggregates, literals
 read as DuckDB casts them, FROM (t) AS c, SELECT DISTINCT over released rows, lists of
-quantiles, a date column ± INTERVAL compared with a literal, two-level aggregation), tried on
-data shaped like the peers' examples: census rows with a person id and a few rows each, a week
-of visits (VisitorId, day, spent) and library checkouts with genres. Prints, per construct, the
+quantiles, a date column ± INTERVAL compared with a literal, two-level aggregation, the join forms
+of docs/theory.md §30), tried on data shaped like the peers' examples: census rows with a person
+id and a few rows each, a week of visits (VisitorId, day, spent) and library checkouts with genres. Prints, per construct, the
 queries tried / answered / refused, and the measured coverage of the 95% intervals of the
 DISTINCT and two-level aggregates and of each q of a quantile list over repeated runs.
 
@@ -27,6 +27,7 @@ from dpsql.engine.errors import DpsqlError
 from dpsql.engine.policy_yaml import load_policy
 
 GENRES = ["Fiction", "Mystery", "Science", "History", "Children"]
+AUTHORS = [f"author {i}" for i in range(20)]
 POLICY = {
     "budget": {"epsilon": 1e9},
     "dependence": {"k": 1, "eta": 0.0, "mode": "auto"},
@@ -47,6 +48,18 @@ POLICY = {
             "title": {"type": "str"},
             "pages": {"type": "int", "lower": 10, "upper": 1000},
             "out": {"type": "date", "lower": "2024-01-01", "upper": "2024-12-31"}}},
+        # Join forms (docs/theory.md §30): a second table of the census person, members and their
+        # loans (the unit under two names: members.id, loans.member_id) and a public catalogue.
+        "survey": {"privacy_unit": "pid", "max_rows_per_unit": 1, "columns": {
+            "score": {"type": "int", "lower": 0, "upper": 10}}},
+        "members": {"privacy_unit": "id", "max_rows_per_unit": 1, "columns": {
+            "band": {"type": "str", "domain": ["child", "adult", "senior"]}}},
+        "loans": {"privacy_unit": {"through": "member_id", "references": "members.id"},
+                  "max_rows_per_unit": 5, "columns": {
+                      "title": {"type": "str"}, "days": {"type": "int", "lower": 1, "upper": 60}}},
+        "catalogue": {"public": True, "key": "title", "columns": {
+            "title": {"type": "str"}, "author": {"type": "str", "domain": AUTHORS},
+            "genre": {"type": "str", "domain": GENRES}}},
     },
 }
 
@@ -117,6 +130,37 @@ QUERIES: dict[str, list[str]] = {
         "WITH big AS (SELECT VisitorId, SUM(spent) AS s FROM visits GROUP BY VisitorId HAVING SUM(spent) > 50) "
         "SELECT COUNT(*) FROM big",
     ],
+    "JOIN ... USING (unit)": [
+        "SELECT COUNT(*), AVG(score) FROM census JOIN survey USING (pid)",
+        "SELECT sex, SUM(score), COUNT(DISTINCT pid) FROM census LEFT JOIN survey USING (pid) GROUP BY sex",
+        "SELECT COUNT(*) FROM checkouts JOIN catalogue USING (title)",
+    ],
+    "the unit under two names (members.id = loans.member_id)": [
+        "SELECT COUNT(*), SUM(days) FROM members JOIN loans ON members.id = loans.member_id",
+        "SELECT m.band, COUNT(*) FROM members AS m JOIN loans AS l ON m.id = l.member_id GROUP BY m.band",
+        "SELECT band, AVG(days) FROM loans, members WHERE member_id = id GROUP BY band",
+        "SELECT COUNT(DISTINCT member_id), COUNT(*) FROM loans",
+    ],
+    "a public table first in FROM": [
+        "SELECT c.author, COUNT(*) FROM catalogue c JOIN checkouts k ON c.title = k.title GROUP BY c.author",
+        "SELECT catalogue.genre, SUM(days) FROM catalogue, loans WHERE catalogue.title = loans.title "
+        "GROUP BY catalogue.genre",
+    ],
+    "joins inside a CTE, a public table under two aliases": [
+        "WITH x AS (SELECT k.pages, c.author FROM checkouts k JOIN catalogue c ON k.title = c.title) "
+        "SELECT author, SUM(pages) FROM x GROUP BY author",
+        "SELECT c1.author, COUNT(*) FROM loans JOIN catalogue c1 ON loans.title = c1.title JOIN "
+        "catalogue c2 ON c1.title = c2.title WHERE c2.genre = 'Fiction' GROUP BY c1.author",
+    ],
+    "not done: a key set given as a public table's rows": [
+        "SELECT c.title, c.author, COUNT(*) FROM checkouts k JOIN catalogue c ON k.title = c.title "
+        "GROUP BY c.title, c.author",
+    ],
+    "refused rightly: joins that could multiply a unit's rows": [
+        "SELECT COUNT(*) FROM checkouts a JOIN checkouts b ON a.title = b.title",
+        "SELECT COUNT(*) FROM census JOIN survey ON census.age = survey.score",
+        "SELECT COUNT(*) FROM loans JOIN catalogue ON loans.title = catalogue.author",
+    ],
     "SELECT DISTINCT over released rows": [
         "SELECT DISTINCT genre, COUNT(*) FROM checkouts GROUP BY genre",
         "SELECT DISTINCT sex, married FROM census GROUP BY sex, married",
@@ -185,7 +229,20 @@ def write_data(path: Path, seed: int = 11) -> None:
             checkouts.append((patron, GENRES[int(rng.integers(0, 5))], f"title {int(rng.integers(0, 400))}",
                               int(rng.integers(10, 1001)),
                               dt.date(2024, 1, 1) + dt.timedelta(days=int(rng.integers(0, 366)))))
+    survey = [(pid, int(rng.integers(0, 11))) for pid in range(0, 2000, 2)]
+    members = [(member, ["child", "adult", "senior"][int(rng.integers(0, 3))]) for member in range(600)]
+    loans = [(member, f"title {int(rng.integers(0, 400))}", int(rng.integers(1, 61)))
+             for member in range(600) for _ in range(int(rng.integers(0, 6)))]
+    catalogue = [(f"title {i}", AUTHORS[i % 20], GENRES[i % 5]) for i in range(400)]
     with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE survey (pid BIGINT, score BIGINT)")
+        conn.executemany("INSERT INTO survey VALUES (?, ?)", survey)
+        conn.execute("CREATE TABLE members (id BIGINT, band VARCHAR)")
+        conn.executemany("INSERT INTO members VALUES (?, ?)", members)
+        conn.execute("CREATE TABLE loans (member_id BIGINT, title VARCHAR, days BIGINT)")
+        conn.executemany("INSERT INTO loans VALUES (?, ?, ?)", loans)
+        conn.execute("CREATE TABLE catalogue (title VARCHAR, author VARCHAR, genre VARCHAR)")
+        conn.executemany("INSERT INTO catalogue VALUES (?, ?, ?)", catalogue)
         conn.execute("CREATE TABLE census (pid BIGINT, age BIGINT, educ BIGINT, income DOUBLE, "
                      "married BOOLEAN, sex VARCHAR, joined DATE)")
         conn.executemany("INSERT INTO census VALUES (?, ?, ?, ?, ?, ?, ?)", census)

@@ -66,6 +66,11 @@ class DataFit:
 
 def open_owner_data(db: str | Path, policy: Policy, table: TableSpec) -> duckdb.DuckDBPyConnection:
     """Open the data as the engine does (read-only, locked down) and find the group column."""
+    if table.chain:
+        holder = table.chain[-1].table
+        raise InputError(f"table {table.name} reaches its privacy unit through foreign keys "
+                         f"({table.chain[0].describe()}): its dependence groups are those of "
+                         f"{holder}; check and fit them on {holder}, the table holding the unit")
     if table.dependence_group is None:
         raise InputError(f"tables.{table.name}.dependence_group is not set: name the column that "
                          "identifies dependence groups (e.g. household_id) in the policy")

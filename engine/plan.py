@@ -106,6 +106,12 @@ class JoinedTable:
     table: LookupTable | TableSpec
     left: bool  # LEFT JOIN keeps the rows before it without a match (its columns NULL)
     on: exp.Expression | None  # its ON over the rows' column names; None: no condition (TRUE)
+    label: str = ""  # its alias, when the query joins the table more than once (a public table)
+
+    @property
+    def shown(self) -> str:
+        """The name its columns are read under in the rows ("<shown>.<column>")."""
+        return self.label or self.table.name
 
     @property
     def parent(self) -> ParentTableSpec | None:

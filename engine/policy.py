@@ -57,6 +57,9 @@ class ColumnSpec(Ranged):
     upper: float | None = None
     domain: tuple | None = None
     span: tuple[dt.datetime, dt.datetime] | None = None  # a date/timestamp column's bounds
+    # A chain's key the owner did not list under `columns`: it may appear only in a join along
+    # the chain and in COUNT(DISTINCT ...) (engine/policy_chain.py, docs/theory.md §30).
+    link_only: bool = False
 
     @property
     def period(self) -> tuple[dt.datetime, dt.datetime]:

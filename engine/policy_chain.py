@@ -9,11 +9,21 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import PolicyError
-from .policy import TableSpec, UnitLink
+from .policy import ColumnSpec, TableSpec, UnitLink
 from .policy_fields import check_mapping
+from .sql_types import SqlType
 
 FORM = "{through: <column>, references: <table>.<column>}"
 """The chained form of `privacy_unit`, as errors name it."""
+
+
+def unit_record(table: TableSpec) -> str | None:
+    """How the ledger's binding records a table's privacy unit: the unit column, and for a
+    chained table the links its rows reach it through, so that a changed chain is a changed
+    unit (engine/accounting/ledger_binding.py)."""
+    if not table.chain:
+        return table.privacy_unit
+    return f"{table.privacy_unit} through " + ", ".join(link.describe() for link in table.chain)
 
 
 def parse_link(raw: Any, path: str) -> UnitLink:
@@ -42,12 +52,40 @@ def resolve(tables: Mapping[str, TableSpec], links: Mapping[str, UnitLink],
         root = tables[chain[-1].table]
         unit = root.unit
         table = tables[name]
+        if table.dependence_group is not None:
+            raise PolicyError(f"tables.{name}.dependence_group: {name} reaches its privacy unit "
+                              f"through {link.describe()}, so its units' groups are those of "
+                              f"{root.name}; declare dependence_group on {root.name}, the table "
+                              "holding the unit")
         if unit in table.columns:
             raise PolicyError(f"tables.{name}.columns.{unit}: the rows of {name} carry the privacy unit "
                               f"{root.name}.{unit} through {link.describe()}, so {unit} names "
                               "the unit there; drop the column from the policy")
         resolved[name] = replace(table, privacy_unit=unit, chain=chain)
-    return resolved
+    return {name: _with_link_columns(table, tables, links) for name, table in resolved.items()}
+
+
+def _with_link_columns(table: TableSpec, tables: Mapping[str, TableSpec],
+                       links: Mapping[str, UnitLink]) -> TableSpec:
+    """`table` with the keys its chain joins on that `columns` does not list (its own foreign
+    key, a key another chained table references) added as link-only columns, typed as the
+    other end when the owner lists it there, else int (checked when the data is opened)."""
+    ends: dict[str, tuple[str, str]] = {}  # this table's key -> the other end (table, column)
+    own = links.get(table.name)
+    if own is not None:
+        ends[own.column] = (own.table, own.key)
+    if own is not None:  # a table holding its unit is referenced by its unit, no column
+        for other, link in links.items():
+            if link.table == table.name:
+                ends.setdefault(link.key, (other, link.column))
+    added = {}
+    for column, (other, key) in ends.items():
+        if column in table.columns or column == table.privacy_unit:
+            continue
+        listed = tables[other].columns.get(key) if other in tables else None
+        added[column] = ColumnSpec(column, listed.type if listed is not None else SqlType.INT,
+                                   link_only=True)
+    return replace(table, columns={**table.columns, **added}) if added else table
 
 
 def _follow(name: str, link: UnitLink, tables: Mapping[str, TableSpec],

@@ -263,10 +263,10 @@ def _joined(private: exp.Expression, tree: JoinTree, where: exp.Expression | Non
     key, a private table through its bounded copy: the join tree bounds a unit's rows (§25)."""
     private = private.copy()
     private.set("alias", exp.TableAlias(this=exp.to_identifier("__private", quoted=True)))
-    aliases = {t.table.name: "__other" if i == 0 else f"__other{i + 1}"
+    aliases = {t.shown: "__other" if i == 0 else f"__other{i + 1}"
                for i, t in enumerate(tree.tables)}
-    columns = [exp.alias_(exp.column(name, aliases[t.table.name], quoted=True),
-                          joined_column(t.table, name).name, quoted=True)
+    columns = [exp.alias_(exp.column(name, aliases[t.shown], quoted=True),
+                          joined_column(t.table, name, t.label).name, quoted=True)
                for t in tree.tables for name in sorted(t.table.columns)]
     rows = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__private", quoted=True)),
                       *columns).from_(private, copy=False)
@@ -278,7 +278,7 @@ def _joined(private: exp.Expression, tree: JoinTree, where: exp.Expression | Non
             source = bounded_table(joined.parent.one_per_key())
         else:
             source = exp.to_table(other.name, quoted=True)
-        source.set("alias", exp.TableAlias(this=exp.to_identifier(aliases[other.name], quoted=True)))
+        source.set("alias", exp.TableAlias(this=exp.to_identifier(aliases[joined.shown], quoted=True)))
         on = _qualified(joined.on, aliases) if joined.on is not None else exp.true()
         rows = rows.join(source, on=on, join_type="left" if joined.left else "inner", copy=False)
     if where is not None:

@@ -64,9 +64,12 @@ def test_the_issue_form_is_read_as_a_chain_to_the_customer() -> None:
     assert orders.through == UnitLink("o_custkey", "customer", "c_custkey")
     assert lineitem.chain == (UnitLink("l_orderkey", "orders", "o_orderkey"),
                               UnitLink("o_custkey", "customer", "c_custkey"))
-    # Every table of the chain has the customer's key as its unit; the links are not columns.
+    # Every table of the chain has the customer's key as its unit; the links the owner did not
+    # list are columns for joins and COUNT(DISTINCT) only, the unit no column at all.
     assert {t.unit for t in policy.tables.values()} == {"c_custkey"}
-    assert "l_orderkey" not in lineitem.columns and lineitem.max_rows_per_unit == 5
+    assert lineitem.columns["l_orderkey"].link_only and lineitem.max_rows_per_unit == 5
+    assert {c for c, s in orders.columns.items() if s.link_only} == {"o_custkey", "o_orderkey"}
+    assert not any(s.link_only for s in policy.tables["customer"].columns.values())
     assert policy.tables["customer"].through is None
     assert policy.referenced_keys("orders") == {"o_orderkey"}
     assert policy.referenced_keys("customer") == frozenset()
@@ -362,11 +365,12 @@ def test_a_chained_tables_copy_of_the_columns_read_is_bounded_over_its_derived_u
 
 @pytest.mark.parametrize(("sql", "message"), [
     ("SELECT SUM(l_orderkey) FROM lineitem",
-     "column 'l_orderkey' exists in table lineitem but is not in the policy"),
+     "column l_orderkey is a key of lineitem's chain that the policy does not list under columns"),
     ("SELECT l_orderkey, COUNT(*) FROM lineitem GROUP BY l_orderkey",
-     "column 'l_orderkey' exists in table lineitem but is not in the policy"),
+     "column l_orderkey is a key of lineitem's chain that the policy does not list under columns"),
     ("SELECT COUNT(*) FROM orders WHERE o_custkey = 3",
-     "column 'o_custkey' exists in table orders but is not in the policy"),
+     "column o_custkey is a key of orders's chain that the policy does not list under columns: it "
+     "may appear only in a join (ON <a>.<key> = <b>.<key>) or in COUNT(DISTINCT o_custkey)"),
     ("SELECT COUNT(*) FROM lineitem WHERE c_custkey = 1",
      "column c_custkey is the privacy unit: it may only appear as COUNT(DISTINCT c_custkey)"),
     ("SELECT SUM(c_custkey) FROM orders",
@@ -460,3 +464,58 @@ def test_removing_any_unit_moves_each_table_by_at_most_its_bound(tmp_path_factor
     for table, spec in policy.tables.items():
         assert [r for r in before[table] if r[0] != removed] == after[table]
         assert len(before[table]) - len(after[table]) <= spec.max_rows_per_unit
+
+
+def test_a_changed_chain_is_a_changed_privacy_unit_to_the_ledger(tmp_path: Path) -> None:
+    """The ledger's binding records each chain's links: a policy reaching the customer through
+    another foreign key spends on other individuals' rows, so the ledger refuses it as it
+    refuses a changed privacy unit; the same chain is accepted."""
+    from dpsql.engine.accounting.ledger import Ledger
+    from dpsql.engine.accounting.ledger_binding import binding_of
+    from dpsql.engine.errors import LedgerError
+
+    path = tmp_path / "ledger.sqlite"
+    Ledger(path, binding_of(parse_policy(CHAIN)), create=True).close()
+    Ledger(path, binding_of(parse_policy(CHAIN))).close()
+    orders = copy.deepcopy(CHAIN["tables"]["orders"])
+    orders["privacy_unit"] = {"through": "o_buyer", "references": "customer.c_custkey"}
+    changed = binding_of(parse_policy(chain_policy(orders=orders)))
+    assert "o_buyer -> customer.c_custkey" in changed.units
+    with pytest.raises(LedgerError, match="has spent its budget on individuals identified by"):
+        Ledger(path, changed).close()
+
+
+def test_dependence_commands_work_on_the_unit_s_table_and_refuse_a_chained_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql dependence check` counts the groups of the table holding the unit as for any table;
+    a dependence group on a chained table is refused when the policy loads, and fitting eta on a
+    chained table is refused in one line naming the table to fit, before the data is read."""
+    import json
+
+    import yaml
+
+    from tests.support import run_cli
+
+    db = make_chain_db(tmp_path / "shop.duckdb", extra=(
+        "ALTER TABLE customer ADD COLUMN c_household BIGINT",
+        "UPDATE customer SET c_household = c_custkey // 3"))
+    grouped = copy.deepcopy(CHAIN)
+    grouped["tables"]["customer"]["dependence_group"] = "c_household"
+    grouped["dependence"] = {"k": 2, "eta": 0.5}
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(grouped))
+    code, out, _ = run_cli(capsys, "dependence", "check", "--db", str(db), "--policy", str(policy),
+                           "--format", "json")
+    (row,) = json.loads(out)
+    assert code == 2 and (row["table"], row["largest"]) == ("customer", 3) and row["over_k"] > 0
+    code, _, err = run_cli(capsys, "dependence", "eta", "--db", str(db), "--policy", str(policy),
+                           "--table", "orders", "--format", "json")
+    assert code != 0 and "table orders reaches its privacy unit through foreign keys (o_custkey -> " \
+        "customer.c_custkey): its dependence groups are those of customer; check and fit them on " \
+        "customer" in err and len(err.strip().splitlines()) == 1
+    grouped["tables"]["orders"]["dependence_group"] = "o_household"
+    with pytest.raises(PolicyError, match=re.escape(
+            "tables.orders.dependence_group: orders reaches its privacy unit through o_custkey -> "
+            "customer.c_custkey, so its units' groups are those of customer; declare "
+            "dependence_group on customer")):
+        parse_policy(grouped)

@@ -173,6 +173,15 @@ JOIN_QUERIES = [
     "SELECT clinic, COUNT(*), MEDIAN(days), SUM(population) FROM people LEFT JOIN visits ON "
     "people.person_id = visits.person_id LEFT JOIN regions ON people.state = regions.state "
     "GROUP BY clinic",
+    # Joins written inside a CTE, a public table under two aliases (docs/theory.md §30.3, §30.4).
+    "WITH pv AS (SELECT days, income, people.state AS st FROM people JOIN visits ON "
+    "people.person_id = visits.person_id WHERE days > 2) SELECT r1.region, COUNT(*), SUM(days), "
+    "SUM(r2.population) FROM pv JOIN regions AS r1 ON pv.st = r1.state JOIN regions AS r2 ON "
+    "r1.state = r2.state GROUP BY r1.region",
+    # JOIN ... USING (the unit), a public table written first (§30.6, §30.7).
+    "SELECT COUNT(*), SUM(days), AVG(income) FROM people JOIN visits USING (person_id) WHERE urgent",
+    "SELECT regions.region, COUNT(*), SUM(days) FROM regions JOIN people ON regions.state = "
+    "people.state JOIN visits ON people.person_id = visits.person_id GROUP BY regions.region",
 ]
 JOIN_PLANS = [build_plan(flatten(parse_select(q), JOIN_POLICY), JOIN_POLICY, q) for q in JOIN_QUERIES]
 visit = st.tuples(st.one_of(st.none(), st.integers(-5, 40)), st.one_of(st.none(), st.booleans()),

@@ -20,6 +20,7 @@ from ..policy import (
     shared_from_json,
     shared_json,
 )
+from ..policy_chain import unit_record
 from .transcript import ScopedAccountant
 
 LEGACY_MODE = "auto"
@@ -34,8 +35,9 @@ class LedgerBinding:
     k: int
     eta: float
     mode: str = LEGACY_MODE  # the policy's mode, whose map accounts for the transcript
-    # Which column identifies an individual in each table (JSON; "" before it was recorded):
-    # every epsilon spent is about those individuals, so it never changes under a ledger.
+    # Which column identifies an individual in each table, and the foreign keys a chained table
+    # reaches it through (JSON; "" before it was recorded): every epsilon spent is about those
+    # individuals, so it never changes under a ledger.
     units: str = ""
     eta_by_columns: str = ""  # declarations_json of the policy's eta per column set
     models: str = ""  # models_json of the policy's declared models: never changes under a ledger
@@ -82,9 +84,9 @@ class LedgerBinding:
 
 def binding_of(policy: Policy) -> LedgerBinding:
     """The ledger binding a policy asks for: its budget, dependence model (with its eta per
-    column set), mode, the column that identifies an individual in each table and the parent
-    tables' columns."""
-    units = json.dumps({name: table.privacy_unit for name, table in policy.tables.items()},
+    column set), mode, the column that identifies an individual in each table (with the chain
+    of foreign keys a chained table reaches it through) and the parent tables' columns."""
+    units = json.dumps({name: unit_record(table) for name, table in policy.tables.items()},
                        sort_keys=True)
     return LedgerBinding(policy.budget_epsilon, policy.k, policy.eta, policy.mode, units,
                          declarations_json(policy.eta_by_columns), models_json(policy.models),

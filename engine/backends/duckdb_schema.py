@@ -54,6 +54,13 @@ def check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
                               "in the data")
     check_chains(policy, lambda name: columns(conn, name),
                  lambda count: int(conn.execute(count.sql("duckdb")).fetchall()[0][0]))
+    for name, table in policy.tables.items():
+        for col in (c for c in table.columns.values() if c.link_only):
+            data_type = columns(conn, name)[col.name]
+            if data_type.split("(")[0].upper() not in _TYPE_FAMILIES[col.type]:
+                raise PolicyError(f"tables.{name}.privacy_unit: {name}.{col.name} is {data_type}, and "
+                                  f"a key of the chain the policy does not list is read as {col.type}; "
+                                  f"list it under tables.{name}.columns with its type")
     for name, public in policy.public_tables.items():
         _table_columns(conn, kinds, name, public.columns)
         _check_unique_key(conn, public)
@@ -73,6 +80,8 @@ def _table_columns(conn: duckdb.DuckDBPyConnection, kinds: Mapping[str, str], na
         raise PolicyError(f"tables.{name}: is a {kinds[name].lower()}, not a base table")
     found = columns(conn, name)
     for col in declared.values():
+        if col.link_only:  # a chain's key: checked with its chain (check_chains)
+            continue
         path = f"tables.{name}.columns.{col.name}"
         if col.name not in found:
             raise PolicyError(f"{path}: no such column in the data")

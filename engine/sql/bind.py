@@ -17,8 +17,10 @@ from ..policy import Limits, Policy, TableSpec
 from .calendar import normalize_times
 from .domain_literals import check_domain_literals, coerce_literals
 from .join import join_sources
+from .join_order import private_first
 from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group
+from .link_columns import check_link_columns
 from .nesting import per_unit_source
 from .quantile_lists import expand_quantile_lists
 from .released_distinct import released_distinct
@@ -45,11 +47,13 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     for key, value in select.args.items():
         if key not in _SELECT_ARGS and value not in (None, [], False):
             raise QueryRefused(f"{key.upper()} clause refused: not supported")
+    select = private_first(select, policy)
     table, aliases = _bind_table(select, policy)
     sources = join_sources(select, policy, table, aliases)
     scope = Scope(table, aliases, (data_columns or {}).get(table.name, frozenset()), sources)
     move_shifts(select, scope.spec_of)
     coerce_literals(select, scope.spec_of)
+    check_link_columns(select, scope)
     join, where = bind_joins(select, table, aliases, sources, scope)
     group_by = bind_group(select, scope)
     post = PostScope(scope, group_by, policy.limits.quantile_bins)

@@ -27,7 +27,8 @@ ACCEPTED = ("FROM <private table> [LEFT] JOIN <public table> ON <private>.<colum
             "FROM <child> [LEFT] JOIN <parent table> ON <child>.<foreign key> = <parent>.<key>, "
             "FROM <private a> [LEFT] JOIN <private b> ON a.<unit> = b.<unit> (one privacy unit), "
             "or along a declared chain ON <child>.<foreign key> = <referenced table>.<key>, "
-            "any number of them (or comma joins with the equalities in WHERE), each table once")
+            "any number of them (or comma joins with the equalities in WHERE), each table once (a "
+            "public table again under an alias of its own)")
 _JOIN_ARGS = {"this", "on", "side", "kind", "pivots"}
 MAX_TABLES = 16  # tables one query may join, so the join tree's search stays small
 
@@ -43,6 +44,13 @@ class Source:
     names: frozenset[str]
     left: bool
     on: exp.Expression | None
+    label: str = ""  # what its columns are named after: the table's name, or its alias when
+    # the query joins the table more than once (a public table under two aliases)
+
+    @property
+    def shown(self) -> str:
+        """The name its columns are read under ("<label>.<column>")."""
+        return self.label or self.table.name
 
 
 def join_sources(select: exp.Select, policy: Policy, table: TableSpec,
@@ -56,24 +64,28 @@ def join_sources(select: exp.Select, policy: Policy, table: TableSpec,
     sources: list[Source] = []
     taken = set(aliases)
     commas = [j for j in joins if _is_comma(j)]
+    repeated = _repeated(joins)
     for join in joins:
         target = join.this
         if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
             raise QueryRefused(f"JOIN refused: {type(target).__name__.upper()} is not a table ({ACCEPTED})")
         other = _joined_table(target, policy, table)
+        if join.args.get("using"):
+            _using_as_on(join, other, target, [(table, aliases), *((s.table, s.names) for s in sources)])
         _check_kind(join)
         if join.side == "LEFT" and commas:
             raise QueryRefused("JOIN refused: LEFT JOIN beside comma joins; write every join as "
                                f"[LEFT] JOIN ... ON ({ACCEPTED})")
-        if other.name in {s.table.name for s in sources}:
-            raise QueryRefused(f"JOIN refused: {other.name} is joined twice; join each table once "
-                               f"(a self-join is not supported; {ACCEPTED})")
-        names = frozenset({other.name} | ({target.alias.lower()} if target.alias else set()))
+        label = ""
+        if other.name in repeated:
+            label = _repeat_label(other, target)
+        names = frozenset({label} if label else
+                          {other.name} | ({target.alias.lower()} if target.alias else set()))
         if names & taken:
             raise QueryRefused(f"JOIN refused: {target.alias or other.name} names both tables; give "
                                "each its own alias")
         taken |= names
-        sources.append(Source(other, names, join.side == "LEFT", join.args.get("on")))
+        sources.append(Source(other, names, join.side == "LEFT", join.args.get("on"), label))
     named = {table.name} | {s.table.name for s in sources}
     for source in sources:
         parent = source.table
@@ -85,16 +97,72 @@ def join_sources(select: exp.Select, policy: Policy, table: TableSpec,
     return sources
 
 
-def joined_column(lookup: Table, name: str) -> ColumnSpec:
-    """A joined table's column as queries read it: named "<table>.<column>" so that it never
-    clashes with a column of another table in the rows the rewritten query reads."""
-    return replace(lookup.columns[name], name=f"{lookup.name}.{name}")
+def _using_as_on(join: exp.Join, other: Table, target: exp.Table,
+                 before: list[tuple[Table, frozenset[str] | set[str]]]) -> None:
+    """`JOIN t USING (c, ...)` as `JOIN t ON <earlier>.c = t.c AND ...` (in place), each c
+    compared with the one table before t that may be joined on it (a privacy unit, a key, a
+    column); the same rows as USING, whose merged column equals the earlier table's. Refused
+    when no earlier table or several have the column (docs/theory.md §30.6)."""
+    mine = target.alias or other.name
+    terms: list[exp.Expression] = []
+    for column in join.args["using"]:
+        name = column.name.lower()
+        if name not in join_columns(other):
+            raise QueryRefused(f"JOIN refused: USING ({name}): {other.name} has no column {name} "
+                               "to join on; write JOIN ... ON <a>.<column> = <b>.<column>")
+        owners = [(spec, names) for spec, names in before if name in join_columns(spec)]
+        if len(owners) != 1:
+            which = "no table" if not owners else \
+                " and ".join(spec.name for spec, _ in owners)
+            raise QueryRefused(f"JOIN refused: USING ({name}) joins {other.name} to {which} before "
+                               f"it; USING compares it with exactly one: write JOIN ... ON "
+                               f"<a>.{name} = {mine}.{name}")
+        spec, names = owners[0]
+        qualifier = spec.name if spec.name in names else sorted(names)[0]
+        terms.append(exp.EQ(this=exp.column(name, qualifier), expression=exp.column(name, mine)))
+    on = terms[0]
+    for term in terms[1:]:
+        on = exp.And(this=on, expression=term)
+    join.set("using", None)
+    join.set("on", on)
+
+
+def _repeated(joins: list[exp.Join]) -> set[str]:
+    """The tables the query joins more than once (by name, lower-cased)."""
+    seen: set[str] = set()
+    again: set[str] = set()
+    for join in joins:
+        if isinstance(join.this, exp.Table):
+            name = join.this.name.lower()
+            (again if name in seen else seen).add(name)
+    return again
+
+
+def _repeat_label(other: Table, target: exp.Table) -> str:
+    """The alias a table joined more than once is named by: a public table only (its key is
+    unique in the data, so each copy meets at most one row per row, docs/theory.md §30.3), each
+    copy under an alias of its own."""
+    if not isinstance(other, PublicTableSpec):
+        raise QueryRefused(f"JOIN refused: {other.name} is joined twice; only a public table may be "
+                           f"joined more than once, each under its own alias (a self-join of a "
+                           f"private or parent table is not supported; {ACCEPTED})")
+    if not target.alias:
+        raise QueryRefused(f"JOIN refused: {other.name} is joined more than once; give each its own "
+                           f"alias ({other.name} AS n1, {other.name} AS n2)")
+    return target.alias.lower()
+
+
+def joined_column(lookup: Table, name: str, label: str = "") -> ColumnSpec:
+    """A joined table's column as queries read it: named "<table>.<column>" (or "<alias>.<column>"
+    for a table joined more than once) so that it never clashes with a column of another table in
+    the rows the rewritten query reads."""
+    return replace(lookup.columns[name], name=f"{label or lookup.name}.{name}")
 
 
 def join_columns(table: Table) -> frozenset[str]:
     """The columns an equality may join `table` on: its policy columns (a public or parent
-    table's key is one) and its privacy unit, when a column of its own (a chained table's is
-    derived, in its bounded copy only)."""
+    table's key is one, and so is each key of a chain, listed or not) and its privacy unit,
+    when a column of its own (a chained table's is derived, in its bounded copy only)."""
     unit = {table.privacy_unit} if isinstance(table, TableSpec) and table.privacy_unit \
         and not table.chain else set()
     return frozenset(table.columns) | unit
@@ -161,13 +229,7 @@ def refusal(table: Table, other: Table, col: str, other_col: str, main: TableSpe
     for child, parent in ((table, other), (other, table)):
         link = child.through
         if link is not None and link.table == parent.name:
-            missing = [f"{t.name}.{c}" for t, c in ((child, link.column), (parent, link.key))
-                       if c not in join_columns(t)]
             shown = f"join ON {child.name}.{link.column} = {parent.name}.{link.key}"
-            if missing:
-                return (f"JOIN refused: {child.name} joins {parent.name} along its chain ({shown}), "
-                        f"but {' and '.join(missing)} is not a policy column; the owner lists it "
-                        "under the table's columns to join on it")
             return f"JOIN refused: {child.name} joins {parent.name} along its chain only; {shown}"
     return (f"JOIN refused: two private tables join only on their privacy unit, each qualified "
             f"by its table (join ON {other.name}.{unit} = {table.name}.{unit}), or along a "

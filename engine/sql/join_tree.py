@@ -67,9 +67,9 @@ def bind_joins(select: exp.Select, table: TableSpec, aliases: set[str], sources:
     bound = [(_bind_term(term, tables, names, scope), _place(term, origin, tables, names, scope, inner))
              for term, origin in terms]
     ons = [_and([b for b, place in bound if place == k]) for k in range(1, len(tables))]
-    joined = tuple(JoinedTable(s.table, s.left, on) for s, on in zip(sources, ons, strict=True))
-    tree_edges = tuple(JoinEdge(tables[e.parent].name, tables[e.child].name, e.kind, e.fanout)
-                       for e in chosen)
+    joined = tuple(JoinedTable(s.table, s.left, on, s.label) for s, on in zip(sources, ons, strict=True))
+    shown = [table.name, *(s.shown for s in sources)]
+    tree_edges = tuple(JoinEdge(shown[e.parent], shown[e.child], e.kind, e.fanout) for e in chosen)
     root_table = tables[root]
     assert isinstance(root_table, TableSpec)
     return JoinTree(joined, root_table, tree_edges), _and([b for b, place in bound if place == 0])
@@ -274,9 +274,14 @@ def _what(main: TableSpec, table: Table) -> str:
     return f"a column of {main.name} with {table.name}.{table.key}"
 
 
-def _internal(ref: _Ref, tables: list[Table]) -> str:
-    """A join column's name in the rows the rewritten query reads (engine/rewrite.py)."""
-    return ref.name if ref.index == 0 else f"{tables[ref.index].name}.{ref.name}"
+def _internal(ref: _Ref, names: list[frozenset[str]], tables: list[Table]) -> str:
+    """A join column's name in the rows the rewritten query reads (engine/rewrite.py): a
+    table joined more than once is named by its one alias."""
+    if ref.index == 0:
+        return ref.name
+    table = tables[ref.index]
+    label = table.name if table.name in names[ref.index] else next(iter(names[ref.index]))
+    return f"{label}.{ref.name}"
 
 
 def _bind_term(term: exp.Expression, tables: list[Table], names: list[frozenset[str]],
@@ -287,15 +292,15 @@ def _bind_term(term: exp.Expression, tables: list[Table], names: list[frozenset[
     edges = _edges(term, 0, tables, names)
     if sides is None or not edges:
         return _filter(term, scope, "WHERE" if term.find_ancestor(exp.Join) is None else "ON")
-    equal = exp.EQ(this=exp.column(_internal(sides[0], tables), quoted=True),
-                   expression=exp.column(_internal(sides[1], tables), quoted=True))
+    equal = exp.EQ(this=exp.column(_internal(sides[0], names, tables), quoted=True),
+                   expression=exp.column(_internal(sides[1], names, tables), quoted=True))
     edge = edges[0]
     referenced = edge.child if edge.kind == EdgeKind.CHAIN else edge.parent
     held = tables[referenced]
     if edge.kind in (EdgeKind.CHAIN, EdgeKind.CHILD) and isinstance(held, TableSpec) and held.chain:
         # A referenced row whose own unit is NULL is a unit of its own, and so is each row
         # referencing it: they must not meet, or one such unit would meet unboundedly many.
-        unit = exp.column(_internal(_Ref(referenced, held.unit), tables), quoted=True)
+        unit = exp.column(_internal(_Ref(referenced, held.unit), names, tables), quoted=True)
         return exp.And(this=equal, expression=exp.Not(this=exp.Is(this=unit, expression=exp.Null())))
     return equal
 
@@ -319,7 +324,7 @@ def _place(term: exp.Expression, origin: int, tables: list[Table], names: list[f
             continue
         spec = scope.spec_of(column)
         owner = spec.name.split(".", 1)[0] if spec is not None and "." in spec.name else None
-        last = max(last, next((i for i, t in enumerate(tables) if i and t.name == owner), 0))
+        last = max(last, next((i for i, n in enumerate(names) if i and owner in n), 0))
     if inner:
         return last
     if origin > 0 and last > origin:

@@ -92,7 +92,8 @@ def parse_select(sql: str) -> exp.Select:
                     "or another private table on the privacy unit) and filter it in WHERE")
             raise QueryRefused("subquery refused (outside FROM and WITH; filter on the table's "
                                "columns directly)")
-        if isinstance(node, exp.Join) and node.parent is not statement:
+        if isinstance(node, exp.Join) and node.parent is not statement \
+                and not (isinstance(node.parent, exp.Select) and _flattenable(node.parent)):
             raise QueryRefused("JOIN refused here (only the outer query may join: FROM <private "
                                "table> [LEFT] JOIN <public table> ON <private>.<column> = <public>.<key>)")
         if isinstance(node, exp.With) and node is not statement.args.get("with_"):

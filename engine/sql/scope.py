@@ -82,7 +82,7 @@ class Scope:
             if name not in other.columns:
                 raise QueryRefused(f"unknown column {node.name!r} in table {other.name} "
                                    f"(columns: {', '.join(sorted(other.columns))})")
-            return joined_column(other, name)
+            return joined_column(other, name, source.label)
         if name == self.table.privacy_unit:
             raise QueryRefused(
                 f"column {node.name} is the privacy unit: it may only appear as "
@@ -120,8 +120,8 @@ class Scope:
         owners = [s for s in self.joined if name in s.table.columns]
         in_private = name in self.table.columns or name == self.table.privacy_unit
         if len(owners) + in_private > 1:
-            first = self.table.name if in_private else owners[0].table.name
-            second = owners[0].table.name if in_private else owners[1].table.name
+            first = self.table.name if in_private else owners[0].shown
+            second = owners[0].shown if in_private else owners[1].shown
             raise QueryRefused(f"column {node.name} is in both {first} and {second}: "
                                f"write {first}.{name} or {second}.{name}")
         return owners[0] if owners else None
