@@ -147,7 +147,8 @@ def main(runs: int) -> None:
     with duckdb.connect(str(root / "peers.duckdb"), read_only=True) as conn:
         exact = [float(conn.execute(exact_sql).fetchone()[0]) for _, exact_sql in COVERAGE]
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    with PrivateDatabase.connect(root / "peers.duckdb", policy_path, root / "ledger.sqlite") as db:
+    with PrivateDatabase.connect(root / "peers.duckdb", policy_path, root / "ledger.sqlite",
+                                 reuse=False) as db:  # repeated draws for coverage
         for construct, queries in QUERIES.items():
             for sql in queries:
                 tally[construct][0] += 1

@@ -91,7 +91,7 @@ def measure(folder: Path, records: int, runs: int, household: bool) -> Measured:
     queries = statements()
     exact = [truth(data, q) for q in queries]
     db = PrivateDatabase.connect(data, folder / "policy.yaml", folder / "ledger.sqlite",
-                                 create=True)
+                                 create=True, reuse=False)  # every run draws fresh noise
     try:
         explained = db.explain_many(queries, epsilon=EPSILON)
         cells = sum(len(e) for e in exact)

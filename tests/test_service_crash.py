@@ -39,7 +39,8 @@ def _burst(url: str, tokens: dict[str, str], received: list, stop_sending: threa
         with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
             while not stop_sending.is_set():
                 try:
-                    response = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01})
+                    response = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01,
+                                                            "reuse": False})
                 except httpx.TransportError:
                     return
                 if response.status_code == 200:

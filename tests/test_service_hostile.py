@@ -221,7 +221,7 @@ def test_two_connections_to_one_file_with_a_public_csv_table(tmp_path):
     ledger = create_ledger(tmp_path / "l.sqlite", policy)
     sql = ("SELECT region, COUNT(*) AS n FROM people JOIN regions ON people.state = regions.state "
            "GROUP BY region")
-    first = PrivateDatabase.connect(db, policy, ledger)
+    first = PrivateDatabase.connect(db, policy, ledger, reuse=False)  # reads the data again
     try:
         with PrivateDatabase.connect(db, policy, ledger) as second:
             assert list(second.query(sql, epsilon=1).df["region"]) == ["East", "South", "West"]

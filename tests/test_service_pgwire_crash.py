@@ -49,6 +49,7 @@ def _burst(pg_port: int, tokens: dict[str, str], received: list[Received],
                                  autocommit=True, connect_timeout=20) as conn:
                 conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
                 conn.execute("SET dpsql.epsilon = 0.01")
+                conn.execute("SET dpsql.reuse = off")  # the same query again: each one charged
                 while True:
                     rows = conn.execute(SQL).fetchall()
                     found = re.match(r"answer (\d+) charged to (\w+)", notices[-1])
