@@ -128,7 +128,8 @@ def test_budget_read_off_the_worker_sees_every_charge(tmp_path):
     try:
         ana = running.client("ana")
         for spent in (0.5, 1.0):
-            assert ana.post("/v1/query", json={"sql": SQL, "epsilon": 0.5}).status_code == 200
+            ask = {"sql": SQL, "epsilon": 0.5, "reuse": False}  # asked again: charged again
+            assert ana.post("/v1/query", json=ask).status_code == 200
             budget = ana.get("/v1/budget").json()
             assert budget["global"]["spent_dp"] == pytest.approx(spent)
             assert budget["cap"]["spent_ip"] == pytest.approx(spent)
