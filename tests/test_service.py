@@ -545,8 +545,8 @@ def test_only_the_worker_thread_touches_the_data(service, monkeypatch):
     def client(i: int) -> None:
         with httpx.Client(base_url=service.url, timeout=60,
                           headers={"Authorization": f"Bearer {service.tokens['ana']}"}) as http:
-            for path in ("/v1/query", "/v1/explain"):
-                response = http.post(path, json={"sql": SQL, "epsilon": 0.01})
+            for path in ("/v1/query", "/v1/explain"):  # each query charged: 16 charges
+                response = http.post(path, json={"sql": SQL, "epsilon": 0.01, "reuse": False})
                 if response.status_code != 200:
                     errors.append(response.status_code)
             if http.get("/v1/budget").status_code != 200:
