@@ -81,7 +81,7 @@ def _rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     process, url = _serve(db, policy, ledger)  # the ledger opens and the service answers
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['a0']}"}) as http:
-            after = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01})
+            after = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01, "reuse": False})
             assert after.status_code == 200
     finally:
         stop(process)

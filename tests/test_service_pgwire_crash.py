@@ -108,6 +108,7 @@ def _rounds(tmp_path: Path, rounds: int, seed: int) -> None:
         with psycopg.connect(host="127.0.0.1", port=pg_port, user="a0", password=tokens["a0"],
                              dbname="dpsql", autocommit=True) as conn:
             conn.execute("SET dpsql.epsilon = 0.01")
+            conn.execute("SET dpsql.reuse = off")  # a new charge after the restart
             assert len(conn.execute(SQL).fetchall()) == 4
             after = int(conn.execute("SHOW dpsql.answer_id").fetchone()[0])
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {accountant}"}) as http:
