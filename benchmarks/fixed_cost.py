@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         for policy_name in ("row_level", "per_unit"):
             policy = Path(work) / f"{policy_name}.yaml"
             policy.write_text(yaml.safe_dump(policy_dict(policy_name)))
-            private = PrivateDatabase.connect(data, policy, Path(work) / f"{policy_name}.sqlite", create=True)
+            private = PrivateDatabase.connect(data, policy, Path(work) / f"{policy_name}.sqlite",
+                                             create=True, reuse=False)  # timed again: charged
             plain = duckdb.connect(str(copy), read_only=True)  # a file of its own: one config each
             for name, sql in QUERIES.items():
                 for _ in range(5):

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
             keys = ", ".join(GROUPINGS[groups])
             for label, aggregates in AGGREGATES.items():
                 sql = f"SELECT {keys}, {aggregates} FROM t GROUP BY {keys}"
-                with PrivateDatabase.connect(data, policy, Path(tmp) / f"{groups}{label}.sqlite") as db:
+                with PrivateDatabase.connect(data, policy, Path(tmp) / f"{groups}{label}.sqlite",
+                                             reuse=False) as db:  # timed again: charged
                     cpu = time.process_time()
                     measured = measure(lambda sql=sql, db=db: db.query(sql, epsilon=1.0))
                     cpu = time.process_time() - cpu

@@ -35,7 +35,7 @@ def child_query(path: str, ledger: str, memory_mb: int, create: bool) -> None:
     from dpsql.engine.policy_yaml import parse_policy
 
     policy = parse_policy(_policy(memory_mb))
-    with PrivateDatabase.connect(path, policy, ledger, create=create) as db:
+    with PrivateDatabase.connect(path, policy, ledger, create=create, reuse=False) as db:
         start = time.perf_counter()
         db.query(TEMPLATES["count"], EPSILON)
         first = time.perf_counter() - start

@@ -2,9 +2,10 @@
 read as DuckDB casts them, FROM (t) AS c, SELECT DISTINCT over released rows, lists of
 quantiles, a date column ± INTERVAL compared with a literal, two-level aggregation, the join forms
 of docs/theory.md §30), tried on data shaped like the peers' examples: census rows with a person
-id and a few rows each, a week of visits (VisitorId, day, spent) and library checkouts with genres. Prints, per construct, the
-queries tried / answered / refused, and the measured coverage of the 95% intervals of the
-DISTINCT and two-level aggregates and of each q of a quantile list over repeated runs.
+id and a few rows each, a week of visits (VisitorId, day, spent) and library checkouts with genres.
+Prints, per construct, the queries tried / answered / refused, and the measured coverage of the
+95% intervals of the DISTINCT and two-level aggregates and of each q of a quantile list over
+repeated runs.
 
     .venv/bin/python benchmarks/peer_dialect.py [runs]
 """
@@ -263,7 +264,8 @@ def main(runs: int) -> None:
         exact = [np.atleast_1d(np.asarray(conn.execute(exact_sql).fetchone()[0], dtype=float))
                  for _, exact_sql in COVERAGE]
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    with PrivateDatabase.connect(root / "peers.duckdb", policy_path, root / "ledger.sqlite") as db:
+    with PrivateDatabase.connect(root / "peers.duckdb", policy_path, root / "ledger.sqlite",
+                                 reuse=False) as db:  # repeated draws for coverage
         for construct, queries in QUERIES.items():
             for sql in queries:
                 tally[construct][0] += 1

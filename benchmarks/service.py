@@ -72,8 +72,9 @@ def drive(url: str, tokens: list[str], requests: int, sql: str = SQL,
             for j in range(requests):
                 kind = KINDS[j % len(KINDS)]
                 began = time.perf_counter()
-                if kind in ("query", "explain"):
-                    response = http.post(f"/v1/{kind}", json={"sql": sql, "epsilon": epsilon})
+                if kind in ("query", "explain"):  # the same query again: charged each time
+                    response = http.post(f"/v1/{kind}", json={"sql": sql, "epsilon": epsilon,
+                                                              "reuse": False})
                 else:
                     response = http.get(f"/v1/{kind}")
                 seconds = time.perf_counter() - began
@@ -108,6 +109,7 @@ def drive_wire(pg_port: int, logins: list[tuple[str, str]], requests: int, sql: 
         with psycopg.connect(host="127.0.0.1", port=pg_port, user=name, password=token, dbname="dpsql",
                              autocommit=True, connect_timeout=60) as conn:
             conn.execute(f"SET dpsql.epsilon = {float(epsilon)!r}")
+            conn.execute("SET dpsql.reuse = off")  # the same query again: charged each time
             start.wait()
             for j in range(requests):
                 kind = WIRE_KINDS[j % len(WIRE_KINDS)]
@@ -148,8 +150,9 @@ def soak(url: str, tokens: list[str], seconds: float, sql: str = SQL,
             while (at := time.perf_counter()) - origin < seconds:
                 kind = KINDS[j % len(KINDS)]
                 j += 1
-                if kind in ("query", "explain"):
-                    response = http.post(f"/v1/{kind}", json={"sql": sql, "epsilon": epsilon})
+                if kind in ("query", "explain"):  # the same query again: charged each time
+                    response = http.post(f"/v1/{kind}", json={"sql": sql, "epsilon": epsilon,
+                                                              "reuse": False})
                 else:
                     response = http.get(f"/v1/{kind}")
                 sent[number].append((at - origin, kind, response.status_code,

@@ -36,7 +36,8 @@ def measure(path: Path, policy: str, repeats: int, templates: dict[str, str] = T
     """(template, plain ms, rewritten SQL ms, dpsql ms) for each template under `policy`."""
     parsed = parse_policy(policy_dict(policy))
     with tempfile.TemporaryDirectory() as tmp, \
-            PrivateDatabase.connect(path, parsed, Path(tmp) / "ledger.sqlite", create=True) as db:
+            PrivateDatabase.connect(path, parsed, Path(tmp) / "ledger.sqlite", create=True,
+                                    reuse=False) as db:  # timed again: charged
         plain = execute.open_data(path, parsed)
         try:
             return [(name, *_template(db, plain, sql, repeats))

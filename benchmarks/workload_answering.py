@@ -1,10 +1,11 @@
 """Workload answering against asking separately: all 1- and 2-way marginals of a 50 x 10 x 2 x 5
 public domain, per-cell RMSE, interval coverage and the ledger's charge over repeated runs.
 
-    .venv/bin/python -m benchmarks.workload_answering [--records 200000] [--runs 10]
+    .venv/bin/python -m benchmarks.workload_answering [--records 200000] [--runs 10] [--sums]
 
 Prints one markdown row per table: a row-level table (k = 1, eta = 0) and a household table
-(privacy unit `household`, up to 3 rows each, k = 2, eta = 0.3)."""
+(privacy unit `household`, up to 3 rows each, k = 2, eta = 0.3). With --sums the marginals are
+SUM(v) of a column clamped to [0, 100] instead of COUNT(*)."""
 
 from __future__ import annotations
 
@@ -22,16 +23,18 @@ from dpsql.engine.database import PrivateDatabase
 
 SIZES = {"a": 50, "b": 10, "c": 2, "d": 5}
 EPSILON = 1.0
+UPPER = 100  # the summed column v is an integer in [0, UPPER]
 
 
 def values(column: str) -> list:
     return [False, True] if column == "c" else [f"{column}{i:02d}" for i in range(SIZES[column])]
 
 
-def statements() -> list[str]:
-    """Every 1- and 2-way marginal (ten GROUP BY counts, 997 cells)."""
-    one = [f"SELECT {x}, COUNT(*) AS n FROM t GROUP BY {x}" for x in SIZES]
-    two = [f"SELECT {x}, {y}, COUNT(*) AS n FROM t GROUP BY {x}, {y}"
+def statements(sums: bool = False) -> list[str]:
+    """Every 1- and 2-way marginal (ten GROUP BY counts, or sums of v, 997 cells)."""
+    cell = "SUM(v) AS s" if sums else "COUNT(*) AS n"
+    one = [f"SELECT {x}, {cell} FROM t GROUP BY {x}" for x in SIZES]
+    two = [f"SELECT {x}, {y}, {cell} FROM t GROUP BY {x}, {y}"
            for x, y in itertools.combinations(SIZES, 2)]
     return one + two
 
@@ -39,6 +42,7 @@ def statements() -> list[str]:
 def policy(household: bool) -> dict:
     columns = {c: {"type": "bool"} if c == "c" else {"type": "str", "domain": values(c)}
                for c in SIZES}
+    columns["v"] = {"type": "int", "lower": 0, "upper": UPPER}
     table: dict = {"columns": columns}
     dependence = {"k": 1, "eta": 0.0, "mode": "auto"}
     if household:
@@ -48,7 +52,8 @@ def policy(household: bool) -> dict:
 
 
 def make_table(path: Path, records: int, household: bool, seed: int = 0) -> Path:
-    """`records` rows with skewed values; households of 1 to 3 rows (within the bound)."""
+    """`records` rows with skewed values; households of 1 to 3 rows (within the bound); v drawn
+    from its own generator, so the keys are the same with or without it."""
     rng = np.random.default_rng(seed)
     data = {}
     for column, n in SIZES.items():
@@ -57,10 +62,11 @@ def make_table(path: Path, records: int, household: bool, seed: int = 0) -> Path
         data[column] = (picked == 1).tolist() if column == "c" else \
             np.array(values(column))[picked].tolist()
     units = np.repeat(np.arange(records), rng.integers(1, 4, size=records))[:records]
+    v = np.random.default_rng(seed + 1).binomial(UPPER, 0.3, size=records)
     with duckdb.connect(str(path)) as conn:
         conn.execute("CREATE TABLE t AS SELECT unnest($1) AS household, unnest($2) AS a, "
-                     "unnest($3) AS b, unnest($4) AS c, unnest($5) AS d",
-                     [units.tolist(), data["a"], data["b"], data["c"], data["d"]])
+                     "unnest($3) AS b, unnest($4) AS c, unnest($5) AS d, unnest($6) AS v",
+                     [units.tolist(), data["a"], data["b"], data["c"], data["d"], v.tolist()])
     return path
 
 
@@ -83,15 +89,16 @@ class Measured:
     expected_separate: float
 
 
-def measure(folder: Path, records: int, runs: int, household: bool) -> Measured:
+def measure(folder: Path, records: int, runs: int, household: bool,
+            sums: bool = False) -> Measured:
     """Run the workload `runs` times and the ten statements separately at EPSILON / 10 each
     `runs` times, on one table; pool the squared errors of every cell."""
     data = make_table(folder / "t.duckdb", records, household)
     (folder / "policy.yaml").write_text(yaml.safe_dump(policy(household)))
-    queries = statements()
+    queries = statements(sums)
     exact = [truth(data, q) for q in queries]
     db = PrivateDatabase.connect(data, folder / "policy.yaml", folder / "ledger.sqlite",
-                                 create=True)
+                                 create=True, reuse=False)  # every run draws fresh noise
     try:
         explained = db.explain_many(queries, epsilon=EPSILON)
         cells = sum(len(e) for e in exact)
@@ -126,14 +133,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--sums", action="store_true", help="SUM(v) marginals, not COUNT(*)")
     args = parser.parse_args()
     print("| table | epsilon_dp | per-cell RMSE, workload (expected) | separately at ε/10 "
           "(expected) | ratio | coverage of 95% intervals | charge exact |")
     print("|---|---|---|---|---|---|---|")
     for household in (False, True):
         with tempfile.TemporaryDirectory() as tmp:
-            m = measure(Path(tmp), args.records, args.runs, household)
+            m = measure(Path(tmp), args.records, args.runs, household, args.sums)
         name = "household, k=2, eta=0.3, m=3" if household else "row-level, k=1, eta=0"
+        name += ", SUM(v), v in [0, 100]" if args.sums else ""
         print(f"| {name} | {m.epsilon_dp:.4g} | {m.rmse_workload:.2f} ({m.expected_workload:.2f}) "
               f"| {m.rmse_separate:.2f} ({m.expected_separate:.2f}) | "
               f"{m.rmse_separate / m.rmse_workload:.2f}x | {m.coverage:.4f} of {m.cells} | "

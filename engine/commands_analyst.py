@@ -53,11 +53,11 @@ def _common(func, local: bool = True):
                      help="Calibration mode (default: the policy's; model: a declared model)."),
         click.option("--analyst", default=DEFAULT_ANALYST, show_default=True,
                      help="Name recorded in the ledger."),
-        click.option("--reuse/--no-reuse", default=False,
-                     help="Answer a query you asked before, or a marginal, total or kept groups "
-                          "of a table you were released, from your released answers at no "
-                          "charge, when at least as accurate as asked (--no-reuse, the "
-                          "default: charge and draw fresh noise)."),
+        click.option("--reuse/--no-reuse", default=None,
+                     help="--reuse (the default): answer a query you asked before, or a "
+                          "marginal, total or kept groups of a table you were released, from "
+                          "your released answers at no charge, when at least as accurate as "
+                          "asked. --no-reuse: charge and draw fresh noise."),
         click.argument("sql", metavar="SQL", required=False),
     ]
     for option in reversed(options):
@@ -90,7 +90,7 @@ def query(db, engine, policy_path, ledger, epsilon, cost, mode, analyst, reuse, 
     sql, epsilon = asked
     if service is not None:
         with service.client() as client:
-            result = client.query(sql, epsilon=epsilon, mode=mode, cost=cost)
+            result = client.query(sql, epsilon=epsilon, mode=mode, cost=cost, reuse=reuse)
         show_result(result, fmt)
         return
     missing = [name for name, value in (("--db", db), ("--policy", policy_path), ("--ledger", ledger))
@@ -160,14 +160,14 @@ def _check_level(epsilon: float | None, cost: float | None) -> None:
 
 
 def _open(db: str, policy_path: str, ledger: str, analyst: str, engine: str,
-          reuse: bool = False) -> PrivateDatabase:
+          reuse: bool | None = None) -> PrivateDatabase:
     """PrivateDatabase.connect, its refusals naming what the command line gave: a DuckDB file
     given as --ledger, a CSV or Parquet --db whose table (named after the file) the policy does
     not list."""
     _check_ledger_file(ledger)
     try:
         return PrivateDatabase.connect(db, policy=policy_path, ledger=ledger, analyst=analyst,
-                                       engine=engine, reuse=reuse)
+                                       engine=engine, reuse=reuse is not False)
     except PolicyError as exc:
         from pathlib import Path
 

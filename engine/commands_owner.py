@@ -241,8 +241,11 @@ def analyst_cap(name, epsilon, path) -> None:
 @click.option("--pg-port", type=click.IntRange(0, 65535), default=None,
               help="Also speak the Postgres wire protocol on this port (psql, psycopg, JDBC): user = "
               "analyst name, password = token.")
-@click.option("--reuse", is_flag=True, help="Answer an analyst's query asked again from their own "
-              "released answer at no charge, when it is at least as accurate as asked.")
+@click.option("--reuse/--no-reuse", default=True, show_default=True,
+              help="Answer an analyst's query that is post-processing of their own released "
+              "answers (asked again, a marginal, total or kept groups) from them at no charge, "
+              "when at least as accurate; --no-reuse charges every query unless a request asks "
+              "reuse.")
 def serve(db, policy_path, ledger, host, port, tls_cert, tls_key, rate, burst, trusted_proxies,
           pg_port, reuse) -> None:
     from .service.server import serve as run_server  # uvicorn and FastAPI load only to serve

@@ -63,9 +63,9 @@ class PrivateDatabase:
     """A private table collection: answers SQL with calibrated noise and charges a ledger."""
 
     def __init__(self, backend: Backend, policy: Policy, ledger: Ledger,
-                 analyst: str = DEFAULT_ANALYST, reuse: bool = False) -> None:
+                 analyst: str = DEFAULT_ANALYST, reuse: bool = True) -> None:
         self._backend = backend
-        self.reuse = reuse  # answer a query asked again from its released answer (`reuse.py`)
+        self.reuse = reuse  # answer from released answers a query derives from (`reuse.py`)
         self.policy = policy
         self.ledger = ledger
         self.analyst = check_analyst(analyst)
@@ -80,7 +80,7 @@ class PrivateDatabase:
     @classmethod
     def connect(cls, db: str | Path | Any, policy: str | Path | Policy, ledger: str | Path,
                 analyst: str = DEFAULT_ANALYST, create: bool = False, engine: str = "duckdb",
-                spark: Any = None, reuse: bool = False) -> PrivateDatabase:
+                spark: Any = None, reuse: bool = True) -> PrivateDatabase:
         """Open the data under a policy, with a budget ledger.
 
         With engine="duckdb" (the default) `db` is a DuckDB, CSV or Parquet file, or tables the
@@ -91,8 +91,10 @@ class PrivateDatabase:
         a mapping of policy table names to them), computed on the session `spark` (a local one
         if None). The ledger must exist unless `create=True`, which creates a new one bound to
         this policy (and refuses a path that exists): a mistyped path never starts a fresh
-        budget. With `reuse=True` a query the analyst asked before is answered from their
-        released answer at no charge when it is at least as accurate (docs/theory.md §22)."""
+        budget. A query that is post-processing of the analyst's released answers (the same
+        query again, a marginal, total or kept groups of a released table) is answered from
+        them at no charge when at least as accurate (docs/theory.md §22); `reuse=False` charges
+        every query and draws fresh noise."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
         backend = _open_backend(db, policy, engine, spark, ledger, create)
         try:
@@ -153,7 +155,8 @@ class PrivateDatabase:
 
     @_serialized
     def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-                cost: float | None = None, analyst: str | None = None) -> Explanation:
+                cost: float | None = None, analyst: str | None = None,
+                reuse: bool | None = None) -> Explanation:
         """The plan, rewritten SQL, sensitivities, epsilon_dp, cost and expected error; spends
         nothing. Asked by cost, epsilon_dp is the one today's spending gives (a later charge
         recomputes it against the spending it reads).
@@ -168,7 +171,7 @@ class PrivateDatabase:
         price = self.bookkeeper.price(prepared, books)
         cal = price.calibration
         admissible, largest, status = self.bookkeeper.figures(prepared, books, price, analyst)
-        stored = self._reusable(analyst, prepared, price)
+        stored = self._reusable(analyst, prepared, price, reuse)
         if stored is not None:  # answered from a released answer: nothing to charge
             price = replace(price, level_after=price.level_before, admissible=True)
             admissible = True
@@ -195,31 +198,33 @@ class PrivateDatabase:
 
     @_serialized
     def query(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-              analyst: str | None = None, cost: float | None = None) -> QueryResult:
+              analyst: str | None = None, cost: float | None = None,
+              reuse: bool | None = None) -> QueryResult:
         """Answer `sql` with noise keeping it epsilon-information private; charge the ledger.
 
         Ask either `epsilon` (the answer's own level) or `cost` (the most the transcript's
         level may rise; the answer alone is then at most cost-private too). The noise, the
         post-processing and the complete answer are made inside the charge's transaction and
         stored with it, so nothing can fail after a charge and a lost answer can be fetched
-        again with `history`. With `reuse`, the same query asked again by the same analyst, at
-        most as accurately as an answer already released to them, is that answer
-        (`derived_from`), at no charge and not recorded again (docs/theory.md §22)."""
+        again with `history`. Unless reuse is off (`reuse=False` here or at `connect`), a
+        query that is post-processing of answers already released to the analyst, at most as
+        accurately, is answered from them (`derived_from`), at no charge and not recorded
+        again (docs/theory.md §22)."""
         analyst = self.analyst if analyst is None else check_analyst(analyst)
         prepared = self._prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
         before = self.ledger.state()
         books = self.bookkeeper.books(before)
-        if self.reuse:  # priced only to know how accurate an answer is asked
+        if (self.reuse if reuse is None else reuse):  # priced to know the accuracy asked
             price = self.bookkeeper.price(prepared, books)
-            stored = self._reusable(analyst, prepared, price)
+            stored = self._reusable(analyst, prepared, price, reuse)
             if stored is not None:
-                return reuse.derived(stored, sql, self.bookkeeper, prepared, books, price)
+                return self._derived(stored, sql, prepared, books, price)
         # Admit on the ledger as it is before touching the data, so that an analyst
         # with no budget left cannot run queries on the data at all (their timing or a
         # cancellation would otherwise be free); the charge admits again under the write lock.
         admitted = self.bookkeeper.admit(prepared, books, analyst)
-        key = reuse.entry(prepared, self.ledger.binding)
+        key = self._reuse_entry(prepared)
         exact = self._run(prepared, f"analyst {analyst!r}, query {sql!r}")
 
         def settle(state: LedgerState) -> tuple[Charge, QueryResult]:
@@ -316,13 +321,23 @@ class PrivateDatabase:
             raise EngineHalted
         return self._preparer.prepare(sql, epsilon, mode, cost)
 
-    def _reusable(self, analyst: str, prepared: PreparedQuery,
-                  price: Price) -> reuse.Reused | None:
-        """The analyst's released answers `prepared` may be answered from, when reuse is on."""
-        if not self.reuse:
+    def _reusable(self, analyst: str, prepared: PreparedQuery, price: Price,
+                  asked: bool | None = None) -> reuse.Reused | None:
+        """The analyst's released answers `prepared` may be answered from, when reuse is on
+        (`asked`, else this database's setting)."""
+        if not (self.reuse if asked is None else asked):
             return None
         fresh = self._preparer.mechanisms(prepared.plan, price.calibration.epsilon_dp)
         return reuse.find(self.ledger, self.ledger.binding, analyst, prepared, price, fresh)
+
+    def _derived(self, stored: reuse.Reused, sql: str, prepared: PreparedQuery, books: reuse.Books,
+                 price: Price) -> QueryResult:
+        """The answer given for `sql` from released ones, at cost 0 (`reuse.derived`)."""
+        return reuse.derived(stored, sql, self.bookkeeper, prepared, books, price)
+
+    def _reuse_entry(self, prepared: PreparedQuery) -> reuse.Entry:
+        """How this query's answer is indexed for later reuse (`reuse.entry`)."""
+        return reuse.entry(prepared, self.ledger.binding)
 
     def _run(self, prepared: PreparedQuery, who: str) -> ExactAnswer:
         """The exact values of the rewritten query, on the bounded copies of the tables it

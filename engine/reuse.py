@@ -1,8 +1,8 @@
 """Answers for free from released ones: before a query is priced, find answers already
 released to the same analyst that it is post-processing of: the same query, at least as
-accurate (answered as that answer), or a marginal of a finer released table whose summed cells
-are at least as accurate as a fresh answer (`reuse_marginal`); so it is answered from them at
-no charge (docs/theory.md §22).
+accurate (answered as that answer), or a marginal of a finer released table (`reuse_marginal`)
+or a sum of released cells of several answers (`reuse_combine`) whose summed cells are at least
+as accurate as a fresh answer; so it is answered from them at no charge (docs/theory.md §22).
 
 Depends only on the query text as the engine normalised it, the policy, the asked level and
 the ledger's released answers: never on the data."""
@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 
-from . import postprocess, reuse_marginal
+from . import postprocess, reuse_combine, reuse_marginal
 from .accounting.bookkeeper import Bookkeeper, Price
 from .accounting.books import Books
 from .accounting.ledger import Ledger
@@ -58,10 +58,10 @@ def find(ledger: Ledger, binding: LedgerBinding, analyst: str, prepared: Prepare
          price: Price, fresh: dict[str, Mechanism]) -> Reused | None:
     """The analyst's released answer to the same query whose noise is at most what `price`
     would draw now (its eps_dp at least the one asked); else a marginal summed from one of
-    their finer released answers whose every cell's 95% half-width is at most that of
-    `fresh` (the mechanisms `price` draws); else None: a less accurate answer is not the
-    answer asked for, so it is charged afresh. A revoked analyst gets none (the charge then
-    refuses them)."""
+    their finer released answers, else a sum of released cells of several of their answers,
+    whose every cell's 95% half-width is at most that of `fresh` (the mechanisms `price`
+    draws); else None: a less accurate answer is not the answer asked for, so it is charged
+    afresh. A revoked analyst gets none (the charge then refuses them)."""
     account = ledger.account(analyst)
     if account is not None and account.analyst.revoked is not None:
         return None
@@ -80,6 +80,11 @@ def find(ledger: Ledger, binding: LedgerBinding, analyst: str, prepared: Prepare
                                             possible, no_interval)
             if derived is not None:
                 return Reused(derived.ids, derived.answer)
+    if readings and found.summable:  # cells of several answers (or of one keeping some groups)
+        combined = reuse_combine.derive(readings[-1], prepared.plan, found.summable, fresh,
+                                        possible, no_interval)
+        if combined is not None:
+            return Reused(combined.ids, combined.answer)
     return None
 
 

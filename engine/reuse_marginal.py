@@ -58,12 +58,14 @@ class Asked:
 
 
 def entry(key: str, prepared: PreparedQuery, binding: LedgerBinding) -> Entry:
-    """How a charged answer is indexed: its key, and when simple, its whole-WHERE base and
-    shape, so later marginals find it."""
-    whole = _readings(prepared, binding)
-    if not whole:
+    """How a charged answer is indexed: its key, and when simple, its base without the
+    filters that keep whole groups and its shape with them, so later marginals and sums of
+    several answers find it (`reuse_combine`)."""
+    found = _readings(prepared, binding)
+    if not found:
         return Entry(key)
-    return Entry(key, whole[0].base, whole[0].shape.record())
+    split = found[-1]  # its filters kept apart from its base, so other answers add up with it
+    return Entry(key, split.base, split.shape.record())
 
 
 def readings(prepared: PreparedQuery, binding: LedgerBinding) -> tuple[Asked, ...]:
@@ -90,7 +92,7 @@ def _readings(prepared: PreparedQuery, binding: LedgerBinding) -> tuple[Asked, .
             outputs.append(("cell", signature))
         else:
             return ()
-    keyed = tuple((g.value.sql(), tuple((_literal(k), _json(k)) for k in g.keys))
+    keyed = tuple((g.value.sql(), tuple((_literal(k), json_key(k)) for k in g.keys))
                   for g in plan.group_by)
     conjuncts: list[exp.Expr] = list(plan.where.flatten()) if isinstance(plan.where, exp.And) \
         else ([] if plan.where is None else [plan.where])
@@ -147,7 +149,7 @@ def _literal(key: object) -> str:
     return exp.convert(key).sql()
 
 
-def _json(key: object) -> str:
+def json_key(key: object) -> str:
     return json.dumps(key if isinstance(key, (bool, int, float, str)) else str(key))
 
 
@@ -167,6 +169,8 @@ def derive(asked: Asked, plan: QueryPlan, candidate: Summable,
     filter or column the candidate does not release) or when a derived cell's 95% half-width
     is wider than the fresh answer's (`fresh`, the mechanisms pricing would draw now)."""
     fine = Shape.read(candidate.shape)
+    if fine.filters:  # it keeps some groups only: summed by `reuse_combine`, which knows which
+        return None
     stored = candidate.answer
     values = {v: dict(keys) for v, keys in fine.groups}
     columns = list(stored["columns"])
@@ -184,7 +188,7 @@ def derive(asked: Asked, plan: QueryPlan, candidate: Summable,
     if len(stored["rows"]) != math.prod(len(keys) for keys in values.values()):
         return None
     found = [(at.get(f"cell:{what}"), out.name, measurement)
-             for (kind, what), out, measurement in _cells(asked, plan) if kind == "cell"]
+             for (kind, what), out, measurement in cells_of(asked, plan) if kind == "cell"]
     cells = [(i, name, measurement) for i, name, measurement in found if i is not None]
     if len(cells) != len(found):
         return None
@@ -193,7 +197,7 @@ def derive(asked: Asked, plan: QueryPlan, candidate: Summable,
     sums: dict[tuple, list[float]] = {}
     counted: dict[tuple, int] = {}
     for row in stored["rows"]:
-        if any(_json(row[at[f"key:{v}"]]) not in kept for v, kept in chosen):
+        if any(json_key(row[at[f"key:{v}"]]) not in kept for v, kept in chosen):
             continue
         group = tuple(row[i] for i in group_at)
         sums.setdefault(group, [0.0] * len(cells))
@@ -204,7 +208,7 @@ def derive(asked: Asked, plan: QueryPlan, candidate: Summable,
     if len(terms) != 1:
         return None
     n = terms.pop()
-    order = sorted(sums, key=lambda g: tuple(json.loads(_json(k)) for k in g))
+    order = sorted(sums, key=lambda g: tuple(json.loads(json_key(k)) for k in g))
     halfwidths, simultaneous, infos = [], [], []
     for i, name, measurement in cells:
         record = records.get(columns[i])
@@ -233,14 +237,14 @@ def derive(asked: Asked, plan: QueryPlan, candidate: Summable,
         "rows": [[row[j] for j in order_of] for row in rows],
         "ci95": [[row[j] for j in order_of] for row in ci95],
         "ci95_simultaneous": [[row[j] for j in order_of] for row in both],
-        "possible": [None if r is None else [_finite(r[0]), _finite(r[1])] for r in possible],
+        "possible": [None if r is None else [finite(r[0]), finite(r[1])] for r in possible],
         "no_interval": dict(no_interval), "selection_adjusted": True,
         "aggregates": infos,
     }
     return Derivation((candidate.id,), answer)
 
 
-def _cells(asked: Asked, plan: QueryPlan) -> list:
+def cells_of(asked: Asked, plan: QueryPlan) -> list:
     """Each output's shape entry, output column and measurement name."""
     return [(shape, out, out.measurements[0] if out.measurements else "")
             for shape, out in zip(asked.shape.outputs, plan.outputs, strict=True)]
@@ -266,5 +270,5 @@ def _typed(total: float, i: int, stored: dict) -> float | int:
     return int(round(total)) if isinstance(cell, int) and not isinstance(cell, bool) else total
 
 
-def _finite(value: float) -> float | None:
+def finite(value: float) -> float | None:
     return value if math.isfinite(value) else None

@@ -212,7 +212,8 @@ def audit(case: Case, n: int, alpha: float, root: Path | None = None) -> Verdict
             folder.mkdir(parents=True, exist_ok=True)
             db, policy = dataset(case, side, folder)
             ledger = create_ledger(folder / "ledger.sqlite", policy)
-            with PrivateDatabase.connect(db, policy, ledger) as private:
+            # n fresh draws of the same query: reuse would release one answer n times
+            with PrivateDatabase.connect(db, policy, ledger, reuse=False) as private:
                 released, problem = _releases(private, case, n)
             samples.append(released)
             problems.append(problem)

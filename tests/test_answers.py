@@ -95,7 +95,8 @@ def test_post_processing_failing_after_the_noise_charges_releases_nothing_and_ha
 
 
 def test_every_answer_is_stored_with_its_charge(setup):
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, analyst="ann") as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, analyst="ann",
+                                 reuse=False) as db:  # three charged answers of one query
         results = [db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state", epsilon=0.5)
                    for _ in range(3)]
         history = db.history()

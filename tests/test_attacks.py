@@ -249,7 +249,7 @@ def test_noise_has_the_claimed_scale_on_tricky_data(tmp_path, sql):
     rows += [(None, "CA", 50, 10.0, True, "r")] * 7 + [(5, "NY", 30, 20.0, False, "d")] * 6
     policy = write_policy(tmp_path / "policy.yaml", {"budget": {"epsilon": 1e12}})
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
-    with PrivateDatabase.connect(_dataset(tmp_path / "d.duckdb", rows), policy, ledger) as db:
+    with PrivateDatabase.connect(_dataset(tmp_path / "d.duckdb", rows), policy, ledger, reuse=False) as db:
         plan, exact = _exact(db, sql)
         truth = np.array(exact[plan.measurements[0].name], dtype=float)
         errors, covered = [], []
@@ -312,7 +312,7 @@ def test_mixing_cost_epsilon_and_mode_asks_never_overspends(people_db, tmp_path)
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     rng = random.Random(3)
     costs = []
-    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+    with PrivateDatabase.connect(people_db, policy, ledger, reuse=False) as db:
         while True:
             ask = rng.choice([{"cost": 0.37}, {"epsilon": 0.41}, {"epsilon": 0.3, "mode": "group"},
                               {"cost": 0.05}, {"epsilon": 1e-6}])

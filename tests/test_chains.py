@@ -264,8 +264,10 @@ def test_a_chain_the_data_does_not_hold_is_refused_when_opened(tmp_path: Path, s
         open_data(db, parse_policy(CHAIN))
 
 
-def _ledger_connect(db: Path, tmp_path: Path, name: str = "ledger.sqlite") -> PrivateDatabase:
-    return PrivateDatabase.connect(db, parse_policy(CHAIN), tmp_path / name, create=True)
+def _ledger_connect(db: Path, tmp_path: Path, name: str = "ledger.sqlite",
+                    reuse: bool = True) -> PrivateDatabase:
+    return PrivateDatabase.connect(db, parse_policy(CHAIN), tmp_path / name, create=True,
+                                   reuse=reuse)
 
 
 QUERIES = [
@@ -286,7 +288,7 @@ def test_chained_tables_answer_within_their_intervals_of_the_exact_sql(tmp_path:
                                      "COUNT(DISTINCT l_orderkey // 1000) FROM lineitem")
                            ).fetchall()[0][0] for q in QUERIES]
     exact.close()
-    with _ledger_connect(db, tmp_path) as conn:
+    with _ledger_connect(db, tmp_path, reuse=False) as conn:
         for sql, value in zip(QUERIES, truth, strict=True):
             inside = 0
             for _ in range(40):
@@ -411,7 +413,7 @@ def test_tpch_answers_lie_within_their_intervals_of_the_exact_sql(tmp_path: Path
     with duckdb.connect(str(db), read_only=True) as plain:
         exact = {name: plain.execute(sql).fetchall() for name, sql in tpch.QUERIES.items()}
     policy = load_policy(tpch.POLICY)
-    with PrivateDatabase.connect(db, policy, tmp_path / "ledger.sqlite", create=True) as conn:
+    with PrivateDatabase.connect(db, policy, tmp_path / "ledger.sqlite", create=True, reuse=False) as conn:
         for name, sql in tpch.QUERIES.items():
             found = [tpch.accuracy(conn.query(sql, 20.0), exact[name], tpch.GROUP_KEYS.get(name, 0))
                      for _ in range(30)]

@@ -81,7 +81,7 @@ def test_budget_exhaustion_exits_3(capsys, setup, tmp_path):
     policy = tmp_path / "p.yaml"
     policy.write_text(Path(setup.policy).read_text().replace("epsilon: 1000.0", "epsilon: 0.5"))
     args = ["query", "--db", str(setup.db), "--policy", str(policy), "--ledger", str(setup.ledger),
-            "--epsilon", "0.4", "SELECT COUNT(*) FROM people"]
+            "--epsilon", "0.4", "--no-reuse", "SELECT COUNT(*) FROM people"]  # charged twice
     assert run_cli(capsys, *args)[0] == 0
     code, out, err = run_cli(capsys, *args)
     assert code == 3 and out == "" and "over budget" in err

@@ -36,7 +36,7 @@ def test_exactly_n_of_many_processes_are_answered(people_db, tmp_path, processes
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     command = [sys.executable, "-m", "dpsql", "query", "--db", str(people_db), "--policy",
                str(policy), "--ledger", str(ledger), "--epsilon", str(EPSILON), "--format", "json",
-               "SELECT state, COUNT(*), SUM(income) FROM people GROUP BY state"]
+               "--no-reuse", "SELECT state, COUNT(*), SUM(income) FROM people GROUP BY state"]
     children = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True) for _ in range(processes)]
     outcomes = [(child.wait(timeout=120), *child.communicate()) for child in children]
@@ -56,7 +56,7 @@ import os, sys, time
 from dpsql.engine import PrivateDatabase
 from dpsql.engine.errors import BudgetExhausted
 db_path, policy, ledger, start, count = sys.argv[1:6]
-with PrivateDatabase.connect(db_path, policy, ledger) as db:
+with PrivateDatabase.connect(db_path, policy, ledger, reuse=False) as db:  # each one charged
     while not os.path.exists(start):
         time.sleep(0.001)
     for i in range(int(count)):

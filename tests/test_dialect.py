@@ -81,7 +81,7 @@ def test_top_releases_only_n_rows_and_charges_as_limit(people_db, tmp_path):
     """TOP keeps the first n released rows (post-processing): the charge is the full query's."""
     policy = write_policy(tmp_path / "policy.yaml")
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
-    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+    with PrivateDatabase.connect(people_db, policy, ledger, reuse=False) as db:
         top = db.query("SELECT TOP 2 state, COUNT(*) AS n FROM people GROUP BY state "
                        "ORDER BY state", epsilon=1.0)
         limit = db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state "

@@ -367,7 +367,8 @@ class Dataset:
     def _open(self) -> PrivateDatabase:
         self.ledgers += 1
         ledger = self.path.with_name(f"{self.path.stem}-{self.ledgers}.ledger")
-        return PrivateDatabase.connect(self.path, self.policy, ledger, create=True)
+        # reuse off: a query asked again (hypothesis replays and shrinks) runs on the data again
+        return PrivateDatabase.connect(self.path, self.policy, ledger, create=True, reuse=False)
 
     def reopen(self) -> None:
         self.db.close()

@@ -110,7 +110,7 @@ def test_count_distinct_intervals_cover(visits):
         by_day = dict(conn.execute("SELECT day, COUNT(DISTINCT spent) FROM visits GROUP BY day").fetchall())
     truth = np.array([by_day.get(d, 0) for d in range(1, 8)], dtype=float)
     hits_overall = hits_days = 0
-    with PrivateDatabase.connect(db_path, policy, ledger) as db:
+    with PrivateDatabase.connect(db_path, policy, ledger, reuse=False) as db:
         for _ in range(300):
             one = db.query("SELECT COUNT(DISTINCT spent) AS n FROM visits", epsilon=0.5)
             hits_overall += int(abs(one.df["n"][0] - overall) <= one.ci95["n"][0])
@@ -130,7 +130,7 @@ def test_sum_and_avg_distinct_centre_on_the_exact_values(visits):
         total, mean = conn.execute("SELECT SUM(DISTINCT LEAST(GREATEST(spent, 0), 50)), "
                                    "AVG(DISTINCT LEAST(GREATEST(spent, 0), 50)) FROM visits").fetchone()
     hits = np.zeros(2)
-    with PrivateDatabase.connect(db_path, policy, ledger) as db:
+    with PrivateDatabase.connect(db_path, policy, ledger, reuse=False) as db:
         for _ in range(100):
             result = db.query("SELECT SUM(DISTINCT spent) AS s, AVG(DISTINCT spent) AS a FROM visits",
                               epsilon=2.0)

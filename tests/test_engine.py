@@ -60,7 +60,7 @@ def test_results_vary_between_runs_but_centre_on_the_truth(setup, people_db):
     exact = duckdb.connect(str(people_db), read_only=True).execute(
         "SELECT COUNT(*) FROM (SELECT * FROM people QUALIFY row_number() OVER (PARTITION BY person_id) <= 2)"
     ).fetchone()[0]
-    with _connect(setup) as db:
+    with _connect(setup, reuse=False) as db:
         values = [db.query("SELECT COUNT(*) FROM people", epsilon=2.0).df.iloc[0, 0] for _ in range(40)]
     assert len(set(values)) >= 3  # discrete Laplace at scale 1: P(fewer) is about 1e-7
     # scale 2/2 = 1: the mean of 40 draws is within 1.5 of the truth with overwhelming probability
@@ -111,7 +111,7 @@ def test_calibration_drives_the_noise(tmp_path, setup):
 def test_budget_is_enforced_and_refusal_charges_nothing(tmp_path, setup):
     policy = write_policy(tmp_path / "small.yaml", {"budget": {"epsilon": 1.0}})
     ledger = create_ledger(tmp_path / "small.sqlite", policy)
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger, reuse=False) as db:
         db.query("SELECT COUNT(*) FROM people", epsilon=0.6)
         with pytest.raises(BudgetExhausted) as info:
             db.query("SELECT COUNT(*) FROM people", epsilon=0.6)
@@ -227,7 +227,7 @@ def test_transcript_level_composes_in_dp_space(tmp_path, setup):
     """Two answers at epsilon 0.5 under k=10, eta=0.001 are together about 2.31-private, not 1.0."""
     policy = write_policy(tmp_path / "dep.yaml", {"dependence": {"k": 10, "eta": 0.001}})
     ledger = create_ledger(tmp_path / "l.sqlite", policy)
-    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger) as db:
+    with PrivateDatabase.connect(setup.db, policy=policy, ledger=ledger, reuse=False) as db:
         first = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
         ex = db.explain("SELECT COUNT(*) FROM people", epsilon=0.5)
         second = db.query("SELECT COUNT(*) FROM people", epsilon=0.5)

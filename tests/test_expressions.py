@@ -179,7 +179,7 @@ def test_answers_centre_on_the_exact_clamped_values(row_level):
         ).fetchall()
     truth = np.array([[float(v) for v in row[1:]] for row in exact])
     hits = np.zeros_like(truth)
-    with PrivateDatabase.connect(db_path, policy, ledger) as db:
+    with PrivateDatabase.connect(db_path, policy, ledger, reuse=False) as db:
         for _ in range(20):
             result = db.query(sql, epsilon=100)
             assert list(result.df["state"]) == ["CA", "NY", "TX", "WA"]

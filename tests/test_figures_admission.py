@@ -36,8 +36,10 @@ def make(root: Path, caps: dict[str, float | None], budget: float = 3.0) -> Path
 
 
 def connect(root: Path, analyst: str) -> PrivateDatabase:
+    """Reuse off: the figures shown are what a charged answer is admitted at, so no query here
+    may be answered from a released one (at cost 0, admitted whatever is left)."""
     return PrivateDatabase.connect(root / "readings.duckdb", root / "policy.yaml",
-                                   root / "ledger.sqlite", analyst=analyst)
+                                   root / "ledger.sqlite", analyst=analyst, reuse=False)
 
 
 def admitted(db: PrivateDatabase, sql: str, epsilon: float, mode: str | None) -> bool:

@@ -241,7 +241,9 @@ def queries(draw) -> str:
 def engine(people_db, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     data, policy = with_every_join(root, people_db, budget=1e6)
-    db = PrivateDatabase.connect(data, policy, create_ledger(root / "ledger.sqlite", policy))
+    # reuse off: an example asked again (hypothesis replays and shrinks) is charged again too
+    db = PrivateDatabase.connect(data, policy, create_ledger(root / "ledger.sqlite", policy),
+                                 reuse=False)
     yield db, root / "ledger.sqlite"
     db.close()
 

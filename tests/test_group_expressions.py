@@ -140,7 +140,7 @@ def test_answers_centre_on_the_exact_counts_and_list_every_key(expression, tmp_p
     with duckdb.connect(str(db_path), read_only=True) as conn:
         exact = dict(conn.execute(f"SELECT {expression}, COUNT(*) FROM people GROUP BY 1").fetchall())
     hits = cells = 0
-    with PrivateDatabase.connect(db_path, policy, ledger) as db:
+    with PrivateDatabase.connect(db_path, policy, ledger, reuse=False) as db:
         for _ in range(20):
             result = db.query(sql, epsilon=1.0)
             assert list(result.df["k"]) == list(key.keys)

@@ -114,7 +114,7 @@ def test_bucket_answers_centre_on_the_exact_values(people_db, tmp_path):
             f"SELECT {BANDS}, FLOOR(age / 50), COUNT(*), SUM(LEAST(GREATEST(age, 0), 100)) "
             "FROM people WHERE sick GROUP BY 1, 2").fetchall())
     hits = None
-    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+    with PrivateDatabase.connect(people_db, policy, ledger, reuse=False) as db:
         for _ in range(20):
             result = db.query(sql, epsilon=100)
             keys = list(zip(result.df["band"], result.df["half"], strict=True))

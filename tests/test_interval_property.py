@@ -26,7 +26,7 @@ FORMS = ["{a}", "{c} + {b} * {a}", "{a} / {d}", "CASE WHEN {a} > {c} THEN {c} EL
 @pytest.fixture(scope="module")
 def database(data):
     db, policy, ledger, _ = data
-    with PrivateDatabase.connect(db, policy, ledger) as connected:
+    with PrivateDatabase.connect(db, policy, ledger, reuse=False) as connected:
         yield connected
 
 

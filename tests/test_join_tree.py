@@ -286,7 +286,7 @@ def test_answers_cover_the_exact_sql_answer(tmp_path):
     inside = total = 0
     with duckdb.connect(str(db), read_only=True) as raw:
         truth = {sql: raw.execute(sql.replace(" ORDER BY revenue DESC", "")).fetchall() for sql in QUERIES}
-    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
+    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy), reuse=False) as conn:
         for sql in QUERIES:
             keys = len(plan_of(sql).group_by)
             expected = {row[:keys]: row[keys:] for row in truth[sql]}

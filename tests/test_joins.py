@@ -150,7 +150,7 @@ def test_null_keys_may_repeat_and_join_nothing(people_db, tmp_path):
     exact = []
     for name, rows in (("with", REGIONS + [(None, "East", 1), (None, "West", 2)]), ("without", REGIONS)):
         db = add_regions(Path(shutil.copy(people_db, tmp_path / f"{name}.duckdb")), rows)
-        with PrivateDatabase.connect(db, policy, ledger) as conn:
+        with PrivateDatabase.connect(db, policy, ledger, reuse=False) as conn:
             conn.query(sql, epsilon=1.0)
             exact.append(conn._backend.run(conn.explain(sql, epsilon=1.0).rewritten_sql, 1))
     assert exact[0] == exact[1]

@@ -44,7 +44,8 @@ def _edit(ledger, *statements: tuple[str, list]) -> None:
 def test_a_ledger_written_by_the_engine_verifies_and_reports_its_head(capsys, charged):
     code, line = _verify(capsys, charged.ledger)
     assert code == 0 and f"{len(QUERIES)} records verified" in line and "head link" in line
-    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger) as db:
+    # a new charge: the head link moves
+    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger, reuse=False) as db:
         db.query(QUERIES[0], epsilon=0.5)
     code, after = _verify(capsys, charged.ledger)
     assert code == 0 and f"{len(QUERIES) + 1} records" in after
@@ -102,7 +103,7 @@ def test_an_old_ledger_is_chained_once_when_opened(capsys, charged):
     _edit(charged.ledger, ("DROP TABLE links", []))
     code, line = _verify(capsys, charged.ledger)
     assert code == 2 and "no chain" in line
-    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger) as db:
+    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger, reuse=False) as db:
         db.query(QUERIES[0], epsilon=0.5)
     code, line = _verify(capsys, charged.ledger)
     assert code == 0 and f"{len(QUERIES) + 1} records verified" in line
@@ -165,7 +166,7 @@ def test_charges_an_older_release_appended_without_links_are_linked_by_the_migra
     """A version 5 dpsql without the chain charged the ledger after it was chained: the
     migration checks the linked records and links the rest."""
     _as_version_5(charged.ledger, ("DELETE FROM links WHERE id >= 3", []))
-    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger) as db:
+    with PrivateDatabase.connect(charged.db, charged.policy, charged.ledger, reuse=False) as db:
         db.query(QUERIES[0], epsilon=0.5)
     code, line = _verify(capsys, charged.ledger)
     assert code == 0 and f"{len(QUERIES) + 1} records verified" in line, line

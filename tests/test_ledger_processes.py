@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = textwrap.dedent("""
     import sys
     from dpsql.engine import BudgetExhausted, PrivateDatabase
-    db = PrivateDatabase.connect(sys.argv[1], policy=sys.argv[2], ledger=sys.argv[3])
+    # the same query again on purpose: each answer charged, with fresh noise
+    db = PrivateDatabase.connect(sys.argv[1], policy=sys.argv[2], ledger=sys.argv[3], reuse=False)
     answered = 0
     for _ in range(40):
         try:

@@ -118,8 +118,10 @@ def setup(tmp_path):
 
 
 def connect(root: Path) -> PrivateDatabase:
+    """Reuse off: these tests count what each answer charges to each time point (PINNED, one
+    day of GROUPED, would otherwise be summed from GROUPED's released cell at no charge)."""
     return PrivateDatabase.connect(root / "readings.duckdb", root / "policy.yaml",
-                                   root / "ledger.sqlite")
+                                   root / "ledger.sqlite", reuse=False)
 
 
 GROUPED = 'SELECT day, COUNT(*) FROM readings WHERE "on" GROUP BY day'

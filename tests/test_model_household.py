@@ -144,13 +144,13 @@ def setup(tmp_path):
     return tmp_path
 
 
-def connect(root: Path) -> PrivateDatabase:
+def connect(root: Path, reuse: bool = True) -> PrivateDatabase:
     return PrivateDatabase.connect(root / "people.duckdb", root / "policy.yaml",
-                                   root / "ledger.sqlite")
+                                   root / "ledger.sqlite", reuse=reuse)
 
 
 def test_model_mode_calibrates_charges_and_refuses_past_the_budget(setup) -> None:
-    with connect(setup) as db:
+    with connect(setup, reuse=False) as db:
         tight = db.explain("SELECT COUNT(*) FROM people WHERE sick", epsilon=0.5, mode="tight")
         first = db.query("SELECT COUNT(*) FROM people WHERE sick", epsilon=0.5)
         assert first.mode == "model" and first.epsilon_dp > 1.5 * tight.epsilon_dp
@@ -185,7 +185,7 @@ def test_every_largest_epsilon_shown_is_what_the_next_query_can_ask(tmp_path) ->
     write_people(tmp_path / "people.duckdb")
     create_ledger(tmp_path / "ledger.sqlite", tmp_path / "policy.yaml")
     sick, star = "SELECT COUNT(*) FROM people WHERE sick", "SELECT COUNT(*) FROM people"
-    with connect(tmp_path) as db:
+    with connect(tmp_path, reuse=False) as db:
         first = db.query(sick, epsilon=1.0)
         assert first.largest_epsilon == pytest.approx(db.explain(sick, epsilon=1.0).largest_epsilon,
                                                       rel=1e-12)

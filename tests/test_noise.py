@@ -68,7 +68,7 @@ def test_opendp_measurements_are_built_once_per_query_and_epsilon_and_draw_fresh
                         lambda *args: built.append(args) or original(*args))
     db = make_people(tmp_path / "p.duckdb")
     policy = write_policy(tmp_path / "p.yaml")
-    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy)) as conn:
+    with PrivateDatabase.connect(db, policy, create_ledger(tmp_path / "l.sqlite", policy), reuse=False) as conn:
         values = [conn.query("SELECT COUNT(*) AS n FROM people", epsilon=0.1).df["n"][0]
                   for _ in range(40)]
         assert len(built) == 1

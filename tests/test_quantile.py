@@ -154,7 +154,7 @@ def test_the_sql_that_runs_is_the_same_on_neighbouring_data(setup, tmp_path, mon
                 conn.execute(update)
         dbs.append(path)
     for path in dbs:
-        with PrivateDatabase.connect(path, setup.policy, setup.ledger) as db:
+        with PrivateDatabase.connect(path, setup.policy, setup.ledger, reuse=False) as db:
             db.query(sql, epsilon=0.5)
     assert len(seen) == 3 and seen[0] == seen[1] == seen[2]
 

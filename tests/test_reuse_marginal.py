@@ -34,7 +34,7 @@ def _fresh_ci95(setup, sql: str, epsilon: float) -> dict[str, float]:
 
 def test_a_marginal_of_a_released_table_is_its_cells_summed_at_no_charge(setup):
     marginal = "SELECT state, COUNT(*) AS n FROM people GROUP BY state"
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         fine = db.query(FINE, epsilon=1.0)
         spent = db.budget().spent_dp
         explained = db.explain(marginal, epsilon=0.2)
@@ -58,7 +58,7 @@ def test_a_marginal_of_a_released_table_is_its_cells_summed_at_no_charge(setup):
 
 def test_a_total_of_released_counts_and_sums(setup):
     total = "SELECT COUNT(*) AS rows, SUM(income) AS income FROM people"
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         fine = db.query(FINE, epsilon=1.0)
         answer = db.query(total, epsilon=0.1)
     assert answer.derived_from == (fine.id,) and answer.cost == 0.0
@@ -71,7 +71,7 @@ def test_a_total_of_released_counts_and_sums(setup):
 
 
 def test_a_where_that_keeps_whole_released_groups(setup):
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         fine = db.query(FINE, epsilon=1.0)
         kept = db.query("SELECT sick, COUNT(*) AS n FROM people WHERE state IN ('CA', 'NY') "
                         "GROUP BY sick", epsilon=0.2)
@@ -87,7 +87,7 @@ def test_a_where_that_keeps_whole_released_groups(setup):
 
 def test_a_marginal_less_accurate_than_a_fresh_answer_is_charged(setup):
     marginal = "SELECT state, COUNT(*) AS n FROM people GROUP BY state"
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         db.query(FINE, epsilon=1.0)
         for epsilon in (0.1, 0.3, 0.4, 1.0):
             derived = db.explain(marginal, epsilon=epsilon).derived_from != ()
@@ -106,14 +106,14 @@ def test_a_marginal_less_accurate_than_a_fresh_answer_is_charged(setup):
     "SELECT COUNT(*) AS n FROM people WHERE note = 'row'",  # a filter on no released key
 ])
 def test_what_is_not_a_sum_of_released_cells_is_charged(setup, sql):
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         db.query(FINE, epsilon=5.0)
         answer = db.query(sql, epsilon=0.01)
     assert answer.derived_from == () and answer.cost > 0
 
 
 def test_another_analysts_table_is_not_summed(setup):
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         db.query(FINE, epsilon=1.0, analyst="alice")
         answer = db.query("SELECT COUNT(*) AS n FROM people", epsilon=0.05, analyst="bob")
     assert answer.derived_from == ()
@@ -149,7 +149,7 @@ def test_a_sum_of_released_cells_interval_covers_95_percent_of_opendp_noise(kind
 def test_the_candidates_are_found_by_the_index_not_a_scan(setup):
     from dpsql.engine.accounting import reuse_index
 
-    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger, reuse=True) as db:
+    with PrivateDatabase.connect(setup.db, setup.policy, setup.ledger) as db:
         db.query(FINE, epsilon=1.0)
     with contextlib.closing(sqlite3.connect(setup.ledger)) as conn:
         plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + reuse_index.SUMMABLE,
@@ -161,9 +161,9 @@ def test_the_candidates_are_found_by_the_index_not_a_scan(setup):
 def test_the_command_line_says_a_marginal_was_summed_from_a_released_table(capsys, setup):
     from tests.support import cli_paths, run_cli
 
-    code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", "--reuse", FINE)
+    code, _, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "1", FINE)
     assert code == 0, err
-    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.1", "--reuse",
+    code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.1",
                              "SELECT sick, COUNT(*) AS n FROM people GROUP BY sick")
     assert code == 0, err
     assert "derived from answer 1; cost 0" in out and "summed over 4 released cells" in out

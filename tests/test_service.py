@@ -330,7 +330,8 @@ def test_caps_bind_each_analyst_and_the_global_budget_binds_them_all(tmp_path):
                     policy={"budget": {"epsilon": 3.0}})
     try:
         ana, bob, eve = (running.client(n) for n in ("ana", "bob", "eve"))
-        ask = {"sql": "SELECT COUNT(*) AS n FROM people", "epsilon": 0.5}
+        # the same query asked again on purpose: fresh noise and a charge each time
+        ask = {"sql": "SELECT COUNT(*) AS n FROM people", "epsilon": 0.5, "reuse": False}
         assert [ana.post("/v1/query", json=ask).status_code for _ in range(3)] == [200, 200, 403]
         capped = ana.post("/v1/query", json=ask).json()
         assert capped["type"] == "BudgetExhausted" and "over your cap of 1" in capped["error"]
@@ -441,7 +442,7 @@ def test_query_server_on_the_command_line(service, capsys):
                            "--epsilon", "0.5", "--format", "json", SQL)
     assert code == 0 and json.loads(out)["columns"] == ["state", "n"]
     code, out, _ = run_cli(capsys, "query", "--server", service.url, "--token", service.tokens["ana"],
-                           "--epsilon", "0.5", SQL)
+                           "--epsilon", "0.5", "--no-reuse", SQL)
     assert code == 0 and "answer id 2" in out
     code, _, err = run_cli(capsys, "query", "--server", service.url, "--token", service.tokens["ana"],
                            "--epsilon", "20", SQL)
@@ -544,8 +545,8 @@ def test_only_the_worker_thread_touches_the_data(service, monkeypatch):
     def client(i: int) -> None:
         with httpx.Client(base_url=service.url, timeout=60,
                           headers={"Authorization": f"Bearer {service.tokens['ana']}"}) as http:
-            for path in ("/v1/query", "/v1/explain"):
-                response = http.post(path, json={"sql": SQL, "epsilon": 0.01})
+            for path in ("/v1/query", "/v1/explain"):  # each query charged: 16 charges
+                response = http.post(path, json={"sql": SQL, "epsilon": 0.01, "reuse": False})
                 if response.status_code != 200:
                     errors.append(response.status_code)
             if http.get("/v1/budget").status_code != 200:
@@ -602,7 +603,7 @@ def test_a_cap_is_accounted_on_the_columns_the_analyst_s_own_answers_read(tmp_pa
     expected, spent = 0, 0.0
     while own.admits(spent, per_answer):
         expected, spent = expected + 1, spent + per_answer
-    with PrivateDatabase.connect(db, policy, ledger) as private:
+    with PrivateDatabase.connect(db, policy, ledger, reuse=False) as private:
         private.query("SELECT COUNT(*) FROM people WHERE age > 30", epsilon=0.5, analyst="bob")
         answered = 0
         with pytest.raises(BudgetExhausted, match="over your cap of 3"):

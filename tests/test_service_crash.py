@@ -39,7 +39,8 @@ def _burst(url: str, tokens: dict[str, str], received: list, stop_sending: threa
         with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
             while not stop_sending.is_set():
                 try:
-                    response = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01})
+                    response = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01,
+                                                            "reuse": False})
                 except httpx.TransportError:
                     return
                 if response.status_code == 200:
@@ -80,7 +81,7 @@ def _rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     process, url = _serve(db, policy, ledger)  # the ledger opens and the service answers
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['a0']}"}) as http:
-            after = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01})
+            after = http.post("/v1/query", json={"sql": SQL, "epsilon": 0.01, "reuse": False})
             assert after.status_code == 200
     finally:
         stop(process)

@@ -128,7 +128,8 @@ def test_budget_read_off_the_worker_sees_every_charge(tmp_path):
     try:
         ana = running.client("ana")
         for spent in (0.5, 1.0):
-            assert ana.post("/v1/query", json={"sql": SQL, "epsilon": 0.5}).status_code == 200
+            ask = {"sql": SQL, "epsilon": 0.5, "reuse": False}  # asked again: charged again
+            assert ana.post("/v1/query", json=ask).status_code == 200
             budget = ana.get("/v1/budget").json()
             assert budget["global"]["spent_dp"] == pytest.approx(spent)
             assert budget["cap"]["spent_ip"] == pytest.approx(spent)
@@ -221,7 +222,7 @@ def test_two_connections_to_one_file_with_a_public_csv_table(tmp_path):
     ledger = create_ledger(tmp_path / "l.sqlite", policy)
     sql = ("SELECT region, COUNT(*) AS n FROM people JOIN regions ON people.state = regions.state "
            "GROUP BY region")
-    first = PrivateDatabase.connect(db, policy, ledger)
+    first = PrivateDatabase.connect(db, policy, ledger, reuse=False)  # reads the data again
     try:
         with PrivateDatabase.connect(db, policy, ledger) as second:
             assert list(second.query(sql, epsilon=1).df["region"]) == ["East", "South", "West"]

@@ -60,7 +60,7 @@ class PgService:
 
 def start(tmp_path: Path, limits: Limits = FAST,
           analysts: dict[str, tuple[str, float | None]] | None = None,
-          reuse: bool = False) -> PgService:
+          reuse: bool = True) -> PgService:
     db = make_people(tmp_path / "people.duckdb")
     policy = write_policy(tmp_path / "policy.yaml", {"budget": {"epsilon": 100.0}})
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
@@ -86,7 +86,9 @@ def start(tmp_path: Path, limits: Limits = FAST,
 
 @pytest.fixture(scope="module")
 def pg(tmp_path_factory):
-    running = start(tmp_path_factory.mktemp("pgwire"))
+    # The module's tests share one ledger and ask the same statements again, each expecting
+    # its own charge and answer id: fresh noise, as `SET dpsql.reuse = off` asks.
+    running = start(tmp_path_factory.mktemp("pgwire"), reuse=False)
     yield running
     running.stop()
 

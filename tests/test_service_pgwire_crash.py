@@ -49,6 +49,7 @@ def _burst(pg_port: int, tokens: dict[str, str], received: list[Received],
                                  autocommit=True, connect_timeout=20) as conn:
                 conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
                 conn.execute("SET dpsql.epsilon = 0.01")
+                conn.execute("SET dpsql.reuse = off")  # the same query again: each one charged
                 while True:
                     rows = conn.execute(SQL).fetchall()
                     found = re.match(r"answer (\d+) charged to (\w+)", notices[-1])
@@ -107,6 +108,7 @@ def _rounds(tmp_path: Path, rounds: int, seed: int) -> None:
         with psycopg.connect(host="127.0.0.1", port=pg_port, user="a0", password=tokens["a0"],
                              dbname="dpsql", autocommit=True) as conn:
             conn.execute("SET dpsql.epsilon = 0.01")
+            conn.execute("SET dpsql.reuse = off")  # a new charge after the restart
             assert len(conn.execute(SQL).fetchall()) == 4
             after = int(conn.execute("SHOW dpsql.answer_id").fetchone()[0])
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {accountant}"}) as http:

@@ -44,7 +44,7 @@ def test_a_connection_opened_before_the_owner_tightens_is_held_to_the_tighter_bu
     loose = _policy(tmp_path / "loose.yaml", 4.0)
     tight = _policy(tmp_path / "tight.yaml", 1.0)
     ledger = create_ledger(tmp_path / "l.sqlite", loose)
-    with PrivateDatabase.connect(setup.db, loose, ledger) as early:
+    with PrivateDatabase.connect(setup.db, loose, ledger, reuse=False) as early:
         subprocess.run([sys.executable, "-c", "import sys; from dpsql.engine import PrivateDatabase; "
                         "PrivateDatabase.connect(*sys.argv[1:4]).close()",
                         str(setup.db), str(tight), str(ledger)], cwd=ROOT, check=True)
@@ -92,7 +92,7 @@ def test_an_analyst_may_ask_a_more_conservative_mode_never_a_looser_one(tmp_path
 def test_the_accountant_uses_the_policys_map(tmp_path, setup):
     """Under mode: group the transcript level is k * S, not the tight map's smaller value."""
     policy = _policy(tmp_path / "group.yaml", 100.0, k=4, eta=0.05, mode="group")
-    with PrivateDatabase.connect(setup.db, policy, create_ledger(tmp_path / "l.sqlite", policy)) \
+    with PrivateDatabase.connect(setup.db, policy, create_ledger(tmp_path / "l.sqlite", policy), reuse=False) \
             as db:
         first = db.query(COUNT, epsilon=1.0)
         second = db.query(COUNT, epsilon=1.0)
@@ -150,7 +150,7 @@ def test_the_largest_epsilon_shown_is_admitted_and_a_little_more_is_refused(
         tmp_path, setup, k, eta, mode, spent_asks):
     policy = _policy(tmp_path / "p.yaml", 4.0, k=k, eta=eta, mode=mode)
     ledger = create_ledger(tmp_path / "l.sqlite", policy)
-    with PrivateDatabase.connect(setup.db, policy, ledger) as db:
+    with PrivateDatabase.connect(setup.db, policy, ledger, reuse=False) as db:
         for epsilon in spent_asks:
             if epsilon > math.log(2) or mode != "theorem2":
                 db.query(COUNT, epsilon=epsilon)
@@ -171,7 +171,7 @@ def test_the_largest_epsilon_shown_is_admitted_and_a_little_more_is_refused(
 
 def test_the_cost_of_an_answer_is_the_rise_of_the_level_and_explain_shows_it(tmp_path, setup):
     policy = _policy(tmp_path / "p.yaml", 4.0, k=10, eta=0.001)
-    with PrivateDatabase.connect(setup.db, policy, create_ledger(tmp_path / "l.sqlite", policy)) \
+    with PrivateDatabase.connect(setup.db, policy, create_ledger(tmp_path / "l.sqlite", policy), reuse=False) \
             as db:
         db.query(COUNT, epsilon=0.5)
         ex = db.explain(COUNT, epsilon=0.5)
@@ -183,7 +183,7 @@ def test_the_cost_of_an_answer_is_the_rise_of_the_level_and_explain_shows_it(tmp
 
 def test_costs_add_up_exactly_to_the_budget(tmp_path, setup):
     policy = _policy(tmp_path / "p.yaml", 4.0, k=10, eta=0.001)
-    with PrivateDatabase.connect(setup.db, policy, create_ledger(tmp_path / "l.sqlite", policy)) \
+    with PrivateDatabase.connect(setup.db, policy, create_ledger(tmp_path / "l.sqlite", policy), reuse=False) \
             as db:
         answers = [db.query(COUNT, cost=cost) for cost in (1.0, 0.5, 2.0, 0.5)]
         with pytest.raises(BudgetExhausted, match="asks cost 0.001"):
@@ -264,8 +264,8 @@ def test_a_cost_is_priced_against_the_spending_read_in_the_charge(tmp_path, setu
     the charge reads (not from what the connection saw before), so the costs still add up."""
     policy = _policy(tmp_path / "p.yaml", 4.0, k=10, eta=0.001)
     ledger = create_ledger(tmp_path / "l.sqlite", policy)
-    with PrivateDatabase.connect(setup.db, policy, ledger) as a, \
-            PrivateDatabase.connect(setup.db, policy, ledger) as b:
+    with PrivateDatabase.connect(setup.db, policy, ledger, reuse=False) as a, \
+            PrivateDatabase.connect(setup.db, policy, ledger, reuse=False) as b:
         planned = a.explain(COUNT, cost=1.0).epsilon_dp
         first = b.query(COUNT, cost=1.0)
         second = a.query(COUNT, cost=1.0)

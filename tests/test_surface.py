@@ -225,7 +225,7 @@ def test_a_refused_query_is_caught_as_a_value_error(setup):
 
 def test_budget_exhausted_is_a_runtime_error(tmp_path, setup):
     policy = write_policy(tmp_path / "small.yaml", {"budget": {"epsilon": 1.0}})
-    with PrivateDatabase.connect(setup.db, policy, setup.ledger) as db:
+    with PrivateDatabase.connect(setup.db, policy, setup.ledger, reuse=False) as db:
         db.query("SELECT COUNT(*) FROM people", epsilon=0.9)
         with pytest.raises(RuntimeError):
             db.query("SELECT COUNT(*) FROM people", epsilon=0.9)

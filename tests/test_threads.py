@@ -43,7 +43,7 @@ def test_threads_share_one_database_and_the_budget_admits_exactly_n(people_db, t
         "budget": {"epsilon": ADMITTED * EPSILON},
         "dependence": {"k": 1, "eta": 0.0, "mode": "auto"}})
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
-    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+    with PrivateDatabase.connect(people_db, policy, ledger, reuse=False) as db:
         outcomes = _run_threads(lambda i: db.query(QUERIES[i % len(QUERIES)], epsilon=EPSILON),
                                 THREADS)
         answered = [o for o in outcomes if not isinstance(o, Exception)]

@@ -52,7 +52,7 @@ def test_interval_covers_the_exact_value_of_the_clamped_rows(people_db, tmp_path
             f"SELECT state, {exact}(LEAST(GREATEST(age, 0), 100)) FROM people "
             "WHERE state IN ('CA', 'NY', 'TX', 'WA') GROUP BY state ORDER BY state").fetchall()])
     hits = np.zeros(4)
-    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+    with PrivateDatabase.connect(people_db, policy, ledger, reuse=False) as db:
         for _ in range(20):
             result = db.query(f"SELECT state, {function}(age) AS v FROM people GROUP BY state",
                               epsilon=20)
@@ -70,7 +70,7 @@ def test_at_a_large_epsilon_the_value_is_close(people_db, tmp_path):
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
     with duckdb.connect(str(people_db), read_only=True) as conn:
         (truth,) = conn.execute("SELECT STDDEV_POP(LEAST(GREATEST(age, 0), 100)) FROM people").fetchone()
-    with PrivateDatabase.connect(people_db, policy, ledger) as db:
+    with PrivateDatabase.connect(people_db, policy, ledger, reuse=False) as db:
         for _ in range(10):
             value = db.query("SELECT STDDEV_POP(age) AS s FROM people", epsilon=100).df["s"][0]
             assert abs(value - truth) <= 0.05 * truth

@@ -53,6 +53,7 @@ class Ask(BaseModel):
     cost: float | None = None
     mode: str | None = None
     accuracy: float | None = None  # the 95% half-width every noisy cell must keep (ci95)
+    reuse: bool | None = None  # False: fresh noise and a charge (None: the service's setting)
 
 
 class WorkloadAsk(BaseModel):
@@ -159,7 +160,8 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     async def explain(ask: Ask, analyst: AnalystRole) -> JSONResponse:
         def explained(db: PrivateDatabase) -> dict:
             epsilon = _asked_epsilon(db, ask.sql, ask.accuracy, ask.mode, ask.epsilon, ask.cost)
-            return db.explain(ask.sql, epsilon, ask.mode, ask.cost, analyst.name).to_dict()
+            return db.explain(ask.sql, epsilon, ask.mode, ask.cost, analyst.name,
+                              ask.reuse).to_dict()
 
         return JSONResponse(await worker.run(explained, analyst.name))
 
@@ -167,7 +169,8 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     async def query(ask: Ask, analyst: AnalystRole) -> JSONResponse:
         def answer(db: PrivateDatabase) -> tuple[dict, int | None]:
             epsilon = _asked_epsilon(db, ask.sql, ask.accuracy, ask.mode, ask.epsilon, ask.cost)
-            result = db.query(ask.sql, epsilon, ask.mode, analyst=analyst.name, cost=ask.cost)
+            result = db.query(ask.sql, epsilon, ask.mode, analyst=analyst.name, cost=ask.cost,
+                              reuse=ask.reuse)
             return result.to_dict(), result.id
 
         body, ident = await worker.run(answer, analyst.name)

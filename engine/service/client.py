@@ -59,19 +59,24 @@ class Client:
         self._http.close()
 
     def query(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-              cost: float | None = None, accuracy: float | None = None) -> QueryResult:
+              cost: float | None = None, accuracy: float | None = None,
+              reuse: bool | None = None) -> QueryResult:
         """A private answer, charged to this token's analyst (`accuracy=H`: at the smallest
-        epsilon keeping every noisy cell's 95% half-width within ±H)."""
+        epsilon keeping every noisy cell's 95% half-width within ±H), or derived at no charge
+        from answers released to you (`reuse=False`: charged, with fresh noise; None: the
+        service's setting, on unless its owner turned it off)."""
         response = self._send("POST", "/v1/query", _ask(sql=sql, epsilon=epsilon, mode=mode,
-                                                        cost=cost, accuracy=accuracy))
+                                                        cost=cost, accuracy=accuracy, reuse=reuse))
         ident = response.headers.get(ANSWER_ID)  # none for an answer derived at no charge
         return QueryResult.from_dict(response.json(), None if ident is None else int(ident))
 
     def explain(self, sql: str, epsilon: float | None = None, mode: str | None = None,
-                cost: float | None = None, accuracy: float | None = None) -> Explanation:
-        """The plan, noise and cost; spends nothing."""
+                cost: float | None = None, accuracy: float | None = None,
+                reuse: bool | None = None) -> Explanation:
+        """The plan, noise and cost (0 when derived from your released answers); spends
+        nothing."""
         d = self._send("POST", "/v1/explain", _ask(sql=sql, epsilon=epsilon, mode=mode, cost=cost,
-                                                   accuracy=accuracy)).json()
+                                                   accuracy=accuracy, reuse=reuse)).json()
         return Explanation(**{**d, "group_by": tuple(d["group_by"]),
                               "aggregates": tuple(AggregateInfo(**a) for a in d["aggregates"]),
                               "budget": BudgetStatus(**d["budget"])})

@@ -59,7 +59,8 @@ PARAMETERS = {  # what SHOW answers and the startup reports; SET may change the 
     "default_transaction_read_only": "on", "search_path": '"$user", public',
     "max_identifier_length": "63", "application_name": "", "extra_float_digits": "1",
 }
-DPSQL_SETTINGS = ("dpsql.epsilon", "dpsql.cost", "dpsql.mode")
+DPSQL_SETTINGS = ("dpsql.epsilon", "dpsql.cost", "dpsql.mode", "dpsql.reuse")
+SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 # What the endpoint sends does not follow these: a SET may only name the values it speaks.
 FIXED = {"client_encoding": r"UTF-?8|UNICODE", "datestyle": r"ISO(\s*,\s*MDY)?",
          "intervalstyle": "postgres", "standard_conforming_strings": "on"}
@@ -164,6 +165,11 @@ class Session:
             number = _positive(name, value)
             self.settings.pop("dpsql.cost" if name == "dpsql.epsilon" else "dpsql.epsilon", None)
             value = repr(number)
+        elif name == "dpsql.reuse":
+            if value.lower() not in SWITCH:
+                raise WireError(f"dpsql.reuse must be on or off (off: fresh noise and a charge), "
+                                f"got {value[:40]!r}", "22023")
+            value = "on" if SWITCH[value.lower()] else "off"
         elif name == "dpsql.mode":
             if count != 1 or not re.fullmatch(r"[\w\-]{1,40}", value):
                 raise WireError(f"dpsql.mode must be one word (a calibration mode), got {value[:40]!r}",
@@ -199,6 +205,11 @@ class Session:
         return (None if epsilon is None else float(epsilon), self.settings.get("dpsql.mode"),
                 None if cost is None else float(cost))
 
+    def _reuse(self) -> bool | None:
+        """SET dpsql.reuse: off asks fresh noise and a charge (unset: the service's setting)."""
+        value = self.settings.get("dpsql.reuse")
+        return None if value is None else value == "on"
+
     def _explain(self, sql: str) -> Rows:
         if re.match(r"\(|ANALY[SZ]E\b|VERBOSE\b", sql, re.I):
             raise WireError("EXPLAIN options refused: write EXPLAIN SELECT ... (it spends nothing "
@@ -207,8 +218,9 @@ class Session:
         epsilon, mode, cost = self._asked()
         self._require_analyst()
         name = self.analyst.name
+        reuse = self._reuse()
         explanation: Explanation = self._observed(
-            "pg explain", lambda db: db.explain(sql, epsilon, mode, cost, name))
+            "pg explain", lambda db: db.explain(sql, epsilon, mode, cost, name, reuse))
         return explain_rows(explanation)
 
     def _select(self, sql: str) -> Rows:
@@ -219,12 +231,14 @@ class Session:
             return self.catalog().query(sql)
         self._require_analyst()
         epsilon, mode, cost = self._asked()
-        name = self.analyst.name
+        name, reuse = self.analyst.name, self._reuse()
         result: QueryResult = self._observed(
-            "pg query", lambda db: db.query(sql, epsilon, mode, analyst=name, cost=cost))
+            "pg query", lambda db: db.query(sql, epsilon, mode, analyst=name, cost=cost,
+                                            reuse=reuse))
         self.answer_id = result.id
         if result.derived_from:
-            self.notices.append(f"derived from answer {result.derived_from[0]}: cost 0, nothing "
+            ids = ", ".join(map(str, result.derived_from))
+            self.notices.append(f"derived from answer {ids}: cost 0, nothing "
                                 f"charged to {name}; budget left {result.budget.remaining:g}")
             return answer_rows(result)
         self.notices.append(f"answer {result.id} charged to {name}: cost {result.cost:g} (epsilon "

@@ -36,7 +36,7 @@ def uvicorn_config(app: Any, host: str, port: int, tls_cert: str | None = None,
 def serve(db: str, policy: str, ledger: str, host: str = "127.0.0.1", port: int = 8765,
           tls_cert: str | None = None, tls_key: str | None = None, limits: Limits | None = None,
           trusted_proxies: Sequence[str] = (), pg_port: int | None = None,
-          reuse: bool = False) -> None:
+          reuse: bool = True) -> None:
     """Serve until interrupted; raise the error that kept the database from opening.
     `trusted_proxies`: addresses whose forwarded headers name the client (none by default);
     `pg_port`: also speak the Postgres wire protocol there."""
