@@ -94,11 +94,11 @@ def reason(out: OutputColumn, plan: QueryPlan, known: Mapping[str, Reading]) -> 
         if divisor is not None and divisor[0][0] <= 0 <= divisor[1][0]:
             return ("no interval in rows where the interval of the divisor "
                     f"{_written(node.expression, plan)} reaches 0")
-    for node in out.expression.find_all(exp.Ln, exp.Log):
-        argument = node.this if isinstance(node, exp.Ln) else node.expression
+    for log in out.expression.find_all(exp.Ln, exp.Log):
+        argument = log.this if isinstance(log, exp.Ln) else log.expression
         bounds = evaluate(argument, leaf)
         if bounds is not None and bounds[0][0] <= 0:
-            name = "LN" if isinstance(node, exp.Ln) else "LOG10"
+            name = "LN" if isinstance(log, exp.Ln) else "LOG10"
             return (f"no interval in rows where the interval of {name}'s argument reaches 0 or "
                     "below (the logarithm is unbounded below there)")
     return None

@@ -309,7 +309,7 @@ class PostScope:
     def operand(self, node: exp.Expr, arg: exp.Expression, numeric: bool) -> Operand:
         registered = aggregate_of(node) if isinstance(node, exp.AggFunc) else None
         distinct = isinstance(node.this, exp.Distinct)
-        call = node.sql_name() if distinct or registered is None else registered.name
+        call = node.key.upper() if distinct or registered is None else registered.name
         if isinstance(arg, exp.Distinct):
             raise QueryRefused(f"{node.sql(dialect='duckdb')} refused: DISTINCT is supported only "
                                "in COUNT, SUM and AVG")
