@@ -32,7 +32,7 @@ def _in_join(column: exp.Column) -> bool:
     if not isinstance(equality, exp.EQ) or not all(
             isinstance(side, exp.Column) for side in (equality.this, equality.expression)):
         return False
-    node: exp.Expression | None = equality.parent
+    node: exp.Expr | None = equality.parent
     while isinstance(node, (exp.And, exp.Paren)):
         node = node.parent
     return isinstance(node, (exp.Where, exp.Join))
