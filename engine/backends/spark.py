@@ -45,7 +45,8 @@ from .spark_sql import to_spark
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-_SETTINGS = {"spark.sql.ansi.enabled": "false", "spark.sql.caseSensitive": "false"}
+_SETTINGS = {"spark.sql.ansi.enabled": "false", "spark.sql.caseSensitive": "false",
+             "spark.sql.session.timeZone": "UTC"}
 _FLOATS = {"float", "double", "decimal"}
 _REMEMBERED = 1024  # rendered queries kept for `check` (the preparer keeps 256 plans)
 
@@ -326,13 +327,15 @@ def _bounded_view(name: str) -> str:
 
 
 def _policy_family(spark_type: str) -> str:
-    """The family spark_sql.py types a column by: int, float, decimal, str, bool or other."""
+    """The family spark_sql.py types a column by: int, float, decimal, str, bool, date,
+    timestamp or other."""
     family = tables.family(spark_type)
     if family in ("tinyint", "smallint", "int", "bigint"):
         return SqlType.INT
     if family in ("float", "double"):
         return SqlType.FLOAT
-    return {"decimal": "decimal", "string": SqlType.STR, "boolean": SqlType.BOOL}.get(family, "other")
+    return {"decimal": "decimal", "string": SqlType.STR, "boolean": SqlType.BOOL, "date": SqlType.DATE,
+            "timestamp_ntz": SqlType.TIMESTAMP}.get(family, "other")
 
 
 def _plain(value: Any) -> Any:

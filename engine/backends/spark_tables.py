@@ -143,10 +143,6 @@ def check_columns(name: str, columns: Mapping[str, ColumnSpec], data: DataFrame)
         if col.name not in types:
             raise PolicyError(f"{path}: no such column in the data")
         found = family(types[col.name])
-        if col.type in (SqlType.DATE, SqlType.TIMESTAMP):
-            raise PolicyError(f"{path}.type: {col.type} columns are not supported on the Spark "
-                              "engine (its date functions and time zones differ from DuckDB's); "
-                              "use the DuckDB engine, or leave the column out of the policy")
         if col.type == SqlType.TIMESTAMP and found == "timestamp":
             raise PolicyError(f"{path}.type: the data column is Spark's timestamp (with the "
                               "session's time zone); a timestamp column must be timestamp_ntz "
