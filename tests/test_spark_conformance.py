@@ -208,7 +208,7 @@ def chain_pair(spark, tmp_path_factory):
     db = make_chain_db(folder / "shop.duckdb")
     parquet = {}
     with duckdb.connect(str(db), read_only=True) as conn:
-        for name in ("customer", "orders", "lineitem"):
+        for name in ("customer", "orders", "lineitem", "part"):
             parquet[name] = folder / f"{name}.parquet"
             conn.execute(f"COPY {name} TO '{parquet[name]}' (FORMAT parquet)")
     # A cold JVM on a loaded machine can take longer than the default 30 s to bound lineitem.
@@ -258,7 +258,7 @@ def test_a_duplicated_chain_key_is_refused_on_spark_as_on_duckdb(spark, tmp_path
                        extra=("INSERT INTO orders VALUES (1000, 2, 1.0), (1000, 3, 1.0)",))
     parquet = {}
     with duckdb.connect(str(db), read_only=True) as conn:
-        for name in ("customer", "orders", "lineitem"):
+        for name in ("customer", "orders", "lineitem", "part"):
             parquet[name] = tmp_path / f"{name}.parquet"
             conn.execute(f"COPY {name} TO '{parquet[name]}' (FORMAT parquet)")
     policy = parse_policy(CHAIN)

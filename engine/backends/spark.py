@@ -19,14 +19,13 @@ import threading
 import uuid
 from collections.abc import Collection, Mapping
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from ..errors import DataFailure, InputError, PolicyError, QueryRefused, ResourceLimitExceeded
+from ..errors import DataFailure, QueryRefused, ResourceLimitExceeded
 from ..plan import ExactAnswer
-from ..policy import Policy, TableSpec
+from ..policy import LookupTable, Policy, TableSpec
 from ..rewrite import (
     BOUNDED_CATALOG,
     bounded_columns,
@@ -36,8 +35,9 @@ from ..rewrite import (
     copy_scope,
     readable_tables,
 )
-from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
-from .chain_units import bounded_rows, chain_source, check_chains, with_unit_type
+from ..sql_types import SqlType
+from . import spark_tables as tables
+from .chain_units import bounded_rows, chain_source, check_chains, repeats, with_unit_type
 from .duckdb_gate import SchemaGate
 from .spark_session import local_session, quiet_pandas_warning
 from .spark_sql import to_spark
@@ -45,26 +45,8 @@ from .spark_sql import to_spark
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# A source is a DataFrame, a Parquet file or folder (a Path, or a str ending in .parquet or
-# naming an existing path), or the name of a catalog table.
-Source = Any
-
-_SETTINGS = {"spark.sql.ansi.enabled": "false", "spark.sql.caseSensitive": "false"}
-# Spark type name -> (policy families it can hold, the DuckDB type the gate binds it as).
-_TYPES: dict[str, tuple[frozenset[SqlType], str]] = {
-    "tinyint": (frozenset(NUMBER_TYPES), "TINYINT"),
-    "smallint": (frozenset(NUMBER_TYPES), "SMALLINT"),
-    "int": (frozenset(NUMBER_TYPES), "INTEGER"),
-    "bigint": (frozenset(NUMBER_TYPES), "BIGINT"),
-    "float": (frozenset({SqlType.FLOAT}), "FLOAT"),
-    "double": (frozenset({SqlType.FLOAT}), "DOUBLE"),
-    "decimal": (frozenset({SqlType.FLOAT}), "DECIMAL"),
-    "string": (frozenset({SqlType.STR}), "VARCHAR"),
-    "boolean": (frozenset({SqlType.BOOL}), "BOOLEAN"),
-    "date": (frozenset(), "DATE"),
-    "timestamp": (frozenset(), "TIMESTAMP"),
-    "binary": (frozenset(), "BLOB"),
-}
+_SETTINGS = {"spark.sql.ansi.enabled": "false", "spark.sql.caseSensitive": "false",
+             "spark.sql.session.timeZone": "UTC"}
 _FLOATS = {"float", "double", "decimal"}
 _REMEMBERED = 1024  # rendered queries kept for `check` (the preparer keeps 256 plans)
 
@@ -81,22 +63,27 @@ class SparkBackend:
         self._policy = policy
         self._limits = policy.limits
         self._tag = f"dpsql-{uuid.uuid4().hex}"
-        self._types: dict[str, dict[str, str]] = {}
+        self._types: dict[str, dict[str, str]] = {}  # private tables' columns and Spark types
+        self._lookups: dict[str, dict[str, str]] = {}  # public and parent tables'
         for name, table in policy.tables.items():
-            _check_schema(table, frames[name])
-            frame = _as_declared(table, frames[name])
-            self._types[name] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema.fields}
-            frame.createOrReplaceTempView(_view(name))
-            self._empty.createDataFrame([], frame.schema).createOrReplaceTempView(_view(name))
+            tables.check_private(table, frames[name])
+            self._types[name] = self._load(name, tables.as_declared(table.columns, frames[name]))
+        lookups: dict[str, LookupTable] = {**policy.public_tables, **policy.parent_tables}
+        for name, lookup in lookups.items():
+            tables.check_columns(name, lookup.columns, frames[name])
+            self._lookups[name] = self._load(name, tables.as_declared(lookup.columns, frames[name]))
         check_chains(policy, self._types.__getitem__, self._repeated)
+        for public in policy.public_tables.values():
+            refusal = tables.unique_key_refusal(public, self._repeated(repeats(public.name, public.key)))
+            if refusal is not None:
+                raise refusal
         for name, table in policy.tables.items():
             self._types[name] = with_unit_type(table, self._types)
             if table.privacy_unit is not None:
-                columns = ", ".join(f"`{col}`" for col in bounded_columns(table))
-                source = f"({chain_source(policy, table, _located).sql(self.dialect)})" \
-                    if table.chain else _view(name)
-                self._empty.sql(f"SELECT {columns} FROM {source}").createOrReplaceTempView(
-                    _bounded_view(name))
+                self._empty_copy(name, table, bounded_columns(table))
+        for name, parent in policy.parent_tables.items():
+            table = parent.one_per_key()
+            self._empty_copy(name, table, bounded_columns(table))
         self._gate = SchemaGate(self._gate_tables())
         self._duckdb: dict[str, str] = {}  # rendered Spark SQL -> the same tree as DuckDB SQL
         self._checked: dict[str, str | None] = {}
@@ -104,7 +91,7 @@ class SparkBackend:
         self._cached: list[DataFrame] = []
 
     @classmethod
-    def open(cls, spark: SparkSession | None, source: Source | Mapping[str, Source],
+    def open(cls, spark: SparkSession | None, source: tables.Source | Mapping[str, tables.Source],
              policy: Policy) -> SparkBackend:
         """Open a DataFrame, a Parquet path or a catalog table (or a mapping of policy table
         names to them) under `policy`; a single source is the policy's only table, or the table
@@ -112,7 +99,11 @@ class SparkBackend:
         with quiet_pandas_warning():
             user = spark if spark is not None else local_session()
             own = _own_session(user)
-            frames = {name: _frame(own, user, src, name) for name, src in _sources(source, policy).items()}
+            frames = {name: tables.frame(own, user, src, name)
+                      for name, src in tables.sources(source, policy).items()}
+            for name, public in policy.public_tables.items():
+                if public.data is not None:
+                    frames[name] = tables.public_file(own, public)
             return cls(own, frames, policy)
 
     def data_columns(self) -> Mapping[str, frozenset[str]]:
@@ -122,26 +113,9 @@ class SparkBackend:
         """The tree as Spark SQL over this backend's views, with DuckDB's meaning (see
         spark_sql.py), or QueryRefused for a form Spark cannot give that meaning (decided by the
         text and the schema alone); the DuckDB rendering is kept for `check`."""
-        public = sorted({t.name for t in query.find_all(exp.Table) if t.name in self._policy.public_tables})
-        if public:
-            raise QueryRefused(f"JOIN with public table {public[0]} refused on Spark: public tables "
-                               "are not loaded by the Spark backend; run the query on DuckDB")
-        private = sorted({self._table_of(t) for t in query.find_all(exp.Table)
-                          if self._table_of(t) in self._policy.tables})
-        if len(private) > 1:
-            raise QueryRefused(f"JOIN of private tables {private[0]} and {private[1]} refused on "
-                               "Spark: it is not checked to keep the same rows as DuckDB yet; run "
-                               "the query on DuckDB")
-        parent = sorted({t.name for t in query.find_all(exp.Table) if t.name in self._policy.parent_tables})
-        if parent:
-            raise QueryRefused(f"JOIN with parent table {parent[0]} refused on Spark: parent tables "
-                               "are not loaded by the Spark backend; run the query on DuckDB")
         self._add_copies(query)
         duckdb_sql = query.sql("duckdb")
-        names = [self._table_of(t) for t in query.find_all(exp.Table) if self._table_of(t) in self._types]
-        families = {col: _policy_family(kind) for col, kind in self._types[names[0]].items()} \
-            if names else {}
-        tree = to_spark(query, families)
+        tree = to_spark(query, self._families(query))
         for table in list(tree.find_all(exp.Table)):
             view = self._view_of(table)
             if view is not None:
@@ -177,7 +151,8 @@ class SparkBackend:
         name = bounded_table_path(table, scope)[2]
         if name in self._bounded:
             return
-        unit_is_float = _family(self._types[table.name][table.unit]) in _FLOATS
+        types = self._types.get(table.name) or self._lookups[table.name]  # a parent's own
+        unit_is_float = tables.family(types[table.unit]) in _FLOATS
         sql = bounded_rows(self._policy, table, hash_key, _located, unit_is_float,
                            scope).sql(self.dialect)
         from pyspark import StorageLevel
@@ -255,11 +230,14 @@ class SparkBackend:
         return None
 
     def _view_of(self, table: exp.Table) -> str | None:
-        """The view a table reference of the rewrite's tree reads (None: not a data table)."""
+        """The view a table reference of the rewrite's tree reads (None: not a data table): a
+        bounded copy (of a private table, or a parent's one row per key), or a table itself."""
         if table.catalog == BOUNDED_CATALOG and (table.name in self._types or
+                                                 table.name in self._policy.parent_tables or
                                                  copy_of(self._policy, table.name) is not None):
             return _bounded_view(table.name)
-        if not table.catalog and not table.db and table.name in self._types:
+        if not table.catalog and not table.db and (table.name in self._types or
+                                                   table.name in self._policy.public_tables):
             return _view(table.name)
         return None
 
@@ -269,27 +247,53 @@ class SparkBackend:
         found = copy_of(self._policy, ref.name) if ref.catalog == BOUNDED_CATALOG else None
         return ref.name if found is None else found[0].name
 
+    def _families(self, query: exp.Expression) -> dict[str, str]:
+        """The type family (spark_sql.py) of each column name the tree's rows may hold: every
+        column of each table it reads, and a joined table's as "<table>.<column>" too (a name
+        two tables hold with two families is "other": its casts are judged as unknown)."""
+        families: dict[str, str] = {}
+        for ref in query.find_all(exp.Table):
+            if self._view_of(ref) is None:
+                continue
+            name = self._table_of(ref)
+            for col, kind in (self._types.get(name) or self._lookups[name]).items():
+                family = _policy_family(kind)
+                for key in (col, f"{name}.{col}"):
+                    families[key] = family if families.get(key, family) == family else "other"
+        return families
+
+    def _load(self, name: str, frame: DataFrame) -> dict[str, str]:
+        """Register `frame` as table `name`'s view, and an empty one of its schema where SQL is
+        checked; its columns' Spark types."""
+        frame.createOrReplaceTempView(_view(name))
+        self._empty.createDataFrame([], frame.schema).createOrReplaceTempView(_view(name))
+        return tables.spark_types(frame)
+
+    def _empty_copy(self, name: str, table: TableSpec, columns: Collection[str]) -> None:
+        """The empty view of `table`'s bounded copy of `columns` named `name` (a chained table's
+        over its rows with their derived unit), where SQL is checked."""
+        names = ", ".join(f"`{col}`" for col in columns)
+        source = f"({chain_source(self._policy, table, _located).sql(self.dialect)})" \
+            if table.chain else _view(table.name)
+        self._empty.sql(f"SELECT {names} FROM {source}").createOrReplaceTempView(_bounded_view(name))
+
     def _add_copies(self, query: exp.Expression) -> None:
         """Give both gates (the DuckDB one and the empty Spark views) the bounded copy of each
         column set `query` reads that they do not hold yet."""
-        types = {name: {col: _duckdb_type(kind) for col, kind in self._types[name].items()}
+        types = {name: {col: tables.duckdb_type(kind) for col, kind in self._types[name].items()}
                  for name in self._policy.tables}
         for path, columns in copies_read(self._policy, query, types).items():
             self._gate.add(path, columns)
             found = copy_of(self._policy, path[2])
             assert found is not None
-            table = found[0]
-            names = ", ".join(f"`{col}`" for col, _ in columns)
-            source = f"({chain_source(self._policy, table, _located).sql(self.dialect)})" \
-                if table.chain else _view(table.name)
-            self._empty.sql(f"SELECT {names} FROM {source}").createOrReplaceTempView(
-                _bounded_view(path[2]))
+            self._empty_copy(path[2], found[0], [col for col, _ in columns])
 
     def _gate_tables(self) -> dict[tuple[str, ...], list[tuple[str, str]]]:
-        """The DuckDB gate's empty tables: each policy table and its bounded copy."""
+        """The DuckDB gate's empty tables: each policy table and its bounded copy, each public
+        table and each parent table's copy of one row per key."""
         return readable_tables(self._policy, {
-            name: {col: _duckdb_type(kind) for col, kind in self._types[name].items()}
-            for name in self._policy.tables})
+            name: {col: tables.duckdb_type(kind) for col, kind in types.items()}
+            for name, types in {**self._types, **self._lookups}.items()})
 
 
 def _own_session(spark: SparkSession) -> SparkSession:
@@ -322,112 +326,16 @@ def _bounded_view(name: str) -> str:
     return f"dpsql_bounded_{table}_{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
-def _sources(source: Source | Mapping[str, Source], policy: Policy) -> dict[str, Source]:
-    """Each policy table's source: a mapping names them; a single source is the policy's only
-    table or, for a Parquet path, the table it is named after."""
-    if isinstance(source, Mapping):
-        missing = sorted(set(policy.tables) - {str(k).lower() for k in source})
-        if missing:
-            raise InputError(f"no Spark source for policy table(s) {', '.join(missing)} "
-                             f"(given: {', '.join(sorted(map(str, source))) or 'none'})")
-        return {str(k).lower(): v for k, v in source.items() if str(k).lower() in policy.tables}
-    if len(policy.tables) == 1:
-        return {next(iter(policy.tables)): source}
-    if isinstance(source, (str, Path)) and Path(source).stem.lower() in policy.tables:
-        return {Path(source).stem.lower(): source}
-    raise InputError(f"the policy has {len(policy.tables)} tables: give the Spark engine a mapping "
-                     "of table name to DataFrame, Parquet path or catalog table")
-
-
-def _frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> DataFrame:
-    """The source as a DataFrame of the backend's own session."""
-    from pyspark.sql import DataFrame
-
-    if isinstance(source, DataFrame):
-        # The rows stay in the JVM: the frame's plan is adopted by the other session.
-        jdf = own._jsparkSession.createDataFrame(source._jdf.rdd(), source._jdf.schema())
-        return DataFrame(jdf, own)
-    text = str(source)
-    try:
-        if isinstance(source, Path) or text.lower().endswith((".parquet", ".pq")) or Path(text).exists():
-            if not Path(text).exists():
-                raise InputError(f"data file not found: {text} (expected a Parquet file or folder)")
-            return own.read.parquet(text)
-        if own.catalog.tableExists(text):
-            return own.table(text)
-        if user.catalog.tableExists(text):
-            return _frame(own, user, user.table(text), name)
-    except InputError:
-        raise
-    except Exception:
-        raise InputError(f"cannot read the Spark source of table {name}: {text} (expected a "
-                         "DataFrame, a Parquet file or folder, or a catalog table)") from None
-    raise InputError(f"no Spark table or Parquet path {text!r} for policy table {name}")
-
-
-# The Spark type each policy type is read as, whatever the source stores (as on DuckDB,
-# engine/backends/duckdb_schema.py DECLARED_TYPES), so a verdict follows the policy, not the file.
-_DECLARED = {SqlType.INT: "bigint", SqlType.FLOAT: "double", SqlType.STR: "string",
-             SqlType.BOOL: "boolean"}
-
-
-def _as_declared(table: TableSpec, frame: DataFrame) -> DataFrame:
-    """`frame` with each policy column cast to its declared type (a widening of its family)."""
-    from pyspark.sql import functions as F
-
-    declared = {col.name: _DECLARED[col.type] for col in table.columns.values() if col.type in _DECLARED}
-    return frame.select(*[F.col(f"`{f.name}`").cast(declared[f.name.lower()]).alias(f.name)
-                          if f.name.lower() in declared else F.col(f"`{f.name}`")
-                          for f in frame.schema.fields])
-
-
-def _check_schema(table: TableSpec, frame: DataFrame) -> dict[str, str]:
-    """Lower-cased column name -> Spark type name, after checking the policy's columns."""
-    types = {field.name.lower(): field.dataType.simpleString() for field in frame.schema.fields}
-    if table.privacy_unit is not None and not table.chain:  # a chain's: checked by check_chains
-        if table.privacy_unit not in types:
-            raise PolicyError(f"tables.{table.name}.privacy_unit: no column {table.privacy_unit!r} "
-                              "in the data")
-        if _family(types[table.privacy_unit]) not in _TYPES:
-            raise PolicyError(f"tables.{table.name}.privacy_unit: the data column is "
-                              f"{types[table.privacy_unit]}, not one of {', '.join(_TYPES)}")
-    for col in table.columns.values():
-        path = f"tables.{table.name}.columns.{col.name}"
-        if col.link_only and col.name not in types:  # a chain's key: check_chains names it
-            continue
-        if col.name not in types:
-            raise PolicyError(f"{path}: no such column in the data")
-        if col.type in TIME_TYPES:
-            raise PolicyError(f"{path}.type: {col.type} columns are not supported on the Spark "
-                              "engine (its date functions and time zones differ from DuckDB's); "
-                              "use the DuckDB engine, or leave the column out of the policy")
-        if col.type not in _TYPES.get(_family(types[col.name]), (frozenset(), ""))[0]:
-            raise PolicyError(f"{path}.type: the policy says {col.type} but the data column is "
-                              f"{types[col.name]}")
-    return types
-
-
 def _policy_family(spark_type: str) -> str:
-    """The family spark_sql.py types a column by: int, float, decimal, str, bool or other."""
-    family = _family(spark_type)
+    """The family spark_sql.py types a column by: int, float, decimal, str, bool, date,
+    timestamp or other."""
+    family = tables.family(spark_type)
     if family in ("tinyint", "smallint", "int", "bigint"):
         return SqlType.INT
     if family in ("float", "double"):
         return SqlType.FLOAT
-    return {"decimal": "decimal", "string": SqlType.STR, "boolean": SqlType.BOOL}.get(family, "other")
-
-
-def _family(spark_type: str) -> str:
-    """A Spark type's name without its parameters: decimal(10,2) -> decimal."""
-    return spark_type.split("(")[0]
-
-
-def _duckdb_type(spark_type: str) -> str:
-    """The DuckDB type the gate binds a Spark column as (a decimal keeps its precision)."""
-    family = _family(spark_type)
-    if family == "decimal":
-        return spark_type.upper()
-    return _TYPES.get(family, (frozenset(), "VARCHAR"))[1]
+    return {"decimal": "decimal", "string": SqlType.STR, "boolean": SqlType.BOOL, "date": SqlType.DATE,
+            "timestamp_ntz": SqlType.TIMESTAMP}.get(family, "other")
 
 
 def _plain(value: Any) -> Any:

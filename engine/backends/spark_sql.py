@@ -7,7 +7,9 @@ casts to integers rounding like DuckDB, and sums that cannot wrap. What it canno
 meaning it refuses, by the query text and the schema only: casts of text to numbers or booleans
 (DuckDB reads '2.7' as an integer, '1_000' as a number; Spark reads '1d' and ' true '), of floats
 to text (the two print floats differently), of decimal literals to integers, and SUBSTRING with
-positions that are not whole-number literals (start >= 1, length >= 0). Spark refuses those queries
+positions that are not whole-number literals (start >= 1, length >= 0), dates and timestamps
+to text. Dates and timestamps are read without time zone (TIMESTAMP_NTZ); EXTRACT counts Sunday
+as day 0 and whole seconds, as DuckDB does. Spark refuses those queries
 whatever the data holds, so a refusal says nothing about it.
 """
 
@@ -18,13 +20,21 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from ..errors import QueryRefused
-from ..sql_types import NUMBER_TYPES, SqlType
+from ..sql.calendar import PART_FUNCTIONS, TRUNCS
+from ..sql_types import NUMBER_TYPES, TIME_TYPES, SqlType
 
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
              exp.DataType.Type.BIGINT}
 _FLOATS = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
+_TIMES = {exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ}
 _TEXT = {exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT, exp.DataType.Type.CHAR}
 _DECIMAL_SUM = "DECIMAL(38, 0)"
+# EXTRACT's parts (calendar.py's names) as Spark's EXTRACT names them, and what to add to
+# Spark's value to get DuckDB's: DuckDB counts Sunday as 0, Spark's DAYOFWEEK as 1.
+_PARTS = {"YEAR": ("YEAR", 0), "QUARTER": ("QUARTER", 0), "MONTH": ("MONTH", 0), "DAY": ("DAY", 0),
+          "DAYOFWEEK": ("DAYOFWEEK", -1), "ISODOW": ("DAYOFWEEK_ISO", 0), "DAYOFYEAR": ("DOY", 0),
+          "WEEK": ("WEEK", 0), "HOUR": ("HOUR", 0), "MINUTE": ("MINUTE", 0), "SECOND": ("SECOND", 0)}
+_PARTS.update(DOW=_PARTS["DAYOFWEEK"], DOY=_PARTS["DAYOFYEAR"], WEEKOFYEAR=_PARTS["WEEK"])
 _WHOLE = 2 ** 52  # a double this large is a whole number: FLOOR and CEIL leave it alone
 # Where a bare NULL stands for a truth value (DuckDB binds it as BOOLEAN there).
 _CONDITIONS: dict[type, tuple[str, ...]] = {
@@ -35,7 +45,7 @@ _CONDITIONS: dict[type, tuple[str, ...]] = {
 def to_spark(query: exp.Expression, column_types: Mapping[str, str]) -> exp.Expression:
     """A copy of `query` whose Spark SQL means what the tree means on DuckDB; QueryRefused for
     a form that cannot. `column_types` maps each data column to its type family (int, float,
-    decimal, str, bool or other)."""
+    decimal, str, bool, date, timestamp or other)."""
     typer = _Types(column_types)
     for node in query.walk():
         _refuse(node, typer)
@@ -58,7 +68,8 @@ def _refuse(node: exp.Expr, typer: _Types) -> None:
     """Raise QueryRefused for a form whose Spark meaning differs from DuckDB's."""
     if isinstance(node, exp.Cast):
         source, target = typer.of(node.this), node.to.this
-        if source == SqlType.STR and target not in _TEXT:
+        literal_time = target in _TIMES and isinstance(node.this, exp.Literal)  # an ISO literal
+        if source == SqlType.STR and target not in _TEXT and not literal_time:
             raise QueryRefused("CAST of text to a number or boolean is not supported on the "
                                "Spark engine (DuckDB and Spark read text such as '1_000', '1d' "
                                "or ' true ' differently)")
@@ -68,10 +79,15 @@ def _refuse(node: exp.Expr, typer: _Types) -> None:
         if target in _INTEGERS and source not in (*NUMBER_TYPES, SqlType.BOOL, SqlType.NULL, "decimal"):
             raise QueryRefused("CAST to an integer type of this expression is not supported on "
                                "the Spark engine")
+        if target in _TEXT and source in TIME_TYPES:
+            raise QueryRefused("CAST of a date or timestamp to VARCHAR is not supported on the "
+                               "Spark engine (DuckDB and Spark print them differently)")
         if target in _TEXT and source not in (SqlType.INT, SqlType.BOOL, SqlType.STR, SqlType.NULL):
             raise QueryRefused("CAST of a number that is not an integer to VARCHAR is not "
                                "supported on the Spark engine (DuckDB and Spark print floats "
                                "differently)")
+    if isinstance(node, (exp.Extract, *PART_FUNCTIONS)) and _part(node) not in _PARTS:
+        raise QueryRefused(f"EXTRACT of {_part(node)} is not supported on the Spark engine")
     if isinstance(node, exp.Substring):
         for key, least in (("start", 1), ("length", 0)):
             value = node.args.get(key)
@@ -88,6 +104,14 @@ def _translate(node: exp.Expression, typer: _Types) -> exp.Expression:
             node.set(key, exp.cast(exp.Null(), "BOOLEAN"))
     if isinstance(node, exp.Div):
         return _ieee_divide(node.this, node.expression)
+    if isinstance(node, (exp.Extract, *PART_FUNCTIONS)):
+        return _extract(node)
+    if isinstance(node, TRUNCS):
+        # DuckDB truncates to a TIMESTAMP without time zone: so does Spark's date_trunc of one.
+        unit = exp.Literal.string(node.args["unit"].name.upper())
+        moment = exp.cast(node.this, "TIMESTAMP_NTZ", dialect="spark")
+        return exp.cast(exp.Anonymous(this="DATE_TRUNC", expressions=[unit, moment]),
+                        "TIMESTAMP_NTZ", dialect="spark")
     if isinstance(node, exp.IntDiv):
         # DuckDB's // on DOUBLE (the only operands hardening leaves) divides, NULL by zero,
         # which is what Spark's / does.
@@ -109,6 +133,8 @@ def _translate(node: exp.Expression, typer: _Types) -> exp.Expression:
                            exp.Literal.string("\\\\"))
         node.set("expression", pattern)
         return node
+    if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.TIMESTAMP:
+        node.set("to", exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))  # Spark's is zoned
     if isinstance(node, exp.TryCast):
         node.set("safe", True)  # Spark's own TRY_CAST: NULL where a CAST would saturate
     if isinstance(node, exp.Cast) and node.to.this in _INTEGERS:
@@ -128,6 +154,26 @@ def _translate(node: exp.Expression, typer: _Types) -> exp.Expression:
             node.set("this", _widened(target))
         return node
     return node
+
+
+def _part(node: exp.Expr) -> str:
+    """The part an EXTRACT (or YEAR(x), DAYOFWEEK(x), ...) reads, by calendar.py's names."""
+    if isinstance(node, exp.Extract):
+        return node.this.name.upper()
+    return next(part for kind, part in PART_FUNCTIONS.items() if isinstance(node, kind))
+
+
+def _extract(node: exp.Expression) -> exp.Expression:
+    """EXTRACT as DuckDB computes it: Sunday is day 0 of the week, seconds are whole (Spark's
+    SECOND keeps the fraction), the value a BIGINT."""
+    name, shift = _PARTS[_part(node)]
+    moment = node.expression if isinstance(node, exp.Extract) else node.this
+    value: exp.Expression = exp.Extract(this=exp.var(name), expression=moment)
+    if name == "SECOND":
+        value = exp.Floor(this=value)
+    if shift:
+        value = exp.Add(this=value, expression=exp.Literal.number(shift))
+    return exp.cast(value, "BIGINT")
 
 
 def _widened(value: exp.Expression) -> exp.Expression:
@@ -186,14 +232,20 @@ class _Types:
                 return "decimal"
             if kind in _TEXT:
                 return SqlType.STR
+            if kind == exp.DataType.Type.DATE:
+                return SqlType.DATE
+            if kind in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ):
+                return SqlType.TIMESTAMP
             return SqlType.BOOL if kind == exp.DataType.Type.BOOLEAN else "other"
         if isinstance(node, (exp.Binary, exp.Neg, exp.Abs, exp.Round, exp.Floor, exp.Ceil)) \
                 and not isinstance(node, (exp.Predicate, exp.Connector, exp.DPipe)):
             return SqlType.FLOAT
         if isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.In, exp.Between, exp.Is)):
             return SqlType.BOOL
-        if isinstance(node, exp.Length):
+        if isinstance(node, (exp.Length, exp.Extract, *PART_FUNCTIONS)):
             return SqlType.INT
+        if isinstance(node, TRUNCS):
+            return SqlType.TIMESTAMP
         if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Substring, exp.DPipe)):
             return SqlType.STR
         if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least, exp.Case, exp.If)):
