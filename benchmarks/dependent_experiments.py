@@ -153,7 +153,8 @@ def engine_cell(folder: Path, policy: dict, sql: str, table: str, frame: dict,
         select = ", ".join(f"unnest(${i + 1}) AS {name}" for i, name in enumerate(names))
         conn.execute(f"CREATE TABLE {table} AS SELECT {select}", [frame[n] for n in names])
     with PrivateDatabase.connect(folder / "data.duckdb", folder / "policy.yaml",
-                                 folder / "ledger.sqlite", create=True) as db:
+                                 folder / "ledger.sqlite", create=True,
+                                 reuse=False) as db:  # each answer fresh noise
         plan = db.explain(sql, epsilon=epsilon)
         if not plan.model:
             raise RuntimeError(f"{sql!r} at epsilon {epsilon:g} is not priced by the model")

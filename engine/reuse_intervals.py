@@ -9,7 +9,6 @@ import functools
 import math
 
 import numpy as np
-from scipy import signal, stats
 
 from .noise import NoiseKind, _sum_accuracy
 from .workload_intervals import EXACT_TERMS, laplace_combination_halfwidth, sum_halfwidth
@@ -54,6 +53,8 @@ def _discrete_mixed_halfwidth(key: tuple[tuple[float, int], ...], alpha: float) 
     of the scales are convolved. Each truncation at N (Pr[X > N] < alpha·1e-9) cuts at most
     2·Pr[X > N] of mass, and all the mass cut is added whole to each tail, which can only
     widen h."""
+    from scipy import signal, stats  # here, not at import: a query process never loads SciPy
+
     pmf = np.ones(1)
     cut = 0.0
     for scale, count in key:

@@ -255,8 +255,8 @@ def test_intervals_of_per_unit_aggregates_cover(tmp_path):
     sql = ("SELECT AVG(n) AS a, SUM(s) AS t FROM (SELECT VisitorId, COUNT(*) AS n, SUM(spent) AS s "
            "FROM visits GROUP BY VisitorId)")
     hits = np.zeros(2)
-    with PrivateDatabase.connect(db_path, policy_path, create_ledger(tmp_path / "l.sqlite",
-                                                                     policy_path)) as db:
+    with PrivateDatabase.connect(db_path, policy_path, create_ledger(tmp_path / "l.sqlite", policy_path),
+                                 reuse=False) as db:  # fresh noise each run
         for _ in range(200):
             result = db.query(sql, epsilon=0.5)
             answer = result.df[["a", "t"]].to_numpy(dtype=float)[0]
