@@ -161,21 +161,22 @@ def dataset(case: Case, side: tuple[Row, ...], folder: Path) -> tuple[Path, Path
 
 def _releases(private: PrivateDatabase, case: Case, n: int) -> tuple[list[np.ndarray], str | None]:
     """n answers (each its numeric cells in order), and what the ledger got wrong: each answer
-    must be charged its stated epsilon_dp and kept in the history (the database may have
-    answered other cases before: only what these n answers add is checked)."""
+    must be charged its stated epsilon_dp and kept in the history under its own id (the
+    database may have answered other cases before: only what these n answers add is checked)."""
     before = private.budget().spent_dp
-    kept = len(private.ledger.history(private.analyst))
     stated = 0.0
-    out = []
+    out, ids = [], set()
     for _ in range(n):
         result = private.query(case.sql, epsilon=case.epsilon)
         stated += result.epsilon_dp
+        ids.add(result.id)
         out.append(result.df.select_dtypes("number").to_numpy(dtype=float).ravel())
     spent = private.budget().spent_dp - before
     problem = None
     if spent < stated * (1 - 1e-9):
         problem = f"charged {spent:.6g} for answers stating {stated:.6g}"
-    elif len(private.ledger.history(private.analyst)) < kept + n:
+    elif len(ids) < n or not all(i is not None and private.ledger.history(private.analyst, i)
+                                 for i in ids):
         problem = "answers missing from the history"
     return out, problem
 
@@ -244,13 +245,14 @@ def audit(case: Case, n: int, alpha: float, root: Path | None = None) -> Verdict
     return replace(verdict, seconds=time.perf_counter() - started)
 
 
-def by_pair(cases: Iterable[Case]) -> list[list[Case]]:
-    """The cases grouped by dataset pair, in order of first appearance: each group is asked on
-    one pair of opened databases."""
+def by_pair(cases: Iterable[Case], most: int | None = None) -> list[list[Case]]:
+    """The cases grouped by dataset pair, in order of first appearance, at most `most` a group:
+    each group is asked on one pair of opened databases."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         groups.setdefault(case.pair, []).append(case)
-    return list(groups.values())
+    size = most or max(map(len, groups.values()), default=1)
+    return [group[i:i + size] for group in groups.values() for i in range(0, len(group), size)]
 
 
 # The query shapes, and the changes of the target's rows each is audited under.

@@ -24,6 +24,7 @@ from pytest import MonkeyPatch
 from tests import blackbox, blackbox_bugs
 
 EPSILONS = (0.25, 0.5, 1.0)  # claims the real engine is audited at (a bound can exceed them)
+GROUP = 10  # real-engine cases a worker asks on one opened dataset pair before it reports them
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def score(bugs: tuple[str, ...], cases: int, n: int, bug_n: int, alpha: float, w
     """Every bug in `bugs` at bug_n answers a side, then `cases` real-engine cases at n."""
     tasks: list[Task] = [(name, (blackbox_bugs.BUGS[name][1],), bug_n, alpha) for name in bugs]
     tasks += [(None, tuple(group), n, alpha)
-              for group in blackbox.by_pair(blackbox.cases(cases, EPSILONS))]
+              for group in blackbox.by_pair(blackbox.cases(cases, EPSILONS), GROUP)]
     outcomes = []
     with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=10) as pool:
         for done in pool.imap_unordered(_run, tasks):

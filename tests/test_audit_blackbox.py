@@ -57,6 +57,21 @@ def test_seeded_bugs_are_caught(name, monkeypatch, tmp_path):
     assert verdict.rejected, (name, verdict.bound)
 
 
+def test_cases_sharing_a_dataset_pair_are_each_checked_on_their_own_charges(monkeypatch, tmp_path):
+    """On one opened pair, a case after another is still held to what its own answers were
+    charged: skipped charges in the second case are caught though the first case's were paid."""
+    cases = list(blackbox.cases(60, blackbox_score.EPSILONS))
+    groups = blackbox.by_pair(cases)
+    assert sum(len(g) for g in groups) == 60 and all(len({c.pair for c in g}) == 1 for g in groups)
+    first, second = groups[0][:2]
+    with blackbox.opened(first, tmp_path) as sides:
+        assert blackbox.audit_on(sides, first, 10, ALPHA).accounting is None
+        with monkeypatch.context() as mp:
+            blackbox_bugs.apply("charge skipped", mp)
+            verdict = blackbox.audit_on(sides, second, 10, ALPHA)
+    assert verdict.rejected and verdict.accounting.startswith("charged 0 for answers stating")
+
+
 def test_an_answer_whose_shape_moves_is_audited_on_its_shape():
     """Answers of varying cell counts are padded, and their count is a released column."""
     a, b = blackbox.as_matrices([np.array([1.0, 2.0])] * 3, [np.array([1.0])] * 3)
