@@ -24,8 +24,8 @@ import itertools
 import math
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -55,6 +55,11 @@ class Case:
     def describe(self) -> str:
         model = "household k=2 eta=1" if self.household else "k=1"
         return f"{self.sql} @ eps {self.epsilon:g} ({model}): {self.before} -> {self.after}"
+
+    @property
+    def pair(self) -> tuple[tuple[Row, ...], tuple[Row, ...], bool, int]:
+        """What the two datasets are made of: cases with the same pair share them."""
+        return self.before, self.after, self.household, self.seed
 
 
 @dataclass
@@ -156,19 +161,22 @@ def dataset(case: Case, side: tuple[Row, ...], folder: Path) -> tuple[Path, Path
 
 def _releases(private: PrivateDatabase, case: Case, n: int) -> tuple[list[np.ndarray], str | None]:
     """n answers (each its numeric cells in order), and what the ledger got wrong: each answer
-    must be charged its stated epsilon_dp and kept in the history."""
+    must be charged its stated epsilon_dp and kept in the history under its own id (the
+    database may have answered other cases before: only what these n answers add is checked)."""
     before = private.budget().spent_dp
     stated = 0.0
-    out = []
+    out, ids = [], set()
     for _ in range(n):
         result = private.query(case.sql, epsilon=case.epsilon)
         stated += result.epsilon_dp
+        ids.add(result.id)
         out.append(result.df.select_dtypes("number").to_numpy(dtype=float).ravel())
     spent = private.budget().spent_dp - before
     problem = None
     if spent < stated * (1 - 1e-9):
         problem = f"charged {spent:.6g} for answers stating {stated:.6g}"
-    elif len(private.ledger.history(private.analyst)) < n:
+    elif len(ids) < n or not all(i is not None and private.ledger.history(private.analyst, i)
+                                 for i in ids):
         problem = "answers missing from the history"
     return out, problem
 
@@ -200,28 +208,52 @@ def with_derived(values: np.ndarray) -> np.ndarray:
     return np.hstack([values, *extra])
 
 
-def audit(case: Case, n: int, alpha: float, root: Path | None = None) -> Verdict:
-    """Run `case` n times on each dataset, end to end, and test its claimed epsilon."""
-    started = time.perf_counter()
+@contextlib.contextmanager
+def opened(case: Case, root: Path | None = None) -> Iterator[tuple[PrivateDatabase, ...]]:
+    """Both datasets of `case` opened as the engine opens them (`PrivateDatabase.connect` on a
+    DuckDB file, a policy and a ledger of its own each, in `root` or a temporary folder on
+    /dev/shm); every case on the same pair (`Case.pair`) may be asked on them."""
     with contextlib.ExitStack() as stack:
         base = Path(root) if root is not None else Path(stack.enter_context(
             tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None)))
-        samples, problems = [], []
+        sides = []
         for name, side in (("a", case.before), ("b", case.after)):
             folder = base / name
             folder.mkdir(parents=True, exist_ok=True)
             db, policy = dataset(case, side, folder)
             ledger = create_ledger(folder / "ledger.sqlite", policy)
             # n fresh draws of the same query: reuse would release one answer n times
-            with PrivateDatabase.connect(db, policy, ledger, reuse=False) as private:
-                released, problem = _releases(private, case, n)
-            samples.append(released)
-            problems.append(problem)
+            sides.append(stack.enter_context(PrivateDatabase.connect(db, policy, ledger, reuse=False)))
+        yield tuple(sides)
+
+
+def audit_on(sides: tuple[PrivateDatabase, ...], case: Case, n: int, alpha: float) -> Verdict:
+    """Ask `case` n times on each of its two opened datasets and test its claimed epsilon."""
+    started = time.perf_counter()
+    samples, problems = zip(*(_releases(private, case, n) for private in sides), strict=True)
     a, b = as_matrices(*samples)
     bound, events = loss_lower_bound(with_derived(a), with_derived(b), alpha, a.shape[1])
     accounting = next((p for p in problems if p is not None), None)
     return Verdict(case, bound, bound > case.epsilon or accounting is not None, accounting,
                    2 * n, time.perf_counter() - started, events)
+
+
+def audit(case: Case, n: int, alpha: float, root: Path | None = None) -> Verdict:
+    """Run `case` n times on each dataset, end to end, and test its claimed epsilon."""
+    started = time.perf_counter()
+    with opened(case, root) as sides:
+        verdict = audit_on(sides, case, n, alpha)
+    return replace(verdict, seconds=time.perf_counter() - started)
+
+
+def by_pair(cases: Iterable[Case], most: int | None = None) -> list[list[Case]]:
+    """The cases grouped by dataset pair, in order of first appearance, at most `most` a group:
+    each group is asked on one pair of opened databases."""
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(case.pair, []).append(case)
+    size = most or max(map(len, groups.values()), default=1)
+    return [group[i:i + size] for group in groups.values() for i in range(0, len(group), size)]
 
 
 # The query shapes, and the changes of the target's rows each is audited under.
@@ -258,9 +290,11 @@ def cases(count: int, epsilons: tuple[float, ...] = (0.5, 1.0, 2.0)) -> Iterator
 
 def run(count: int, n: int, alpha: float, report: Callable[[Verdict], None]) -> list[Verdict]:
     verdicts = []
-    for case in cases(count):
-        verdicts.append(audit(case, n, alpha))
-        report(verdicts[-1])
+    for group in by_pair(cases(count)):
+        with opened(group[0]) as sides:
+            for case in group:
+                verdicts.append(audit_on(sides, case, n, alpha))
+                report(verdicts[-1])
     return verdicts
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dpsql.engine import database, prepare, release
 from dpsql.engine.accounting.ledger import Ledger
 from dpsql.engine.aggregates import sum as sum_aggregate
-from dpsql.engine.backends import duckdb_execute
+from dpsql.engine.backends import bounding, chain_units, duckdb_execute
 from dpsql.engine.plan import ExactAnswer
 from dpsql.engine.policy import Policy, ScopedEta
 from pytest import MonkeyPatch
@@ -144,10 +144,15 @@ def _present_groups_only(mp):
 
 
 def _rows_over_the_bound_kept(mp):
-    """A unit's rows past max_rows_per_unit read anyway, while the sensitivity assumes the bound."""
-    real = duckdb_execute.kept_rows
-    mp.setattr(duckdb_execute, "kept_rows", lambda table, *args: real(
-        dataclasses.replace(table, max_rows_per_unit=10**9), *args))
+    """A unit's rows past max_rows_per_unit read anyway, while the sensitivity assumes the bound
+    (in both modules that build a bounded copy's rows: a copy made by either keeps them all)."""
+    real = bounding.kept_rows
+
+    def every_row(table, *args):
+        return real(dataclasses.replace(table, max_rows_per_unit=10**9), *args)
+
+    for module in (duckdb_execute, chain_units):
+        mp.setattr(module, "kept_rows", every_row)
 
 
 def _charges(keep):

@@ -1,8 +1,10 @@
 """The black-box audit's score, measured in one run: each seeded bug (tests/blackbox_bugs.py)
 applied alone on its case, and the real engine on many (query, dataset pair) cases
-(tests/blackbox.py), in worker processes. It prints every verdict and a summary: bugs caught,
-cases passed, the lower bounds on the privacy loss against the claimed epsilons, and the
-largest bound a case of that many answers could show at all (what the run can see).
+(tests/blackbox.py), in worker processes; the real engine's cases on one dataset pair are asked
+on one opened pair of databases (their set-up is made once, not once per case). It prints
+every verdict and a summary: bugs caught, cases passed, the lower bounds on the privacy loss
+against the claimed epsilons, and the largest bound a case of that many answers could show at
+all (what the run can see).
 
     python -m tests.blackbox_score --cases 1000 --n 100 --bug-n 1000 --workers 2
 """
@@ -22,6 +24,7 @@ from pytest import MonkeyPatch
 from tests import blackbox, blackbox_bugs
 
 EPSILONS = (0.25, 0.5, 1.0)  # claims the real engine is audited at (a bound can exceed them)
+GROUP = 10  # real-engine cases a worker asks on one opened dataset pair before it reports them
 
 
 @dataclass(frozen=True)
@@ -38,19 +41,35 @@ class Outcome:
     error: str | None = None
 
 
-def _run(task: tuple[str | None, blackbox.Case, int, float]) -> Outcome:
-    bug, case, n, alpha = task
+Task = tuple[str | None, tuple[blackbox.Case, ...], int, float]
+
+
+def _outcome(bug: str | None, case: blackbox.Case, verdict: Callable[[], blackbox.Verdict],
+             started: float) -> Outcome:
+    try:
+        v = verdict()
+    except Exception as exc:  # a bug that breaks the engine is not caught by the audit
+        return Outcome(bug, case.describe(), case.epsilon, math.nan, False, None,
+                       time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+    return Outcome(bug, case.describe(), case.epsilon, v.bound, v.rejected, v.accounting,
+                   time.perf_counter() - started)
+
+
+def _run(task: Task) -> list[Outcome]:
+    """A seeded bug on its case, or real-engine cases on one dataset pair (opened once)."""
+    bug, cases, n, alpha = task
     started = time.perf_counter()
-    with MonkeyPatch.context() as mp:
-        if bug is not None:
+    if bug is not None:
+        with MonkeyPatch.context() as mp:
             case = blackbox_bugs.apply(bug, mp)
-        try:
-            verdict = blackbox.audit(case, n, alpha)
-        except Exception as exc:  # a bug that breaks the engine is not caught by the audit
-            return Outcome(bug, case.describe(), case.epsilon, math.nan, False, None,
-                           time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
-    return Outcome(bug, case.describe(), case.epsilon, verdict.bound, verdict.rejected,
-                   verdict.accounting, verdict.seconds)
+            return [_outcome(bug, case, lambda: blackbox.audit(case, n, alpha), started)]
+    outcomes = []
+    with blackbox.opened(cases[0]) as sides:
+        for case in cases:
+            outcomes.append(_outcome(None, case, lambda c=case: blackbox.audit_on(sides, c, n, alpha),
+                                     started))
+            started = time.perf_counter()
+    return outcomes
 
 
 def ceiling(n: int, alpha: float, events: int) -> float:
@@ -66,14 +85,15 @@ def ceiling(n: int, alpha: float, events: int) -> float:
 def score(bugs: tuple[str, ...], cases: int, n: int, bug_n: int, alpha: float, workers: int,
           report: Callable[[Outcome], None]) -> list[Outcome]:
     """Every bug in `bugs` at bug_n answers a side, then `cases` real-engine cases at n."""
-    tasks: list[tuple[str | None, blackbox.Case, int, float]] = [
-        (name, blackbox_bugs.BUGS[name][1], bug_n, alpha) for name in bugs]
-    tasks += [(None, case, n, alpha) for case in blackbox.cases(cases, EPSILONS)]
+    tasks: list[Task] = [(name, (blackbox_bugs.BUGS[name][1],), bug_n, alpha) for name in bugs]
+    tasks += [(None, tuple(group), n, alpha)
+              for group in blackbox.by_pair(blackbox.cases(cases, EPSILONS), GROUP)]
     outcomes = []
-    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=50) as pool:
-        for outcome in pool.imap_unordered(_run, tasks):
-            outcomes.append(outcome)
-            report(outcome)
+    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=10) as pool:
+        for done in pool.imap_unordered(_run, tasks):
+            outcomes += done
+            for outcome in done:
+                report(outcome)
     return outcomes
 
 

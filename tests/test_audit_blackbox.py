@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dpsql.engine.backends import duckdb_execute
+from dpsql.engine.policy_yaml import parse_policy
 
 from tests import blackbox, blackbox_bugs, blackbox_score
 from tests.blackbox_bugs import GROUPS, HOUSE
+from tests.support import BASE_POLICY
 
 N = 150  # answers on each dataset per case in the default tests (gross bugs)
 ALPHA = 1e-4  # the chance that a correct engine is rejected on one case
@@ -57,6 +60,21 @@ def test_seeded_bugs_are_caught(name, monkeypatch, tmp_path):
     assert verdict.rejected, (name, verdict.bound)
 
 
+def test_cases_sharing_a_dataset_pair_are_each_checked_on_their_own_charges(monkeypatch, tmp_path):
+    """On one opened pair, a case after another is still held to what its own answers were
+    charged: skipped charges in the second case are caught though the first case's were paid."""
+    cases = list(blackbox.cases(60, blackbox_score.EPSILONS))
+    groups = blackbox.by_pair(cases)
+    assert sum(len(g) for g in groups) == 60 and all(len({c.pair for c in g}) == 1 for g in groups)
+    first, second = groups[0][:2]
+    with blackbox.opened(first, tmp_path) as sides:
+        assert blackbox.audit_on(sides, first, 10, ALPHA).accounting is None
+        with monkeypatch.context() as mp:
+            blackbox_bugs.apply("charge skipped", mp)
+            verdict = blackbox.audit_on(sides, second, 10, ALPHA)
+    assert verdict.rejected and verdict.accounting.startswith("charged 0 for answers stating")
+
+
 def test_an_answer_whose_shape_moves_is_audited_on_its_shape():
     """Answers of varying cell counts are padded, and their count is a released column."""
     a, b = blackbox.as_matrices([np.array([1.0, 2.0])] * 3, [np.array([1.0])] * 3)
@@ -77,3 +95,18 @@ def test_the_score_in_one_run_catches_19_of_20_seeded_bugs_and_passes_1000_cases
     real = [o for o in outcomes if o.bug is None]
     assert len(bugs) == 20 and sum(o.rejected for o in bugs) >= 19
     assert len(real) == 1000 and not [o.describe for o in real if o.rejected]
+
+
+def test_the_row_bound_bug_reaches_the_bounded_copy(monkeypatch):
+    """The seeded bug that keeps a unit's rows past the bound changes the statement that makes
+    the bounded copy (patched where the engine takes it; a stale patch would change nothing)."""
+    policy = parse_policy(BASE_POLICY)
+    table = policy.tables["people"]
+
+    def copy() -> str:
+        return duckdb_execute.bounded_copy_sql(table, "k" * 64, False, policy)
+
+    real = copy()
+    with monkeypatch.context() as mp:
+        blackbox_bugs.apply("rows over the per-unit bound kept", mp)
+        assert copy() != real and "1000000000" in copy() and "1000000000" not in real
