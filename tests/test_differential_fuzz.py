@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from dpsql.engine import DpsqlError, PrivateDatabase
+from dpsql.engine.rewrite import copies_to_bound
 from dpsql.engine.sensitivity import sensitivity
 from dpsql.engine.sql.planning_limits import Deadline
 from hypothesis import HealthCheck, example, given, settings
@@ -552,8 +553,8 @@ def neighbours(tmp_path_factory) -> list[tuple[str, PrivateDatabase, PrivateData
 def _exact(db: PrivateDatabase, sql: str):
     """The plan and exact measurements the engine would add noise to (owner-side, for the check)."""
     plan, rewritten, *_ = db._preparer._plan(sql, Deadline(db.policy.limits))
-    for table in plan.bounded_tables:
-        db._backend.bound(table, db.ledger.hash_key)
+    for table, columns in copies_to_bound(plan):
+        db._backend.bound(table, db.ledger.hash_key, columns)
     return plan, db._backend.run(rewritten, len(plan.group_by)).values
 
 
