@@ -11,7 +11,7 @@ import click
 from .display import csv_text, visible
 from .display import number as _number
 from .errors import InputError
-from .result import Explanation, HistoryEntry, QueryResult, from_clause
+from .result import Explanation, HistoryEntry, QueryResult, answer_ids, from_clause
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -104,7 +104,7 @@ def print_result(result: QueryResult) -> None:
 
 def derived_line(ids: tuple[int, ...]) -> str:
     """What an answer given from released ones says of where it came from."""
-    return (f"derived from answer {', '.join(map(str, ids))}; cost 0: post-processing of "
+    return (f"derived from {answer_ids(ids)}; cost 0: post-processing of "
             "released answers, nothing charged")
 
 

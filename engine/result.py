@@ -12,6 +12,11 @@ from ..calibration.declared import DeclaredModel
 from .display import cell, cut, html_paragraphs, html_table, number
 
 
+def answer_ids(ids: tuple[int, ...]) -> str:
+    """Released answers named by id, as a derived answer cites them: "answer 3", "answers 1, 2"."""
+    return ("answer " if len(ids) == 1 else "answers ") + ", ".join(map(str, ids))
+
+
 @dataclass(frozen=True)
 class BudgetStatus:
     """The ledger's state in information-privacy (IP) and DP terms."""
@@ -279,7 +284,7 @@ class QueryResult:
             f"{number(self.epsilon_dp)} via the {self.mode} bound",
             f"budget: transcript level {number(b.spent_ip)} of {number(b.total)} (was "
             f"{number(self.level_before)}); {self.largest_line()}",
-            *([f"derived from answer {', '.join(map(str, self.derived_from))}; cost 0: "
+            *([f"derived from {answer_ids(self.derived_from)}; cost 0: "
                "post-processing of released answers, nothing charged"]
               if self.derived_from else []),
         )

@@ -104,7 +104,7 @@ def test_the_row_bound_bug_reaches_the_bounded_copy(monkeypatch):
     table = policy.tables["people"]
 
     def copy() -> str:
-        return duckdb_execute.bounded_copy_sql(table, "k" * 64, False, policy)
+        return duckdb_execute.bounded_copy_sql(table, "k" * 64, False, None, policy)
 
     real = copy()
     with monkeypatch.context() as mp:

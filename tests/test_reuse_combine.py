@@ -48,7 +48,7 @@ def test_a_total_of_kept_groups_is_the_sum_of_two_released_answers(setup, capsys
     assert "answers 1, 2" in both.aggregates[0].function and _charges(setup.ledger) == 2
     code, out, err = run_cli(capsys, "query", *cli_paths(setup), "--epsilon", "0.5", BOTH)
     assert code == 0, err
-    assert "derived from answer 1, 2; cost 0" in out and "±" in out
+    assert "derived from answers 1, 2; cost 0" in out and "±" in out
 
 
 def test_cells_of_a_table_and_of_another_answer_add_up(setup):

@@ -29,7 +29,7 @@ from ..errors import (
     QueryTooLarge,
     ResourceLimitExceeded,
 )
-from ..result import Explanation, QueryResult
+from ..result import Explanation, QueryResult, answer_ids
 from .limits import TooManyRequests
 from .metrics import Metrics
 from .pgwire_catalog import Catalog, Rows, WireError, text_cell
@@ -237,8 +237,7 @@ class Session:
                                             reuse=reuse))
         self.answer_id = result.id
         if result.derived_from:
-            ids = ", ".join(map(str, result.derived_from))
-            self.notices.append(f"derived from answer {ids}: cost 0, nothing "
+            self.notices.append(f"derived from {answer_ids(result.derived_from)}: cost 0, nothing "
                                 f"charged to {name}; budget left {result.budget.remaining:g}")
             return answer_rows(result)
         self.notices.append(f"answer {result.id} charged to {name}: cost {result.cost:g} (epsilon "
