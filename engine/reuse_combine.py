@@ -20,7 +20,7 @@ from .accounting.reuse_index import Summable
 from .noise import Mechanism, NoiseKind
 from .plan import QueryPlan
 from .reuse_intervals import mixed_sum_halfwidth
-from .reuse_marginal import SLACK, Asked, Derivation, Shape, cells_of, finite, json_key
+from .reuse_marginal import SLACK, Asked, Derivation, Shape, cells_of, finite, json_key, output_order
 
 MAX_ATOMS = 100_000  # the largest grid of key values a query's cells are checked on
 
@@ -236,7 +236,7 @@ def _answer(asked: Asked, plan: QueryPlan, signatures: list[str], groups: list[t
             "epsilon_dp": least.answer["epsilon_dp"],
             "function": f"{lines[0]['function']} summed over released cells of answers "
                         f"{', '.join(map(str, used))}"})
-    order = _order(asked)
+    order = output_order(asked)
     answer = dict(least.answer) | {
         "columns": [out.name for out in plan.outputs],
         "rows": [[row[k] for k in order] for row in rows],
@@ -259,16 +259,3 @@ def _typed(total: float, chosen: list[tuple[Released, int]], what: str) -> float
     cells = [r.answer["rows"][i][r.at[f"cell:{what}"]] for r, i in chosen]
     whole = all(isinstance(c, int) and not isinstance(c, bool) for c in cells)
     return int(round(total)) if whole else total
-
-
-def _order(asked: Asked) -> list[int]:
-    """Where each output column is in a row built as the group keys, then the cells."""
-    keys = [v for v, _ in asked.shape.groups]
-    order, cells = [], 0
-    for kind, what in asked.shape.outputs:
-        if kind == "key":
-            order.append(keys.index(what))
-        else:
-            order.append(len(keys) + cells)
-            cells += 1
-    return order

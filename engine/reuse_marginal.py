@@ -231,7 +231,7 @@ def derive(asked: Asked, plan: QueryPlan, candidate: Summable,
         ci95.append([None] * keys + halfwidths)
         both.append([None] * keys + simultaneous)
     names = [out.name for out in plan.outputs]
-    order_of = _output_order(asked, plan)
+    order_of = output_order(asked)
     answer = dict(stored) | {
         "columns": names,
         "rows": [[row[j] for j in order_of] for row in rows],
@@ -250,7 +250,7 @@ def cells_of(asked: Asked, plan: QueryPlan) -> list:
             for shape, out in zip(asked.shape.outputs, plan.outputs, strict=True)]
 
 
-def _output_order(asked: Asked, plan: QueryPlan) -> list[int]:
+def output_order(asked: Asked) -> list[int]:
     """Where each output column is in a row built as the group keys, then the cells."""
     keys = [v for v, _ in asked.shape.groups]
     cells = 0

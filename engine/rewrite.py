@@ -11,12 +11,12 @@ of the query text and the policy only, never of the data.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Collection, Mapping
 
 from sqlglot import exp
 
+from .aggregates.per_unit import literal
 from .plan import GroupKey, JoinTree, Measurement, QueryPlan
 from .policy import Policy, TableSpec
 from .sql.join import joined_column
@@ -302,7 +302,7 @@ def _qualified(condition: exp.Expression, aliases: Mapping[str, str]) -> exp.Exp
 def _domain(group_by: tuple[GroupKey, ...]) -> exp.Expression:
     """The public group keys as a VALUES table (cross product of every key's domain)."""
     tables = [
-        exp.values([(_literal(v),) for v in col.keys], alias=f"d{i}", columns=[col.name])
+        exp.values([(literal(v),) for v in col.keys], alias=f"d{i}", columns=[col.name])
         for i, col in enumerate(group_by)
     ]
     keys = [exp.alias_(exp.column(col.name, f"d{i}", quoted=True), col.name, quoted=True)
@@ -311,16 +311,3 @@ def _domain(group_by: tuple[GroupKey, ...]) -> exp.Expression:
     for table in tables[1:]:
         query = query.join(table, join_type="cross", copy=False)
     return query.subquery("domain", copy=False)
-
-
-def _literal(value) -> exp.Expression:
-    if isinstance(value, dt.datetime):
-        return exp.TryCast(this=exp.Literal.string(value.isoformat(sep=" ")),
-                           to=exp.DataType.build("TIMESTAMP"))
-    if isinstance(value, dt.date):
-        return exp.TryCast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, str):
-        return exp.Literal.string(value)
-    return exp.Literal.number(value)
