@@ -149,7 +149,7 @@ def _differential(tmp_path: Path, queries: list[str]) -> list[tuple]:
     return reference
 
 
-@pytest.mark.parametrize("n", [60, pytest.param(600, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n", [30, pytest.param(600, marks=pytest.mark.slow)])
 def test_random_typed_queries_look_the_same_on_neighbouring_datasets(tmp_path, n):
     """Random expression trees over every column type with CASE, COALESCE, casts, string
     functions and IS predicates, each explained and asked on six datasets that differ only in

@@ -71,19 +71,33 @@ def _exact(table: dict[int, list[tuple]], regions: list[tuple] = REGIONS) -> lis
     return answers
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(others=st.dictionaries(st.integers(0, 6), unit_rows, max_size=5), before=unit_rows,
-       after=unit_rows)
+def _join_moves_within(others, before, after) -> None:
+    for plan, a, b in zip(PLANS, _exact({**others, 9: before}), _exact({**others, 9: after}), strict=True):
+        for m in plan.measurements:
+            moved = sum(abs(float(x) - float(y)) for x, y in zip(a[m.name], b[m.name], strict=True))
+            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+
+
+JOIN_CHANGES = {"others": st.dictionaries(st.integers(0, 6), unit_rows, max_size=5),
+                "before": unit_rows, "after": unit_rows}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**JOIN_CHANGES)
 @example(others={}, before=[("CA", 150, 2000.0, True)] * 3, after=[("NY", -20, -200.0, False)] * 3)
 @example(others={1: [("TX", 5, 1.0, True)]}, before=[], after=[("WA", 150, 2000.0, True)] * 4)
 def test_one_unit_moves_each_aggregate_of_a_join_within_its_sensitivity(others, before, after):
     """The sensitivity test of docs/theory.md §8 over join queries: unit 9's rows change, the
     public table stays; each exact aggregate moves (L1 over groups) by at most its sensitivity,
-    the private table's alone."""
-    for plan, a, b in zip(PLANS, _exact({**others, 9: before}), _exact({**others, 9: after}), strict=True):
-        for m in plan.measurements:
-            moved = sum(abs(float(x) - float(y)) for x, y in zip(a[m.name], b[m.name], strict=True))
-            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+    the private table's alone (20 random tables and two worst cases; the slow variant runs 200)."""
+    _join_moves_within(others, before, after)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**JOIN_CHANGES)
+def test_one_unit_moves_each_aggregate_of_a_join_within_its_sensitivity_slow(others, before, after):
+    _join_moves_within(others, before, after)
 
 
 def test_join_sensitivities_are_the_private_tables():
@@ -368,23 +382,39 @@ def _exact_parent(people: dict[int, list[tuple]], households: list[tuple]) -> li
     return answers
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(others=st.dictionaries(st.integers(0, 6), st.lists(person_row, max_size=4), max_size=5),
-       households=st.lists(household_row, max_size=6), before=st.lists(person_row, max_size=5),
-       after=st.lists(person_row, max_size=5))
-@example(others={}, households=[(1, "West", 20), (1, "East", 20), (1, None, None)],
-         before=[(1, ("CA", 150, 2000.0, True))] * 3, after=[(None, ("NY", -20, -200.0, False))] * 3)
-def test_one_unit_moves_each_aggregate_of_a_parent_join_within_its_sensitivity(
-        others, households, before, after):
-    """The sensitivity test of §8 over parent joins: person 9's rows change, the households stay
-    (keys repeated, NULL or matching no person among them); each exact aggregate moves (L1 over
-    groups) by at most the person table's sensitivity, with the parent columns' bounds."""
+def _parent_moves_within(others, households, before, after) -> None:
     for plan, a, b in zip(PARENT_PLANS, _exact_parent({**others, 9: before}, households),
                           _exact_parent({**others, 9: after}, households), strict=True):
         for m in plan.measurements:
             moved = sum(abs(float(x) - float(y)) for cell in m.cells
                         for x, y in zip(a[cell], b[cell], strict=True))
             assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+
+
+PARENT_CHANGES = {"others": st.dictionaries(st.integers(0, 6), st.lists(person_row, max_size=4), max_size=5),
+                  "households": st.lists(household_row, max_size=6),
+                  "before": st.lists(person_row, max_size=5), "after": st.lists(person_row, max_size=5)}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**PARENT_CHANGES)
+@example(others={}, households=[(1, "West", 20), (1, "East", 20), (1, None, None)],
+         before=[(1, ("CA", 150, 2000.0, True))] * 3, after=[(None, ("NY", -20, -200.0, False))] * 3)
+def test_one_unit_moves_each_aggregate_of_a_parent_join_within_its_sensitivity(
+        others, households, before, after):
+    """The sensitivity test of §8 over parent joins: person 9's rows change, the households stay
+    (keys repeated, NULL or matching no person among them); each exact aggregate moves (L1 over
+    groups) by at most the person table's sensitivity, with the parent columns' bounds (20 random
+    tables and a worst case; the slow variant runs 200)."""
+    _parent_moves_within(others, households, before, after)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**PARENT_CHANGES)
+def test_one_unit_moves_each_aggregate_of_a_parent_join_within_its_sensitivity_slow(
+        others, households, before, after):
+    _parent_moves_within(others, households, before, after)
 
 
 def test_parent_join_sensitivities_are_the_person_tables():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+import pytest
 from dpsql.engine.backends.duckdb_execute import bound_units, run
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import copy_scope, read_columns, rewrite
@@ -112,17 +113,7 @@ def _exact(table: dict[int, list[tuple]], nulls: list[tuple] = ()) -> list[dict[
     return [run(CONN, sql, len(plan.group_by)).values for plan, sql in zip(PLANS, SQLS, strict=True)]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    others=st.dictionaries(st.integers(0, 6), unit_rows, max_size=6),
-    unit=st.integers(0, 9),
-    before=unit_rows,
-    after=unit_rows,
-)
-# The worst cases, always run: a unit's rows moving between groups at the extremes of the bounds.
-@example(others={}, unit=0, before=[("CA", 150, 2000.0, True)] * 3, after=[("NY", -20, -200.0, False)] * 3)
-@example(others={1: [("TX", 5, 1.0, True)]}, unit=0, before=[], after=[("WA", 150, 2000.0, True)] * 4)
-def test_one_unit_moves_each_aggregate_within_its_sensitivity(others, unit, before, after):
+def _unit_moves_within(others, unit, before, after) -> None:
     first = {**others, unit: before}
     second = {**others, unit: after}
     for plan, a, b in zip(PLANS, _exact(first), _exact(second), strict=True):
@@ -133,19 +124,57 @@ def test_one_unit_moves_each_aggregate_within_its_sensitivity(others, unit, befo
             assert moved <= bound * (1 + 1e-9), (plan.sql, m.label, moved, bound)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(others=st.dictionaries(st.integers(0, 6), unit_rows, max_size=4),
-       nulls=st.lists(row, max_size=6), before=st.lists(row, max_size=1),
-       after=st.lists(row, max_size=1))
-def test_one_null_unit_row_moves_each_aggregate_within_its_sensitivity(others, nulls, before, after):
-    """A row whose unit is NULL is an individual of its own: adding, removing or changing one
-    moves every aggregate, COUNT(DISTINCT unit) included, within its sensitivity."""
+UNIT_CHANGES = {"others": st.dictionaries(st.integers(0, 6), unit_rows, max_size=6),
+                "unit": st.integers(0, 9), "before": unit_rows, "after": unit_rows}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**UNIT_CHANGES)
+# The worst cases, always run: a unit's rows moving between groups at the extremes of the bounds.
+@example(others={}, unit=0, before=[("CA", 150, 2000.0, True)] * 3, after=[("NY", -20, -200.0, False)] * 3)
+@example(others={1: [("TX", 5, 1.0, True)]}, unit=0, before=[], after=[("WA", 150, 2000.0, True)] * 4)
+def test_one_unit_moves_each_aggregate_within_its_sensitivity(others, unit, before, after):
+    """25 random neighbouring tables and the two worst cases; the slow variant runs 300."""
+    _unit_moves_within(others, unit, before, after)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**UNIT_CHANGES)
+def test_one_unit_moves_each_aggregate_within_its_sensitivity_slow(others, unit, before, after):
+    _unit_moves_within(others, unit, before, after)
+
+
+def _null_row_moves_within(others, nulls, before, after) -> None:
     for plan, a, b in zip(PLANS, _exact(others, nulls + before), _exact(others, nulls + after),
                           strict=True):
         for m in plan.measurements:
             moved = sum(abs(float(x) - float(y)) for cell in m.cells
                         for x, y in zip(a[cell], b[cell], strict=True))
             assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+
+
+NULL_ROW_CHANGES = {"others": st.dictionaries(st.integers(0, 6), unit_rows, max_size=4),
+                    "nulls": st.lists(row, max_size=6), "before": st.lists(row, max_size=1),
+                    "after": st.lists(row, max_size=1)}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**NULL_ROW_CHANGES)
+@example(others={0: [("CA", 150, 2000.0, True)] * 3}, nulls=[("NY", 1, 1.0, False)] * 2,
+         before=[], after=[("CA", 150, 2000.0, True)])
+def test_one_null_unit_row_moves_each_aggregate_within_its_sensitivity(others, nulls, before, after):
+    """A row whose unit is NULL is an individual of its own: adding, removing or changing one
+    moves every aggregate, COUNT(DISTINCT unit) included, within its sensitivity (15 random
+    tables and an added extreme row; the slow variant runs 200)."""
+    _null_row_moves_within(others, nulls, before, after)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**NULL_ROW_CHANGES)
+def test_one_null_unit_row_moves_each_aggregate_within_its_sensitivity_slow(others, nulls, before, after):
+    _null_row_moves_within(others, nulls, before, after)
 
 
 def test_null_unit_rows_are_each_counted():
