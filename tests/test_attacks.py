@@ -140,7 +140,9 @@ def _differential(tmp_path: Path, queries: list[str]) -> list[tuple]:
     for name, target in TARGET_ROWS.items():
         data = _dataset(tmp_path / f"{name}.duckdb", BASE_ROWS + target)
         ledger = create_ledger(tmp_path / f"{name}.sqlite", policy)
-        with PrivateDatabase.connect(data, policy, ledger, analyst="mallory") as db:
+        # Without reuse every query reads its dataset, repeats included: a repeat answered from
+        # the transcript would compare nothing the data decides.
+        with PrivateDatabase.connect(data, policy, ledger, analyst="mallory", reuse=False) as db:
             runs[name] = _outputs(db, queries)
     reference = runs.pop("absent")
     for name, seen in runs.items():
