@@ -113,6 +113,11 @@ class TableSpec:
     columns: Mapping[str, ColumnSpec]
     dependence_group: str | None = None  # column naming each unit's dependence group (owner tools)
     chain: tuple[UnitLink, ...] = ()  # the foreign keys its rows reach their unit through
+    # Whether a query reads the bounded copy of the columns it reads (docs/theory.md §28) rather
+    # than of every column: only when an eta_by_columns declaration or a declared model names one
+    # of its columns, since otherwise every column set has the same eta and the copy of every
+    # column (the one `dpsql prepare` writes) calibrates every query the same.
+    scoped: bool = True
 
     @property
     def unit(self) -> str:

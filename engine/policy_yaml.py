@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -24,6 +25,7 @@ from .errors import PolicyError
 from .policy import (
     COLUMN_TYPES,
     ColumnSpec,
+    EtaDeclaration,
     Limits,
     ParentTableSpec,
     Policy,
@@ -38,6 +40,9 @@ from .policy_chain import resolve as resolve_chains
 from .policy_dependence import parse_eta_by_columns, parse_models
 from .policy_fields import check_mapping, finite_number, positive_number
 from .sql_types import TIME_TYPES, SqlType
+
+if TYPE_CHECKING:
+    from ..calibration.declared import DeclaredModel
 
 MIN_MEMORY_MB = 64  # DuckDB cannot run even small queries in less
 MAX_TIME_SECONDS = 86_400.0
@@ -138,10 +143,21 @@ def parse_policy(raw: Any, base: Path | None = None) -> Policy:
     limits = _limits(top["limits"]) if "limits" in top else Limits()
     declarations = parse_eta_by_columns(dep.get("eta_by_columns", []), float(eta), tables, parent_tables)
     models = parse_models(dep.get("models", []), tables, k, float(eta), declarations, parent_tables)
+    tables = {name: replace(table, scoped=_scoping_calibrates(name, declarations, models))
+              for name, table in tables.items()}
     return Policy(budget_epsilon=epsilon, k=k, eta=float(eta), mode=mode, tables=tables,
                   limits=limits, eta_by_columns=declarations, models=models,
                   prefer_model=prefer_model, public_tables=public, parent_tables=parent_tables,
                   schema=_schema(top.get("schema")))
+
+
+def _scoping_calibrates(table: str, declarations: tuple[EtaDeclaration, ...],
+                        models: tuple[DeclaredModel, ...]) -> bool:
+    """Whether the eta or model calibrating a query on `table` can depend on which of its
+    columns the query reads: an eta_by_columns set or a declared model names one of them."""
+    prefix = table + "."
+    return (any(column.startswith(prefix) for d in declarations for column in d.columns)
+            or any(model.table == table for model in models))
 
 
 def _schema(raw: Any) -> str | None:

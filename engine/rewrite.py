@@ -117,8 +117,9 @@ def bounded_table_path(table: TableSpec, columns: Collection[str] | None = None
 
 def copy_scope(table: TableSpec, columns: Collection[str] | None) -> frozenset[str] | None:
     """The column set whose rule bounds a query reading `columns` of `table`: None for every
-    column (also when `columns` holds them all), else those columns."""
-    if columns is None:
+    column (also when `columns` holds them all, and on a table whose calibration no column set
+    changes), else those columns."""
+    if columns is None or not table.scoped:
         return None
     scope = frozenset(columns)
     unknown = sorted(scope - set(table.columns))

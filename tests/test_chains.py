@@ -333,14 +333,17 @@ def test_prepared_copies_of_a_chain_are_the_rows_bounding_keeps(hostile_db: Path
 
 def test_a_chained_tables_copy_of_the_columns_read_is_bounded_over_its_derived_unit(
         hostile_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A chained table is column-scoped too (docs/theory.md §28): COUNT(*) on lineitem reads its
-    copy of no column, the derived unit alone, each unit keeping at most m lines; `dpsql prepare`
-    writes that copy as well, under a fingerprint holding both the chain and the column set."""
-    policy = parse_policy(CHAIN)
+    """A chained table is column-scoped too (docs/theory.md §28) when an eta_by_columns set names
+    one of its columns: COUNT(*) on lineitem reads its copy of no column, the derived unit alone,
+    each unit keeping at most m lines; `dpsql prepare` writes that copy as well, under a
+    fingerprint holding both the chain and the column set."""
+    policy = parse_policy({**CHAIN, "dependence": {"k": 2, "eta": 1.0, "eta_by_columns": [
+        {"columns": ["lineitem.l_quantity"], "eta": 0.5}]}})
     lineitem = policy.tables["lineitem"]
+    assert lineitem.scoped and not policy.tables["orders"].scoped
     ledger = tmp_path / "ledger.sqlite"
     copy = bounded_table(lineitem, ()).sql("duckdb")
-    with _ledger_connect(hostile_db, tmp_path) as conn:
+    with PrivateDatabase.connect(hostile_db, policy, ledger, create=True) as conn:
         conn._backend.bound(lineitem, conn.ledger.hash_key, ())
         memory = sorted(conn._backend.conn.execute(f"SELECT * FROM {copy}").fetchall(), key=repr)
         hash_key = conn.ledger.hash_key

@@ -60,7 +60,7 @@ def prepared_scopes(policy: Policy, table: TableSpec) -> tuple[frozenset[str] | 
     """The column sets of `table` whose bounded copies `prepare` writes: every column (None),
     none (what COUNT(*) reads), then each set of its own columns that the policy's
     eta_by_columns declares."""
-    scopes: list[frozenset[str] | None] = [None, copy_scope(table, ())]
+    scopes: list[frozenset[str] | None] = list(dict.fromkeys([None, copy_scope(table, ())]))
     prefix = table.name + "."
     for declaration in policy.eta_by_columns:
         own = [c[len(prefix):] for c in declaration.columns if c.startswith(prefix)]
