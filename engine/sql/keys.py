@@ -19,6 +19,7 @@ from .key_values import expression_keys
 from .public_keys import PublicColumn, PublicRows, crossed, public_column, row_block
 from .scalars import int_literal, numeric_literal, short
 from .scope import Scope, declared
+from .shifted_keys import moved_columns, renamed
 from .where import narrowed, pruned
 
 MAX_GROUPS = 1_000_000
@@ -105,6 +106,13 @@ def _group_key(node: exp.Expression, scope: Scope, index: int,
     on a grouped column, see `pruned`)."""
     while isinstance(node, exp.Paren):
         node = node.this
+    moved = moved_columns(node, scope, where, index)
+    if moved is not None:  # a date or timestamp column moved by an INTERVAL (§32)
+        inner, inner_scope, back = moved
+        try:
+            return back(_group_key(inner, inner_scope, index, where))
+        except QueryRefused as refusal:
+            raise renamed(refusal, scope, node) from None
     if isinstance(node, exp.Column) and scope.column(node).type in TIME_TYPES:
         return _time_column_key(scope.column(node), scope, where)
     if isinstance(node, exp.Column):
