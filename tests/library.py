@@ -77,3 +77,13 @@ def reader(conn: duckdb.DuckDBPyConnection):
     def read(table: str, columns: tuple[str, ...], limit: int) -> tuple[tuple, ...]:
         return tuple(conn.execute(distinct_rows(table, columns, limit).sql("duckdb")).fetchall())
     return read
+
+
+def with_library(db: Path, policy: Path) -> tuple[Path, Path]:
+    """The library's tables (no checkouts) added to a DuckDB file and its policy file."""
+    with duckdb.connect(str(db)) as conn:
+        write_library(conn, [])
+    section = yaml.safe_load(policy.read_text())
+    section["tables"].update(copy.deepcopy(LIBRARY_POLICY["tables"]))
+    policy.write_text(yaml.safe_dump(section, sort_keys=False))
+    return db, policy

@@ -92,9 +92,9 @@ def _moved(node: exp.Expression, scope: Scope) -> tuple[exp.Column, ColumnSpec, 
         return None
     step = interval_step(other)
     if step is None or step[0] not in FIXED_UNITS:
+        why = f"a {step[0].lower()} step has none" if step else f"{short(other)} is not one"
         raise QueryRefused(f"GROUP BY {short(node)} refused: a {column.type} key moves by a whole "
-                           f"number of a fixed length ({_FIXED}); a "
-                           f"{step[0].lower() if step else 'calendar'} step has none")
+                           f"number of a fixed length ({_FIXED}); {why}")
     unit, count = step
     return this, column, count * FIXED_UNITS[unit] * (-1 if isinstance(node, exp.Sub) else 1)
 
