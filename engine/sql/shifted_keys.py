@@ -74,7 +74,7 @@ def renamed(refusal: QueryRefused, scope: Scope, node: exp.Expression) -> QueryR
     return QueryRefused(text)
 
 
-def _moved(node: exp.Expression, scope: Scope) -> tuple[exp.Column, ColumnSpec, int] | None:
+def _moved(node: exp.Expr, scope: Scope) -> tuple[exp.Column, ColumnSpec, int] | None:
     """(the column as written, its policy column, signed seconds) of `col + INTERVAL n unit`,
     `INTERVAL n unit + col` or `col - INTERVAL n unit` on a date or timestamp column, else
     None; refused for a calendar unit (a month or year has no fixed length)."""
@@ -92,7 +92,8 @@ def _moved(node: exp.Expression, scope: Scope) -> tuple[exp.Column, ColumnSpec, 
         return None
     step = interval_step(other)
     if step is None or step[0] not in FIXED_UNITS:
-        why = f"a {step[0].lower()} step has none" if step else f"{short(other)} is not one"
+        why = f"a {step[0].lower()} step has none" if step else \
+            f"write INTERVAL n unit with a whole number n, not {short(other)}"
         raise QueryRefused(f"GROUP BY {short(node)} refused: a {column.type} key moves by a whole "
                            f"number of a fixed length ({_FIXED}); {why}")
     unit, count = step
@@ -106,8 +107,6 @@ def _moved_spec(column: ColumnSpec, seconds: int, scope: Scope, where: exp.Expre
     when it leaves the years 1 to 9999."""
     declared(column, scope, f"GROUP BY {text}")
     first, last = narrowed(column, where)
-    if column.type == SqlType.TIMESTAMP:
-        last = max(last, first)
     step = dt.timedelta(seconds=seconds)
     try:
         moved = (first + step, last + step)
@@ -119,7 +118,7 @@ def _moved_spec(column: ColumnSpec, seconds: int, scope: Scope, where: exp.Expre
     return ColumnSpec(name, kind, span=moved)
 
 
-def _moved_value(part: exp.Expression, written: exp.Column, spec: ColumnSpec, scope: Scope
+def _moved_value(part: exp.Expr, written: exp.Column, spec: ColumnSpec, scope: Scope
                  ) -> exp.Expression:
     """The moved column's value on a row: the column as binding reads it (NULL outside its
     declared range) moved by the interval as written, kept only inside the moved range, so that
