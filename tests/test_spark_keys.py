@@ -35,7 +35,9 @@ QUERIES = [
 def library(spark, tmp_path_factory):
     folder = tmp_path_factory.mktemp("spark_keys")
     db, _ = library_files(folder, ROWS)
-    policy = parse_policy({**copy.deepcopy(LIBRARY_POLICY), "limits": {"time_seconds": 600}})
+    # A cold JVM on a loaded machine can take longer than the default limits to plan and bound.
+    limits = {"time_seconds": 600, "plan_seconds": 600}
+    policy = parse_policy({**copy.deepcopy(LIBRARY_POLICY), "limits": limits})
     both = Pair(spark, db, policy, folder)
     yield both
     both.close()
