@@ -153,9 +153,12 @@ QUERIES: dict[str, list[str]] = {
         "SELECT c1.author, COUNT(*) FROM loans JOIN catalogue c1 ON loans.title = c1.title JOIN "
         "catalogue c2 ON c1.title = c2.title WHERE c2.genre = 'Fiction' GROUP BY c1.author",
     ],
-    "not done: a key set given as a public table's rows": [
+    "a key set given as a public table's rows (§32.1)": [
         "SELECT c.title, c.author, COUNT(*) FROM checkouts k JOIN catalogue c ON k.title = c.title "
         "GROUP BY c.title, c.author",
+        "SELECT c.title, k.genre, COUNT(*) FROM checkouts k JOIN catalogue c ON k.title = c.title "
+        "WHERE c.title IN ('title 1', 'title 2') GROUP BY c.title, k.genre",
+        "SELECT c.title, SUM(days) FROM loans JOIN catalogue c ON loans.title = c.title GROUP BY c.title",
     ],
     "refused rightly: joins that could multiply a unit's rows": [
         "SELECT COUNT(*) FROM checkouts a JOIN checkouts b ON a.title = b.title",
@@ -182,12 +185,16 @@ QUERIES: dict[str, list[str]] = {
         "SELECT QUANTILE_DISC(age, [0.25, 0.5]) FROM census",
         "SELECT COUNT(*) FROM census HAVING QUANTILE_CONT(age, [0.5, 0.9]) > 3",
     ],
-    "a column + INTERVAL compared with a literal (GROUP BY not done)": [
+    "a column + INTERVAL compared with a literal, and grouped on (§26.3, §32.2)": [
         "SELECT COUNT(*) FROM visits WHERE day + INTERVAL 1 DAY > DATE '2024-03-06'",
         "SELECT day, SUM(spent) FROM visits WHERE day - INTERVAL 2 DAY >= '2024-03-05' GROUP BY day",
         "SELECT COUNT(*) FROM census WHERE joined + INTERVAL 52 WEEK < DATE '2022-01-01'",
         "SELECT COUNT(*) FROM checkouts WHERE out + INTERVAL 1 MONTH > DATE '2024-06-01'",
         "SELECT day + INTERVAL 7 DAY AS next_week, COUNT(*) FROM visits GROUP BY 1",
+        "SELECT CAST(day + INTERVAL 20 HOUR AS DATE) AS d, SUM(spent) FROM visits GROUP BY d",
+        "SELECT date_trunc('week', out + INTERVAL 3 DAY) AS w, COUNT(*) FROM checkouts GROUP BY w",
+        "SELECT EXTRACT(dow FROM day - INTERVAL 1 DAY) AS w, AVG(spent) FROM visits GROUP BY w",
+        "SELECT day + INTERVAL 1 MONTH AS m, COUNT(*) FROM visits GROUP BY m",
     ],
 }
 

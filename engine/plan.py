@@ -170,6 +170,9 @@ class QueryPlan:
     join: JoinTree | None = None  # the tables joined to the FROM table, if any
     distinct: bool = False  # SELECT DISTINCT: the released rows de-duplicated (post-processing)
     inner: PerUnit | None = None  # a two-level query's per-unit query, whose rows it reads (§29)
+    # The released key rows when they are not every combination of the keys' values: a public
+    # table's distinct rows crossed with the other keys' values (§32), in key order, sorted.
+    key_rows: tuple[tuple, ...] | None = None
 
     @property
     def rows_per_unit(self) -> int:
@@ -186,6 +189,8 @@ class QueryPlan:
 
     @property
     def group_count(self) -> int:
+        if self.key_rows is not None:
+            return len(self.key_rows)
         return math.prod(len(col.keys) for col in self.group_by)
 
 

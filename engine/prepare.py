@@ -185,7 +185,8 @@ class Preparer:
             deadline.check()
             flat = flatten(parsed, self.policy)
             deadline.check()
-            plan = build_plan(flat, self.policy, sql, self._backend.data_columns())
+            plan = build_plan(flat, self.policy, sql, self._backend.data_columns(),
+                              self._backend.public_rows)
             if flat is not parsed:
                 plan = replace(plan, flattened_sql=flat.sql(dialect="duckdb"))
             check_size(plan, limits)
@@ -271,6 +272,8 @@ def aggregate_infos(plan: QueryPlan, mechanisms: dict[str, Mechanism]
 
 
 def _all_keys(plan: QueryPlan) -> list[tuple]:
+    if plan.key_rows is not None:
+        return list(plan.key_rows)
     keys: list[tuple] = [()]
     for col in plan.group_by:
         keys = [k + (v,) for k in keys for v in col.keys]

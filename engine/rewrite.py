@@ -60,7 +60,7 @@ def rewrite(plan: QueryPlan) -> exp.Select:
         return query
     domain_keys = [exp.column(name, "domain", quoted=True) for name in names]
     query = exp.select(*(exp.alias_(k, k.name, quoted=True) for k in domain_keys), *values) \
-        .from_(_domain(plan.group_by), copy=False)
+        .from_(_domain(plan.group_by, plan.key_rows), copy=False)
     for alias, part in parts:
         on = exp.and_(*(exp.EQ(this=exp.column(name, "domain", quoted=True),
                                expression=exp.column(name, alias, quoted=True)) for name in names))
@@ -300,8 +300,14 @@ def _qualified(condition: exp.Expression, aliases: Mapping[str, str]) -> exp.Exp
     return condition
 
 
-def _domain(group_by: tuple[GroupKey, ...]) -> exp.Expression:
-    """The public group keys as a VALUES table (cross product of every key's domain)."""
+def _domain(group_by: tuple[GroupKey, ...], rows: tuple[tuple, ...] | None) -> exp.Expression:
+    """The public group keys as a VALUES table: the cross product of every key's domain, or
+    the plan's key rows when it lists them (a public table's rows, §32)."""
+    if rows is not None:
+        names = [col.name for col in group_by]
+        listed = exp.values([tuple(literal(v) for v in row) for row in rows], alias="d", columns=names)
+        return exp.select(*(exp.alias_(exp.column(name, "d", quoted=True), name, quoted=True)
+                            for name in names)).from_(listed, copy=False).subquery("domain", copy=False)
     tables = [
         exp.values([(literal(v),) for v in col.keys], alias=f"d{i}", columns=[col.name])
         for i, col in enumerate(group_by)

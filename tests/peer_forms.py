@@ -21,6 +21,9 @@ COMPUTED_KEYS = [
     "UPPER(state)", "level * 2 + CAST(sick AS INTEGER)", "CAST(CEIL(age / 10.0) * 10 AS INTEGER)",
     "YEAR(visit) - 2020", "age > 50 AND sick", "COALESCE(sick, FALSE)", "CEIL(level / 2)",
     "age - (2025 - YEAR(visit))",
+    # A date moved by a fixed INTERVAL (§32.2): its keys are the declared range moved.
+    "date_trunc('month', visit + INTERVAL 3 DAY)", "EXTRACT(dow FROM visit - INTERVAL 1 DAY)",
+    "YEAR(visit + INTERVAL 36 HOUR)",
 ]
 # Keys of the forms before §26, to cross with a computed one.
 PLAIN_KEYS = ["state", "sick", "level", "EXTRACT(month FROM visit)"]

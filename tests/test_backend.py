@@ -28,6 +28,10 @@ class RecordingBackend:
     def data_columns(self) -> Mapping[str, frozenset[str]]:
         return self.inner.data_columns()
 
+    def public_rows(self, table: str, columns: tuple[str, ...], limit: int) -> tuple[tuple, ...]:
+        self.calls.append(f"public rows {table}")
+        return self.inner.public_rows(table, columns, limit)
+
     def render(self, query: exp.Expression) -> str:
         self.calls.append("render")
         return self.inner.render(query)

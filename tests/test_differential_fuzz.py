@@ -573,6 +573,8 @@ def test_peer_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbou
     @example(sql="SELECT FLOOR(age / 10) * 10, COUNT(DISTINCT state), SUM(DISTINCT level), COUNT(*) "
                  "FROM people WHERE level = TRUE OR visit < DATE '2023-01-01' + INTERVAL 2 MONTH "
                  "GROUP BY 1")
+    @example(sql="SELECT date_trunc('month', visit + INTERVAL 3 DAY), EXTRACT(dow FROM visit - INTERVAL "
+                 "1 DAY), COUNT(*), SUM(income) FROM people GROUP BY 1, 2")  # moved dates, §32.2
     def check(sql: str) -> None:
         for name, ours, theirs in neighbours:
             (plan, before), (_, after) = _exact(ours, sql), _exact(theirs, sql)

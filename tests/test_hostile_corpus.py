@@ -37,10 +37,11 @@ def shared(people_db, tmp_path_factory):
     """The people data with the public `regions` table, the parent `households` table (a key
     repeated, a NULL key) and the private `visits` table beside it, so join attacks meet real
     ones."""
+    from tests.library import with_library
     from tests.support import create_ledger, with_every_join
 
     root = tmp_path_factory.mktemp("hostile")
-    db, policy = with_every_join(root, people_db)
+    db, policy = with_library(*with_every_join(root, people_db))  # a date column, a catalogue
     return db, policy, create_ledger(root / "ledger.sqlite", policy)
 
 

@@ -30,6 +30,12 @@ class Backend(Protocol):
         can say a column exists but is not in the policy."""
         ...
 
+    def public_rows(self, table: str, columns: tuple[str, ...], limit: int) -> tuple[tuple, ...]:
+        """The distinct rows of `columns` of the public `table` holding no NULL, at most
+        `limit + 1` (engine/sql/public_keys.py `distinct_rows`), read once per connection: a
+        key set given by a public table's rows (docs/theory.md §32). Public data only."""
+        ...
+
     def render(self, query: exp.Expression) -> str:
         """The rewrite's tree as SQL of this backend's dialect, with the meaning it has on
         DuckDB (QueryRefused for a form the dialect cannot express with that meaning; decided

@@ -16,8 +16,10 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from ..errors import QueryRefused
 from ..policy import Policy, TableSpec
 from ..rewrite import copies_read, copy_scope
+from ..sql.public_keys import distinct_rows
 from . import ExactAnswer
 from . import duckdb_execute as execute
 from . import duckdb_schema as schema
@@ -36,6 +38,7 @@ class DuckDBBackend:
         self._columns = schema.data_columns(conn, policy)
         self._types = schema.column_types(conn, policy)
         self._bounded: set[tuple[str, frozenset[str] | None]] = set()
+        self._public_rows: dict[tuple[str, tuple[str, ...], int], tuple[tuple, ...]] = {}
 
     @classmethod
     def open(cls, path: str | Path, policy: Policy, ledger: str | Path | None = None,
@@ -70,6 +73,22 @@ class DuckDBBackend:
 
     def data_columns(self) -> Mapping[str, frozenset[str]]:
         return self._columns
+
+    def public_rows(self, table: str, columns: tuple[str, ...], limit: int) -> tuple[tuple, ...]:
+        """A public table's distinct rows of `columns` (no NULL), at most `limit + 1`, read once
+        per connection: the data is read-only."""
+        key = (table, columns, limit)
+        if key not in self._public_rows:
+            if table not in self._policy.public_tables:
+                raise ValueError(f"{table} is not a public table")
+            try:
+                with execute.time_limit(self.conn):
+                    found = self.conn.execute(distinct_rows(table, columns, limit).sql(self.dialect)).fetchall()
+            except duckdb.Error as exc:  # the public table's rows only: the message may be shown
+                raise QueryRefused(f"reading the rows of the public table {table} failed: "
+                                   f"{str(exc).splitlines()[0]}") from None
+            self._public_rows[key] = tuple(tuple(row) for row in found)
+        return self._public_rows[key]
 
     def render(self, query: exp.Expression) -> str:
         """The tree as DuckDB SQL; the bounded copy of each column set it reads joins the gate."""

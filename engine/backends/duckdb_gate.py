@@ -240,6 +240,8 @@ def total_cast(source: dict, target: dict) -> bool:
 def _function_problem(node: dict) -> str | None:
     name = _name(node)
     kinds = [_type(c)["id"] for c in _children(node)]
+    if name in ("+", "-") and _fixed_shift(_children(node)):
+        return None
     if name in _ON_FLOATS:
         operands = kinds[:1] if name == "round" else kinds
         if all(k in _FLOATS for k in operands) and (name != "round" or kinds[1:] in ([], ["INTEGER"])):
@@ -265,6 +267,28 @@ def _function_problem(node: dict) -> str | None:
             return None
         return f"function substring({', '.join(kinds)}) (positions must be 32-bit integers)"
     return f"function {name}()"
+
+
+# A fixed shift of a date or timestamp known to lie in years 1 to 9999 (a GROUP BY key over a
+# moved date, engine/sql/shifted_keys.py): at most 10,000 years of days and microseconds, no
+# months. DuckDB's timestamps reach years 290308 BC to 294247, so it cannot overflow.
+_MOST_SHIFT_DAYS = 3_660_000
+
+
+def _fixed_shift(children: list[dict]) -> bool:
+    """Whether `children` are a DATE or TIMESTAMP in range and a constant INTERVAL without
+    months of at most `_MOST_SHIFT_DAYS` (days and microseconds alike)."""
+    if len(children) != 2:
+        return False
+    moment, step = children
+    value = (step.get("value") or {}).get("value") if step.get("expression_class") == "BOUND_CONSTANT" \
+        else None
+    if _type(moment)["id"] not in _TIMES or not _in_range(moment) or _type(step)["id"] != "INTERVAL" \
+            or not isinstance(value, dict):
+        return False
+    days, micros = value.get("days"), value.get("micros")
+    return value.get("months") == 0 and isinstance(days, int) and isinstance(micros, int) \
+        and abs(days) <= _MOST_SHIFT_DAYS and abs(micros) <= _MOST_SHIFT_DAYS * 86_400_000_000
 
 
 def _in_range(node: dict) -> bool:
@@ -314,10 +338,15 @@ def _kept_between(when: dict, then: dict) -> bool:
 
 
 def _same(a: dict, b: dict) -> bool:
-    """Two bound column references to the same column (their place in the text aside)."""
-    def key(node: dict) -> dict:
-        return {k: v for k, v in node.items() if not k.startswith("query_location")}
-    return a.get("expression_class") in ("BOUND_REF", "BOUND_COLUMN_REF") and key(a) == key(b)
+    """Two bound column references to the same column, or two function calls of the same
+    functions on the same columns and constants, such as a moved date (their place in the text
+    aside): every function a plan passing the gate holds is deterministic, so both are equal."""
+    def key(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: key(v) for k, v in node.items() if not k.startswith("query_location")}
+        return [key(v) for v in node] if isinstance(node, list) else node
+    return a.get("expression_class") in ("BOUND_REF", "BOUND_COLUMN_REF", "BOUND_FUNCTION") \
+        and key(a) == key(b)
 
 
 def _iso_in_range(text: object) -> bool:

@@ -35,6 +35,7 @@ from ..rewrite import (
     copy_scope,
     readable_tables,
 )
+from ..sql.public_keys import distinct_rows
 from ..sql_types import SqlType
 from . import spark_tables as tables
 from .chain_units import bounded_rows, chain_source, check_chains, repeats, with_unit_type
@@ -89,6 +90,7 @@ class SparkBackend:
         self._checked: dict[str, str | None] = {}
         self._bounded: set[str] = set()
         self._cached: list[DataFrame] = []
+        self._public_rows: dict[tuple[str, tuple[str, ...], int], tuple[tuple, ...]] = {}
 
     @classmethod
     def open(cls, spark: SparkSession | None, source: tables.Source | Mapping[str, tables.Source],
@@ -105,6 +107,21 @@ class SparkBackend:
                 if public.data is not None:
                     frames[name] = tables.public_file(own, public)
             return cls(own, frames, policy)
+
+    def public_rows(self, table: str, columns: tuple[str, ...], limit: int) -> tuple[tuple, ...]:
+        """A public table's distinct rows of `columns` (no NULL), at most `limit + 1`, read once
+        per backend (docs/theory.md §32)."""
+        key = (table, columns, limit)
+        if key not in self._public_rows:
+            if table not in self._policy.public_tables:
+                raise ValueError(f"{table} is not a public table")
+            query = distinct_rows(table, columns, limit)
+            for ref in query.find_all(exp.Table):
+                ref.replace(_located(ref.name))
+            found = self._guarded(lambda: self._spark.sql(query.sql(self.dialect)).collect(),
+                                  f"reading the rows of the public table {table} failed")
+            self._public_rows[key] = tuple(tuple(_plain(v) for v in row) for row in found)
+        return self._public_rows[key]
 
     def data_columns(self) -> Mapping[str, frozenset[str]]:
         return {name: frozenset(types) for name, types in self._types.items()}

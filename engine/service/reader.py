@@ -25,6 +25,9 @@ class NoData:
     def data_columns(self) -> Mapping[str, frozenset[str]]:
         self._refuse()
 
+    def public_rows(self, table: str, columns: tuple[str, ...], limit: int) -> tuple[tuple, ...]:
+        self._refuse()
+
     def render(self, query: exp.Expression) -> str:
         self._refuse()
 

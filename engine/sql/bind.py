@@ -19,9 +19,10 @@ from .domain_literals import check_domain_literals, coerce_literals
 from .join import join_sources
 from .join_order import private_first
 from .join_tree import bind_joins
-from .keys import MAX_GROUPS, bind_group
+from .keys import MAX_GROUPS, bind_group_rows
 from .link_columns import check_link_columns
 from .nesting import per_unit_source
+from .public_keys import PublicRows
 from .quantile_lists import expand_quantile_lists
 from .released_distinct import released_distinct
 from .scalars import check_args, int_literal, short
@@ -36,9 +37,11 @@ _SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "or
 
 
 def build_plan(select: exp.Select, policy: Policy, sql: str,
-               data_columns: Mapping[str, frozenset[str]] | None = None) -> QueryPlan:
+               data_columns: Mapping[str, frozenset[str]] | None = None,
+               public_rows: PublicRows | None = None) -> QueryPlan:
     """Validate the SELECT against the policy and return its plan. `data_columns` (each table's
-    column names in the data) lets a refusal say a column exists but is not in the policy."""
+    column names in the data) lets a refusal say a column exists but is not in the policy;
+    `public_rows` reads a public table's distinct rows for a key set given by them (§32)."""
     if per_unit_source(select, policy) is not None:
         return bind_two_level(select, policy, sql, data_columns, build_plan)
     normalized = normalize_times(select)
@@ -55,7 +58,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     coerce_literals(select, scope.spec_of)
     check_link_columns(select, scope)
     join, where = bind_joins(select, table, aliases, sources, scope)
-    group_by = bind_group(select, scope)
+    group_by, key_rows = bind_group_rows(select, scope, public_rows)
     post = PostScope(scope, group_by, policy.limits.quantile_bins)
     outputs = _bind_outputs(select, post)
     check_domain_literals(select, scope.spec_of)
@@ -70,7 +73,7 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     offset = _bind_count(select.args.get("offset"), "OFFSET")
     plan = QueryPlan(sql, table, where, group_by, tuple(post.measurements.values()),
                      tuple(outputs), having, order, limit, offset, join=join,
-                     distinct=released_distinct(select))
+                     distinct=released_distinct(select), key_rows=key_rows)
     if plan.group_by and plan.group_count > MAX_GROUPS:
         raise QueryRefused(f"GROUP BY would produce {plan.group_count} groups; at most {MAX_GROUPS}")
     return plan

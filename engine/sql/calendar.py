@@ -149,3 +149,21 @@ def normalize_times(tree: exp.Expression) -> exp.Expression:
                 return exp.Extract(this=exp.var(part.this.upper()), expression=value)
         return node
     return tree.transform(rewrite_one)
+
+
+# The interval units of a fixed length, in seconds (a calendar month or year has none).
+FIXED_UNITS = {"WEEK": 604_800, "DAY": 86_400, "HOUR": 3_600, "MINUTE": 60, "SECOND": 1}
+
+
+def interval_step(interval: exp.Interval) -> tuple[str, int] | None:
+    """(unit, n) of a literal `INTERVAL n unit` with a whole number n (signed, parenthesized
+    or not) and a unit named (singular or plural), else None."""
+    amount, sign = interval.this, 1
+    while isinstance(amount, (exp.Paren, exp.Neg)):
+        sign = -sign if isinstance(amount, exp.Neg) else sign
+        amount = amount.this
+    unit = interval.args.get("unit")
+    name = unit.name.upper().rstrip("S") if unit is not None else ""
+    if not isinstance(amount, exp.Literal) or not amount.this.lstrip("-").isdigit() or not name:
+        return None
+    return name, sign * int(amount.this)

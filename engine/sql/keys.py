@@ -5,6 +5,7 @@ pruned by WHERE, at most MAX_GROUPS of them."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from sqlglot import exp
 
@@ -15,29 +16,61 @@ from ..sql_types import TIME_TYPES, SqlType
 from .bounds import Range, time_range, value_range
 from .calendar import moment, part_values, periods, seconds, time_part, trunc_unit
 from .key_values import expression_keys
+from .public_keys import PublicColumn, PublicRows, crossed, public_column, row_block
 from .scalars import int_literal, numeric_literal, short
 from .scope import Scope, declared
+from .shifted_keys import moved_columns, renamed
 from .where import narrowed, pruned
 
 MAX_GROUPS = 1_000_000
 
 
 def bind_group(select: exp.Select, scope: Scope) -> tuple[GroupKey, ...]:
+    """The GROUP BY keys, each over its declared values."""
+    return bind_group_rows(select, scope, None)[0]
+
+
+def bind_group_rows(select: exp.Select, scope: Scope, read: PublicRows | None
+                    ) -> tuple[tuple[GroupKey, ...], tuple[tuple, ...] | None]:
+    """The GROUP BY keys and, when columns of a joined public table that list no values are
+    keys and `read` can read its rows, the released key rows (that table's distinct rows
+    crossed with the other keys' values; docs/theory.md §32); else None: every combination."""
     group = select.args.get("group")
     if group is None:
-        return ()
+        return (), None
     for option in ("grouping_sets", "cube", "rollup", "all", "totals"):
         if group.args.get(option):
             raise QueryRefused(f"GROUP BY {option.upper()} refused: list public columns instead")
     where = select.args["where"].this if select.args.get("where") is not None else None
     keys: list[GroupKey] = []
+    public: dict[str, list[tuple[int, PublicColumn, exp.Expression]]] = {}  # occurrence -> its grouped columns
     for item in group.expressions:
         if isinstance(item, (exp.Rollup, exp.Cube, exp.GroupingSets)):
             raise QueryRefused(f"GROUP BY {short(item)} refused: list public columns instead")
-        key = _group_key(_group_target(item, select, scope), scope, len(keys), where)
+        target = _group_target(item, select, scope)
+        column = public_column(target, scope) if read is not None else None
+        if column is not None:
+            key = GroupKey(column.spec.name, column.spec.name, column.spec.type, (),
+                           exp.column(column.spec.name, quoted=True), (column.spec,))
+        else:
+            key = _group_key(target, scope, len(keys), where)
         if all(key.value != other.value for other in keys):
+            if column is not None:
+                public.setdefault(column.source.shown, []).append((len(keys), column, target))
             keys.append(key)
-    return tuple(keys)
+    blocks = []
+    for grouped in public.values():
+        if all(column.listed for _, column, _ in grouped):  # the declared values, as before
+            for position, _, target in grouped:
+                keys[position] = _group_key(target, scope, position, where)
+            continue
+        assert read is not None
+        rows = row_block([column for _, column, _ in grouped], scope, where, read, MAX_GROUPS)
+        positions = tuple(position for position, _, _ in grouped)
+        for index, position in enumerate(positions):
+            keys[position] = replace(keys[position], keys=tuple(sorted({row[index] for row in rows})))
+        blocks.append((positions, rows))
+    return tuple(keys), (crossed(keys, blocks) if blocks else None)
 
 
 _GROUPABLE = ("group on a bool column, a column with a domain, a bounded int or date column, a "
@@ -73,6 +106,13 @@ def _group_key(node: exp.Expression, scope: Scope, index: int,
     on a grouped column, see `pruned`)."""
     while isinstance(node, exp.Paren):
         node = node.this
+    moved = moved_columns(node, scope, where, index)
+    if moved is not None:  # a date or timestamp column moved by an INTERVAL (§32)
+        inner, inner_scope, back = moved
+        try:
+            return back(_group_key(inner, inner_scope, index, where))
+        except QueryRefused as refusal:
+            raise renamed(refusal, scope, node) from None
     if isinstance(node, exp.Column) and scope.column(node).type in TIME_TYPES:
         return _time_column_key(scope.column(node), scope, where)
     if isinstance(node, exp.Column):
