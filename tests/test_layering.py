@@ -31,8 +31,8 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 # engine/sql/, lowest first: a module there imports only the ones before it (no circle).
 SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "nesting", "released", "join", "flatten",
              "domain_literals", "shifted_columns", "planning_limits", "columns", "scope", "link_columns",
-             "join_order", "join_tree", "where", "key_values", "public_keys", "shifted_keys", "keys", "quantile_lists",
-             "released_distinct", "two_level", "bind")
+             "join_order", "join_tree", "where", "key_values", "public_keys", "shifted_keys", "keys",
+             "quantile_lists", "released_distinct", "two_level", "bind")
 
 
 def _imports(path: Path, package: Path) -> list[tuple[str, int]]:
