@@ -69,7 +69,7 @@ def print_result(result: QueryResult) -> None:
     from rich.text import Text
 
     table = Table()
-    for name in result.df.columns:
+    for name in result.table.columns:
         header = visible(str(name))  # as wide as its longest word: cells wrap, names do not
         table.add_column(Text(header), justify="right",
                          min_width=min(max(map(len, header.split() or [""])), 30))
