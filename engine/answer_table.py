@@ -52,6 +52,11 @@ class Table:
             return list(self._columns)
         return list(self.frame().columns)
 
+    @property
+    def kinds(self) -> dict[str, str] | None:
+        """Each column's DuckDB type, for a table built from columns (None for a frame)."""
+        return None if self._kinds is None else dict(self._kinds)
+
     def __len__(self) -> int:
         return self._rows
 

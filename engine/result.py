@@ -214,11 +214,11 @@ class QueryResult:
         return [(-math.inf, math.inf) if any(row[j] == row[j] for row in widths) else None
                 for j in range(len(columns))]
 
-    def bounds(self, intervals: Table) -> list[list[list[float] | None]]:
+    def bounds(self, intervals: pd.DataFrame | Table) -> list[list[list[float] | None]]:
         """Per cell, the interval shown: [low, high] within what the statistic can be."""
         ranges = self.ranges()
         return [[cut(v, c, r) for v, c, r in zip(row, ci, ranges, strict=True)]
-                for row, ci in zip(self.table.rows(), intervals.floats(), strict=True)]
+                for row, ci in zip(self.table.rows(), _floats(intervals), strict=True)]
 
     @property
     def answer_cost(self) -> AnswerCost:
@@ -285,10 +285,15 @@ class QueryResult:
             derived_from=tuple(answer.get("derived_from", ())),
         )
 
-    def shown_intervals(self) -> tuple[Table, str]:
+    def shown_intervals(self) -> tuple[pd.DataFrame, str]:
         """The half-widths a display prints beside the values, and the line saying what they
         are: per cell, or simultaneous when rows were chosen by noise (the per-cell ones would
         then under-cover exactly the rows shown)."""
+        table, note = self.shown_intervals_table()
+        return table.frame(), note
+
+    def shown_intervals_table(self) -> tuple[Table, str]:
+        """`shown_intervals` without a DataFrame (what the command line prints)."""
         if self.selection_adjusted:
             return self.ci95_table, "± is the 95% interval half-width of the noise."
         return self.simultaneous_table, (
@@ -298,7 +303,7 @@ class QueryResult:
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the answer as a table of `value ± ci` cells, then what it cost."""
-        intervals, note = self.shown_intervals()
+        intervals, note = self.shown_intervals_table()
         rows = self.cells(intervals)
         b = self.budget
         return html_table([str(c) for c in self.table.columns], rows, caption=self.sql) + html_paragraphs(
@@ -313,12 +318,12 @@ class QueryResult:
               if self.derived_from else []),
         )
 
-    def cells(self, intervals: Table) -> list[list[str]]:
+    def cells(self, intervals: pd.DataFrame | Table) -> list[list[str]]:
         """Each cell as displays show it: `value ± half-width`, `value [low, high]` cut to what
         the statistic can be, `value (no interval)`, or a key."""
         ranges = self.ranges()
         return [[cell(v, c, r) for v, c, r in zip(row, ci, ranges, strict=True)]
-                for row, ci in zip(self.table.rows(), intervals.floats(), strict=True)]
+                for row, ci in zip(self.table.rows(), _floats(intervals), strict=True)]
 
     def largest_line(self) -> str:
         """The largest epsilon still askable: this query's own once charged, or (answers stored
@@ -457,3 +462,10 @@ def _pandas_missing(value) -> bool:
     """Whether `value` is pandas' NA or NaT (only a loaded pandas can have made one)."""
     pandas = sys.modules.get("pandas")
     return pandas is not None and (value is pandas.NA or value is pandas.NaT)
+
+
+def _floats(intervals: pd.DataFrame | Table) -> list[list[float]]:
+    """Half-widths as rows of floats, from a table or (as callers of the API pass) a frame."""
+    if isinstance(intervals, Table):
+        return intervals.floats()
+    return intervals.to_numpy(dtype=float).tolist()
