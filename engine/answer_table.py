@@ -14,6 +14,9 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+Values = Sequence[Any] | np.ndarray
+"""A column's values: a list (or other sequence) of Python values, or a numpy array."""
+
 _NUMPY = {"BOOLEAN": np.bool_, "BIGINT": np.int64, "DOUBLE": np.float64}
 """The numpy dtype of each DuckDB type a directly built column holds; VARCHAR, DATE and
 TIMESTAMP columns hold Python objects."""
@@ -32,7 +35,7 @@ class Table:
         self._frame = frame
 
     @classmethod
-    def of_columns(cls, columns: Mapping[str, Sequence], kinds: Mapping[str, str],
+    def of_columns(cls, columns: Mapping[str, Values], kinds: Mapping[str, str],
                    rows: int) -> Table:
         """Columns of `rows` values, each of a DuckDB type (BOOLEAN, BIGINT, DOUBLE, VARCHAR
         without NULL, DATE, TIMESTAMP), held as the Python values a frame of them gives."""
@@ -120,7 +123,7 @@ class NoisyCells:
     """The noisy measurements of an answer by name, `rows` values each, as numpy arrays: what
     an aggregate's half-widths read (`len` and `[name]`, as of a frame) without a DataFrame."""
 
-    def __init__(self, noisy: Mapping[str, Sequence], rows: int) -> None:
+    def __init__(self, noisy: Mapping[str, Values], rows: int) -> None:
         self._noisy = noisy
         self._rows = rows
 

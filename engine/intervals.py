@@ -187,9 +187,9 @@ def halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame, known: M
     share = alpha / max(len(read), 1)
     cells: dict[str, Bounds] = {}
     for name in read:
-        value = np.asarray(frame[name], dtype=float)
+        noisy = np.asarray(frame[name], dtype=float)
         width = known[name].halfwidths(frame, share)
-        cells[name] = _within(value - width, value + width, *known[name].possible)
+        cells[name] = _within(noisy - width, noisy + width, *known[name].possible)
 
     def point(column: exp.Column) -> Bounds | None:
         if column.name not in frame.columns:

@@ -8,7 +8,7 @@ without a query and without pandas (engine/answer_table.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from . import intervals
 from .aggregates import quantile
-from .answer_table import NoisyCells, Table, frame_dtypes
+from .answer_table import NoisyCells, Table, Values, frame_dtypes
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
 from .result import ExpectedError
@@ -172,7 +172,9 @@ def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
     answer = result[[f"__o{j}" for j in range(len(names))]].set_axis(names, axis=1)
     halfwidths = [result[[f"{prefix}{j}" for j in range(len(names))]].set_axis(names, axis=1)
                   .astype(float).reset_index(drop=True) for prefix in ("__ci", "__cs")]
-    return Table.of_frame(answer.reset_index(drop=True)), *map(Table.of_frame, halfwidths)
+    per_cell, simultaneous = halfwidths
+    return (Table.of_frame(answer.reset_index(drop=True)), Table.of_frame(per_cell),
+            Table.of_frame(simultaneous))
 
 
 def answered_directly(plan: QueryPlan) -> bool:
@@ -216,7 +218,7 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
                                 for i, col in enumerate(plan.group_by)}
     columns.update(noisy)
     rows = len(keys) if plan.group_by else len(next(iter(noisy.values())))
-    values = {out.name: columns[source] if isinstance(source, str) else _ratio(source, noisy)
+    values: dict[str, Values] = {out.name: columns[source] if isinstance(source, str) else _ratio(source, noisy)
               for out, source in zip(plan.outputs, sources, strict=True)}
     kinds = {out.name: types[source] if isinstance(source, str) else "DOUBLE"
              for out, source in zip(plan.outputs, sources, strict=True)}
@@ -227,15 +229,15 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     measured = NoisyCells(noisy, rows)
     groups = max(rows, 1)
     known = intervals.readings(plan, mechanisms)
-    halfwidths = [Table.of_columns({out.name: _halfwidths(out, plan, measured, mechanisms, known,
-                                                          alpha).astype(float)
-                                    for out in plan.outputs},
-                                   {out.name: "DOUBLE" for out in plan.outputs}, rows)
-                  for alpha in (ALPHA, ALPHA / groups)]
-    return answer, *halfwidths
+    per_cell, simultaneous = (
+        Table.of_columns({out.name: _halfwidths(out, plan, measured, mechanisms, known,
+                                                alpha).astype(float) for out in plan.outputs},
+                         {out.name: "DOUBLE" for out in plan.outputs}, rows)
+        for alpha in (ALPHA, ALPHA / groups))
+    return answer, per_cell, simultaneous
 
 
-def _keys_with_null(values: dict[str, Sequence], kinds: dict[str, str], rows: int) -> Table:
+def _keys_with_null(values: Mapping[str, Values], kinds: dict[str, str], rows: int) -> Table:
     """An answer with a NULL group key as a frame of the types a fetched frame has, whose
     missing values pandas represents its own way (NaN in a text column of pandas 3)."""
     import pandas as pd
