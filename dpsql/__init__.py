@@ -5,12 +5,19 @@ The installed package is `dpsql`, with the engine as `dpsql.engine` and the cali
 those names; they have no other import name).
 """
 
+from __future__ import annotations
+
 __version__ = "0.1.0"
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+# typing is not imported at run time: `dpsql --version` loads this module and nothing heavier
+# (type checkers read the name TYPE_CHECKING as true).
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .calibration import (
         MODES,
         Audit,

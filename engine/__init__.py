@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+# typing is not imported at run time: `dpsql --version` loads this module and nothing heavier
+# (type checkers read the name TYPE_CHECKING as true).
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .database import PrivateDatabase
     from .errors import (
         AccessDenied,

@@ -3,6 +3,8 @@ history, on a terminal as wide as it is (rich is imported only when a table is d
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from typing import TYPE_CHECKING
 
@@ -69,11 +71,11 @@ def print_result(result: QueryResult) -> None:
     from rich.text import Text
 
     table = Table()
-    for name in result.df.columns:
+    for name in result.table.columns:
         header = visible(str(name))  # as wide as its longest word: cells wrap, names do not
         table.add_column(Text(header), justify="right",
                          min_width=min(max(map(len, header.split() or [""])), 30))
-    intervals, intervals_note = result.shown_intervals()
+    intervals, intervals_note = result.shown_intervals_table()
     for row in result.cells(intervals):
         table.add_row(*(Text(text) for text in row))
     console = terminal()
@@ -160,7 +162,42 @@ def print_explanation(ex: Explanation) -> None:
 
 def answer_csv(result: QueryResult) -> str:
     """The answer with, after each noisy column, its 95% half-width ("no interval" where there
-    is none) and the interval [low, high] cut to what its statistic can be."""
+    is none) and the interval [low, high] cut to what its statistic can be. An answer built
+    without pandas is written by the csv module as pandas writes it (numbers as their shortest
+    repr, text cells neutralised, missing values empty); one with timestamps or read through
+    pandas is written by pandas (it formats timestamps by their column)."""
+    kinds = result.table.kinds
+    if kinds is None or "TIMESTAMP" in kinds.values():
+        return _frame_csv(result)
+    widths, bounds = result.ci95_table.floats(), result.bounds(result.ci95_table)
+    rows = result.table.rows()
+    columns = {name: [row[j] for row in rows] for j, name in enumerate(result.table.columns)}
+    for j, (name, possible) in enumerate(zip(result.table.columns, result.ranges(), strict=True)):
+        if possible is None:
+            continue
+        columns[f"{name}_ci95"] = [w[j] if w[j] == w[j] else "no interval" for w in widths]
+        ends = [b[j] for b in bounds]
+        columns[f"{name}_ci95_low"] = [None if end is None else end[0] for end in ends]
+        columns[f"{name}_ci95_high"] = [None if end is None else end[1] for end in ends]
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow([csv_text(str(name)) for name in columns])
+    writer.writerows(zip(*([_csv_cell(v) for v in values] for values in columns.values()),
+                         strict=True))
+    return text.getvalue()
+
+
+def _csv_cell(value) -> str:
+    """One CSV cell as pandas' `to_csv` writes it: empty for a missing value, a float by its
+    shortest repr, text neutralised (`csv_text`)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    value = csv_text(value)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _frame_csv(result: QueryResult) -> str:
+    """`answer_csv` through pandas, for an answer held as a frame."""
     frame = result.df.copy()
     bounds = result.bounds(result.ci95)
     for j, (name, possible) in enumerate(zip(result.df.columns, result.ranges(), strict=True)):

@@ -241,7 +241,7 @@ class PrivateDatabase:
                     self._post, plan, prepared.post_sql, exact, mechanisms)
                 possible, no_interval = postprocess.interval_notes(plan, mechanisms)
                 result = QueryResult(
-                    df=answer, ci95=halfwidths, ci95_simultaneous=simultaneous,
+                    table=answer, ci95_table=halfwidths, simultaneous_table=simultaneous,
                     selection_adjusted=postprocess.selection_adjusted(plan), sql=sql,
                     epsilon=cal.epsilon,
                     epsilon_dp=cal.epsilon_dp, mode=cal.mode, k=self.policy.k,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from .aggregates import quantile
@@ -23,6 +23,9 @@ from .aggregates.base import Accuracy, Measured, Operand
 from .plan import OutputColumn, QueryPlan
 from .result import ExpectedError
 from .sql_types import SqlType
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Bounds = tuple[np.ndarray, np.ndarray]  # per group: the lowest and highest value
 Leaf = Callable[[exp.Column], "Bounds | None"]
@@ -184,16 +187,14 @@ def halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame, known: M
     share = alpha / max(len(read), 1)
     cells: dict[str, Bounds] = {}
     for name in read:
-        value = frame[name].to_numpy(dtype=float)
+        noisy = np.asarray(frame[name], dtype=float)
         width = known[name].halfwidths(frame, share)
-        cells[name] = _within(value - width, value + width, *known[name].possible)
+        cells[name] = _within(noisy - width, noisy + width, *known[name].possible)
 
     def point(column: exp.Column) -> Bounds | None:
         if column.name not in frame.columns:
             raise NoInterval(column.name)
-        values = frame[column.name]
-        # A key is one value per group: a number (a bool as 0/1), or text compared by = and IN.
-        array = values.to_numpy(dtype=float if pd.api.types.is_numeric_dtype(values) else object)
+        array = _point_values(frame[column.name])
         return array, array
 
     def ranged(column: exp.Column) -> Bounds | None:
@@ -265,6 +266,16 @@ def _paren(node: exp.Expression, child: Child) -> Bounds:
 def _neg(node: exp.Expression, child: Child) -> Bounds:
     low, high = _needed(child(node.this))
     return -high, -low
+
+
+def _point_values(values) -> np.ndarray:
+    """A column read as it is, one value per group: a number (a bool as 0/1), or text compared
+    by = and IN; a noisy measurement read without a frame (`NoisyCells`) is a number."""
+    if isinstance(values, np.ndarray):
+        return values.astype(float)
+    from pandas.api.types import is_numeric_dtype  # a frame's column (post-processing)
+
+    return values.to_numpy(dtype=float if is_numeric_dtype(values) else object)
 
 
 def _corners(a: Bounds, b: Bounds, op: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Bounds:

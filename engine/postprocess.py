@@ -3,24 +3,28 @@
 Runs in a separate in-memory DuckDB that sees nothing but the noisy table, so everything
 here is post-processing and costs no privacy. An answer that is nothing but group keys, noisy
 measurements as they are and AVG's clamped ratios skips it (`direct`): the same table, built
-without a query.
+without a query and without pandas (engine/answer_table.py).
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from . import intervals
 from .aggregates import quantile
+from .answer_table import NoisyCells, Table, Values, frame_dtypes
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
 from .result import ExpectedError
 from .sql_types import SqlType
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ALPHA = 0.05  # 1 - the intervals' coverage
 _DTYPES = {"BOOLEAN": "bool", "BIGINT": "int64", "DOUBLE": "float64", "VARCHAR": "object",
@@ -45,6 +49,8 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     each cell alone, `__cs` for all groups at once (Bonferroni: each cell at ALPHA / groups),
     which stays valid for rows chosen by their noisy values; with the types `noisy_columns`
     promises."""
+    import pandas as pd  # here: an answer built directly (`direct`) needs no DataFrame
+
     rows = len(next(iter(noisy.values())))
     frame = pd.concat([pd.DataFrame(keys, columns=[c.name for c in plan.group_by], index=range(rows)),
                        pd.DataFrame(noisy, index=range(rows))], axis=1)
@@ -66,7 +72,7 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     return frame.astype({name: _DTYPES[kind] for name, kind in noisy_columns(plan)})
 
 
-def _halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame,
+def _halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame | NoisyCells,
                 mechanisms: dict[str, Mechanism], known: dict[str, intervals.Reading],
                 alpha: float) -> np.ndarray:
     """Per group, a half-width that covers the exact value with probability >= 1 - alpha: the
@@ -152,7 +158,7 @@ def query_sql(plan: QueryPlan) -> str:
 
 
 def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
-           frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+           frame: pd.DataFrame) -> tuple[Table, Table, Table]:
     """Run the post-processing `sql` on the noisy frame; return (answer, per-cell half-widths,
     simultaneous half-widths)."""
     conn.register("noisy", frame)
@@ -166,52 +172,86 @@ def finish(conn: duckdb.DuckDBPyConnection, plan: QueryPlan, sql: str,
     answer = result[[f"__o{j}" for j in range(len(names))]].set_axis(names, axis=1)
     halfwidths = [result[[f"{prefix}{j}" for j in range(len(names))]].set_axis(names, axis=1)
                   .astype(float).reset_index(drop=True) for prefix in ("__ci", "__cs")]
-    return answer.reset_index(drop=True), *halfwidths
+    per_cell, simultaneous = halfwidths
+    return (Table.of_frame(answer.reset_index(drop=True)), Table.of_frame(per_cell),
+            Table.of_frame(simultaneous))
 
 
-def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
-           mechanisms: dict[str, Mechanism]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
-    """The answer and its half-widths (as `finish` returns them) built directly when every
-    output is a group key, one noisy measurement as it is, or a clamped ratio of two (AVG), and
-    nothing is filtered, ordered or cut; None when the post-processing query is needed. Which
-    path runs is a function of the plan alone."""
+def answered_directly(plan: QueryPlan) -> bool:
+    """Whether `direct` builds the answer (no post-processing query runs): every output is a
+    group key, one noisy measurement as it is, or a clamped ratio of two (AVG), and nothing is
+    filtered, ordered or cut. A function of the plan alone."""
+    return _sources(plan) is not None
+
+
+def _sources(plan: QueryPlan) -> list[str | exp.Expression] | None:
+    """Per output, the key or measurement it is, or the ratio expression it computes; None
+    when the post-processing query is needed."""
     if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None \
             or plan.distinct:
         return None
     types = dict(noisy_columns(plan))
     key_names = {col.name for col in plan.group_by}
-    ratios = set(noisy) - key_names
+    measured = {cell for m in plan.measurements for cell in m.cells}
     sources: list[str | exp.Expression] = []
     for out in plan.outputs:
         name = out.expression.name if isinstance(out.expression, exp.Column) else None
         if name is not None and name in types \
-                and (name in key_names or (name in noisy and out.measurements == (name,))):
+                and (name in key_names or (name in measured and out.measurements == (name,))):
             sources.append(name)
-        elif name is None and _is_ratio(out.expression, ratios):
+        elif name is None and _is_ratio(out.expression, measured - key_names):
             sources.append(out.expression)
         else:
             return None
-    columns = {col.name: [key[i] for key in keys] for i, col in enumerate(plan.group_by)}
+    return sources
+
+
+def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
+           mechanisms: dict[str, Mechanism]) -> tuple[Table, Table, Table] | None:
+    """The answer and its half-widths (as `finish` returns them) built directly, without a
+    DataFrame, when `answered_directly`; None when the post-processing query is needed."""
+    sources = _sources(plan)
+    if sources is None:
+        return None
+    types = dict(noisy_columns(plan))
+    columns: dict[str, list] = {col.name: [key[i] for key in keys]
+                                for i, col in enumerate(plan.group_by)}
     columns.update(noisy)
     rows = len(keys) if plan.group_by else len(next(iter(noisy.values())))
-    fetched = {**_fetched_dtypes(), "DATE": object, "TIMESTAMP": object}
-    answer = pd.DataFrame({
-        out.name: pd.Series(columns[source], dtype=fetched[types[source]]) if isinstance(source, str)
-        else pd.Series(_ratio(source, noisy), dtype=fetched["DOUBLE"])
-        for out, source in zip(plan.outputs, sources, strict=True)}, index=range(rows))
-    measured = pd.DataFrame(noisy, index=range(rows))
+    values: dict[str, Values] = {out.name: columns[source] if isinstance(source, str) else _ratio(source, noisy)
+              for out, source in zip(plan.outputs, sources, strict=True)}
+    kinds = {out.name: types[source] if isinstance(source, str) else "DOUBLE"
+             for out, source in zip(plan.outputs, sources, strict=True)}
+    if any(v is None for col in plan.group_by for v in columns[col.name]):
+        answer = _keys_with_null(values, kinds, rows)  # a NULL key: pandas' own conversion
+    else:
+        answer = Table.of_columns(values, kinds, rows)
+    measured = NoisyCells(noisy, rows)
     groups = max(rows, 1)
     known = intervals.readings(plan, mechanisms)
-    halfwidths = [pd.DataFrame({out.name: _halfwidths(out, plan, measured, mechanisms, known,
-                                                      alpha).astype(float)
-                                for out in plan.outputs}, index=range(rows))
-                  for alpha in (ALPHA, ALPHA / groups)]
-    return answer, *halfwidths
+    per_cell, simultaneous = (
+        Table.of_columns({out.name: _halfwidths(out, plan, measured, mechanisms, known,
+                                                alpha).astype(float) for out in plan.outputs},
+                         {out.name: "DOUBLE" for out in plan.outputs}, rows)
+        for alpha in (ALPHA, ALPHA / groups))
+    return answer, per_cell, simultaneous
+
+
+def _keys_with_null(values: Mapping[str, Values], kinds: dict[str, str], rows: int) -> Table:
+    """An answer with a NULL group key as a frame of the types a fetched frame has, whose
+    missing values pandas represents its own way (NaN in a text column of pandas 3)."""
+    import pandas as pd
+
+    dtypes = frame_dtypes()
+    return Table.of_frame(pd.DataFrame({name: pd.Series(column, dtype=dtypes[kinds[name]])
+                                        for name, column in values.items()}, index=range(rows)))
 
 
 def _python_times(frame: pd.DataFrame, kinds: list[str]) -> pd.DataFrame:
     """DATE and TIMESTAMP columns as Python date and datetime objects (NULL as None), as the
     answers without post-processing hold them (`fetchdf` gives pandas timestamps)."""
+    import pandas as pd
+
     for name, kind in zip(list(frame.columns), kinds, strict=True):
         if kind in ("DATE", "TIMESTAMP"):
             values = [None if pd.isna(v) else v.date() if kind == "DATE" else v.to_pydatetime()
@@ -284,13 +324,3 @@ def _number(node: exp.Expression) -> float | None:
         except ValueError:
             return None
     return None
-
-
-@functools.cache
-def _fetched_dtypes() -> dict[str, object]:
-    """The pandas dtype DuckDB's `fetchdf` gives each column type here (it depends on the
-    pandas version: text is `object` in pandas 2 and a string dtype in pandas 3)."""
-    with duckdb.connect(":memory:") as conn:
-        frame = conn.execute("SELECT true AS \"BOOLEAN\", 1::BIGINT AS \"BIGINT\", "
-                             "1.5::DOUBLE AS \"DOUBLE\", 'a'::VARCHAR AS \"VARCHAR\"").fetchdf()
-    return {name: frame[name].dtype for name in frame.columns}

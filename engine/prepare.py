@@ -219,8 +219,9 @@ class Preparer:
     def _check_post_processing(self, plan: QueryPlan, post_sql: str,
                                mechanisms: dict[str, Mechanism]) -> None:
         """Run the post-processing on zeros before anything is charged, so that it cannot fail
-        after the charge; a query that passed once is not checked again."""
-        if post_sql in self._post_checked:
+        after the charge; a query that passed once, or whose answer is built without the
+        post-processing query (`postprocess.answered_directly`), is not checked."""
+        if post_sql in self._post_checked or postprocess.answered_directly(plan):
             return
         zeros = {cell: [0] * plan.group_count if plan.group_by else [0]
                  for m in plan.measurements for cell in m.cells}

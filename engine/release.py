@@ -5,13 +5,13 @@ analyst sees with its half-widths. It runs inside the charge's transaction; a fa
 from __future__ import annotations
 
 import duckdb
-import pandas as pd
 
 from . import postprocess
+from .answer_table import Table
 from .noise import Mechanism, release_cells
 from .plan import ExactAnswer, QueryPlan
 
-Answer = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+Answer = tuple[Table, Table, Table]
 """The answer, its per-cell 95% half-widths and its simultaneous ones."""
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from dataclasses import asdict, dataclass, fields
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..calibration.declared import DeclaredModel
+from .answer_table import Table
 from .display import cell, cut, html_paragraphs, html_table, number
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def answer_ids(ids: tuple[int, ...]) -> str:
@@ -145,13 +149,13 @@ def model_fields(declared: DeclaredModel | None, epsilon_dp: float, times: tuple
 
 @dataclass(frozen=True)
 class QueryResult:
-    """A private answer: the noisy table, its 95% intervals and what it cost."""
+    """A private answer: the noisy table, its 95% intervals and what it cost. The tables are
+    held without pandas (`df`, `ci95` and `ci95_simultaneous` build their DataFrames on first
+    use), so printing an answer imports no pandas."""
 
-    df: pd.DataFrame
-    ci95: pd.DataFrame  # per-cell 95% half-widths (NaN where none applies)
-    # Half-widths holding for every group of a column at once with probability >= 95%, so
-    # also for rows chosen by their noisy values.
-    ci95_simultaneous: pd.DataFrame
+    table: Table  # the answer's cells (`df`)
+    ci95_table: Table  # per-cell 95% half-widths (`ci95`)
+    simultaneous_table: Table  # simultaneous 95% half-widths (`ci95_simultaneous`)
     # False when HAVING or ORDER BY used a noisy value: ci95 is then the interval before
     # selection and under-covers the rows shown; ci95_simultaneous stays valid.
     selection_adjusted: bool
@@ -184,19 +188,37 @@ class QueryResult:
     # values and intervals are theirs, docs/theory.md §22); () for an answer charged itself.
     derived_from: tuple[int, ...] = ()
 
+    @functools.cached_property
+    def df(self) -> pd.DataFrame:
+        """The noisy answer as a DataFrame."""
+        return self.table.frame()
+
+    @functools.cached_property
+    def ci95(self) -> pd.DataFrame:
+        """Per-cell 95% half-widths (NaN where none applies)."""
+        return self.ci95_table.frame()
+
+    @functools.cached_property
+    def ci95_simultaneous(self) -> pd.DataFrame:
+        """Half-widths holding for every group of a column at once with probability >= 95%,
+        so also for rows chosen by their noisy values."""
+        return self.simultaneous_table.frame()
+
     def ranges(self) -> list[tuple[float, float] | None]:
         """`possible` per column, or (older answers) unbounded for every column with an
         interval somewhere and None for the others."""
-        if len(self.possible) == len(self.df.columns):
+        columns = self.table.columns
+        if len(self.possible) == len(columns):
             return list(self.possible)
-        return [(-math.inf, math.inf) if self.ci95[c].notna().any() else None for c in self.df.columns]
+        widths = self.ci95_table.floats()
+        return [(-math.inf, math.inf) if any(row[j] == row[j] for row in widths) else None
+                for j in range(len(columns))]
 
-    def bounds(self, intervals: pd.DataFrame) -> list[list[list[float] | None]]:
+    def bounds(self, intervals: pd.DataFrame | Table) -> list[list[list[float] | None]]:
         """Per cell, the interval shown: [low, high] within what the statistic can be."""
         ranges = self.ranges()
         return [[cut(v, c, r) for v, c, r in zip(row, ci, ranges, strict=True)]
-                for row, ci in zip(value_rows(self.df), intervals.to_numpy(dtype=float).tolist(),
-                                   strict=True)]
+                for row, ci in zip(self.table.rows(), _floats(intervals), strict=True)]
 
     @property
     def answer_cost(self) -> AnswerCost:
@@ -208,11 +230,11 @@ class QueryResult:
         numbers and missing values become null), so encoding it cannot fail."""
         return _json_ready({
             "sql": self.sql,
-            "columns": [str(c) for c in self.df.columns],
-            "rows": self.df.to_numpy(dtype=object).tolist(),
-            "ci95": self.ci95.to_numpy(dtype=object).tolist(),
-            "ci95_simultaneous": self.ci95_simultaneous.to_numpy(dtype=object).tolist(),
-            "ci95_bounds": self.bounds(self.ci95),
+            "columns": [str(c) for c in self.table.columns],
+            "rows": self.table.object_rows(),
+            "ci95": self.ci95_table.object_rows(),
+            "ci95_simultaneous": self.simultaneous_table.object_rows(),
+            "ci95_bounds": self.bounds(self.ci95_table),
             "possible": [None if r is None else list(r) for r in self.possible],
             "no_interval": dict(self.no_interval),
             "selection_adjusted": self.selection_adjusted,
@@ -237,13 +259,15 @@ class QueryResult:
     @classmethod
     def from_dict(cls, answer: dict, id: int | None = None) -> QueryResult:
         """Rebuild a result from its stored JSON form (as `history` returns it)."""
+        import pandas as pd  # the stored rows' types are read as pandas reads them
+
         columns = answer["columns"]
         ci95 = pd.DataFrame(answer["ci95"], columns=columns, dtype=float)
         simultaneous = pd.DataFrame(answer["ci95_simultaneous"],
                                     columns=columns, dtype=float)
         return cls(
-            df=pd.DataFrame(answer["rows"], columns=columns), ci95=ci95,
-            ci95_simultaneous=simultaneous,
+            table=Table.of_frame(pd.DataFrame(answer["rows"], columns=columns)),
+            ci95_table=Table.of_frame(ci95), simultaneous_table=Table.of_frame(simultaneous),
             selection_adjusted=answer["selection_adjusted"], sql=answer["sql"],
             epsilon=answer["epsilon"], epsilon_dp=answer["epsilon_dp"], mode=answer["mode"],
             k=answer["k"], eta=answer["eta"],
@@ -265,19 +289,24 @@ class QueryResult:
         """The half-widths a display prints beside the values, and the line saying what they
         are: per cell, or simultaneous when rows were chosen by noise (the per-cell ones would
         then under-cover exactly the rows shown)."""
+        table, note = self.shown_intervals_table()
+        return table.frame(), note
+
+    def shown_intervals_table(self) -> tuple[Table, str]:
+        """`shown_intervals` without a DataFrame (what the command line prints)."""
         if self.selection_adjusted:
-            return self.ci95, "± is the 95% interval half-width of the noise."
-        return self.ci95_simultaneous, (
+            return self.ci95_table, "± is the 95% interval half-width of the noise."
+        return self.simultaneous_table, (
             "± holds for all groups at once with 95% probability (simultaneous): rows were "
             "chosen or ordered by noisy values, so the per-cell interval would under-cover them."
         )
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the answer as a table of `value ± ci` cells, then what it cost."""
-        intervals, note = self.shown_intervals()
+        intervals, note = self.shown_intervals_table()
         rows = self.cells(intervals)
         b = self.budget
-        return html_table([str(c) for c in self.df.columns], rows, caption=self.sql) + html_paragraphs(
+        return html_table([str(c) for c in self.table.columns], rows, caption=self.sql) + html_paragraphs(
             note, *self.interval_notes(),
             f"epsilon {number(self.epsilon)} (information privacy under k={self.k}, "
             f"eta={number(self.eta)}{from_clause(self.eta_from)}) -> epsilon_dp "
@@ -289,13 +318,12 @@ class QueryResult:
               if self.derived_from else []),
         )
 
-    def cells(self, intervals: pd.DataFrame) -> list[list[str]]:
+    def cells(self, intervals: pd.DataFrame | Table) -> list[list[str]]:
         """Each cell as displays show it: `value ± half-width`, `value [low, high]` cut to what
         the statistic can be, `value (no interval)`, or a key."""
         ranges = self.ranges()
         return [[cell(v, c, r) for v, c, r in zip(row, ci, ranges, strict=True)]
-                for row, ci in zip(value_rows(self.df), intervals.to_numpy(dtype=float).tolist(),
-                                   strict=True)]
+                for row, ci in zip(self.table.rows(), _floats(intervals), strict=True)]
 
     def largest_line(self) -> str:
         """The largest epsilon still askable: this query's own once charged, or (answers stored
@@ -407,15 +435,6 @@ class Explanation:
         )
 
 
-def value_rows(frame: pd.DataFrame) -> list[list]:
-    """A frame's rows as lists of the values iterating its columns gives (Python scalars from
-    numpy columns, an extension column's own values): one conversion when every column is a
-    numpy number, bool or object column, since pandas' row tuples cost a millisecond a call."""
-    if all(isinstance(kind, np.dtype) and kind.kind in "biufcO" for kind in frame.dtypes):
-        return frame.to_numpy(dtype=object).tolist()
-    return [list(row) for row in frame.itertuples(index=False, name=None)]
-
-
 def from_clause(eta_from: str) -> str:
     """' from <declaration>' when the source of an eta is known (older answers do not say)."""
     return f" from {eta_from}" if eta_from else ""
@@ -428,7 +447,7 @@ def _json_ready(value):
         return {str(k): _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_ready(v) for v in value]
-    if value is None or value is pd.NA or value is pd.NaT:
+    if value is None or _pandas_missing(value):
         return None
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
@@ -437,3 +456,16 @@ def _json_ready(value):
     if isinstance(value, (bool, int, str)):
         return value
     return str(value)
+
+
+def _pandas_missing(value) -> bool:
+    """Whether `value` is pandas' NA or NaT (only a loaded pandas can have made one)."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and (value is pandas.NA or value is pandas.NaT)
+
+
+def _floats(intervals: pd.DataFrame | Table) -> list[list[float]]:
+    """Half-widths as rows of floats, from a table or (as callers of the API pass) a frame."""
+    if isinstance(intervals, Table):
+        return intervals.floats()
+    return intervals.to_numpy(dtype=float).tolist()

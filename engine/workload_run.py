@@ -211,7 +211,9 @@ def _workload_answers(db: Database, work: WorkloadPlan, epsilon_dp: float, exact
         finished = release_answer(db._post, plan, member.prepared.post_sql, exact, mechanisms)
         own = aggregate_infos(plan, mechanisms)
         infos += own
-        answers.append(WorkloadAnswer(member.sql, *finished, _answered(member), share, own))
+        answer, ci95, simultaneous = finished
+        answers.append(WorkloadAnswer(member.sql, answer.frame(), ci95.frame(), simultaneous.frame(),
+                                      _answered(member), share, own))
     return tuple(answers), tuple(infos)
 
 

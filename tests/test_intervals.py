@@ -119,8 +119,8 @@ def test_simultaneous_interval_covers_the_selected_group(near_equal):
             noisy = {name: release(mech, exact.values[name])
                      for name, mech in prepared.mechanisms.items()}
             frame = postprocess.noisy_frame(plan, exact.keys, noisy, prepared.mechanisms)
-            answer, ci95, ci95_simultaneous = postprocess.finish(db._post, plan,
-                                                                 prepared.post_sql, frame)
+            answer, ci95, ci95_simultaneous = (table.frame() for table in postprocess.finish(
+                db._post, plan, prepared.post_sql, frame))
             if rep == 0:
                 assert ci95.equals(public.ci95)
                 assert ci95_simultaneous.equals(public.ci95_simultaneous)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress", "sql_types"})),
     ("values", frozenset({"policy", "policy_yaml", "policy_chain", "policy_dependence", "policy_fields",
-                        "result", "workload_result", "accuracy"})),
+                        "result", "answer_table", "workload_result", "accuracy"})),
     ("rules", frozenset({"aggregates", "plan"})),
     ("query", frozenset({"sql", "rewrite", "sensitivity", "noise", "intervals", "postprocess",
                         "workload_strategy", "workload_intervals"})),

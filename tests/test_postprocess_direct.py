@@ -1,5 +1,7 @@
-"""Answers made of group keys and noisy measurements skip the post-processing query; what they
-get must be exactly what the query would have produced, values, types and intervals."""
+"""Answers made of group keys and noisy measurements skip the post-processing query and pandas;
+what they get must be exactly what the query would have produced, values, types and intervals,
+as the DataFrames of the Python API and as the rows the command line prints and the ledger
+stores."""
 
 from __future__ import annotations
 
@@ -62,11 +64,11 @@ def test_the_direct_answer_is_the_post_processing_querys(conn, sql):
     for _ in range(5):
         noisy, keys = _noisy(plan, rng), _all_keys(plan)
         fast = postprocess.direct(plan, keys, noisy, mechanisms)
-        assert fast is not None
+        assert fast is not None and postprocess.answered_directly(plan)
         frame = postprocess.noisy_frame(plan, keys, noisy, mechanisms)
         slow = postprocess.finish(conn._post, plan, prepared.post_sql, frame)
         for got, want in zip(fast, slow, strict=True):
-            pd.testing.assert_frame_equal(got, want, check_dtype=True, check_exact=True)
+            _same(got, want)
 
 
 @pytest.mark.parametrize("sql", [q for q in DIRECT if "AVG" in q])
@@ -86,7 +88,7 @@ def test_avg_computed_directly_matches_the_query_at_extreme_noisy_values(conn, s
         assert fast is not None
         frame = postprocess.noisy_frame(plan, keys, noisy, mechanisms)
         slow = postprocess.finish(conn._post, plan, prepared.post_sql, frame)
-        pd.testing.assert_frame_equal(fast[0], slow[0], check_dtype=True, check_exact=True)
+        _same(fast[0], slow[0])
 
 
 @pytest.mark.parametrize("sql", NEEDS_QUERY)
@@ -95,3 +97,17 @@ def test_answers_with_expressions_or_selection_still_run_the_query(conn, sql):
     plan = prepared.plan
     noisy = _noisy(plan, np.random.default_rng(1))
     assert postprocess.direct(plan, _all_keys(plan), noisy, prepared.mechanisms) is None
+    assert not postprocess.answered_directly(plan)
+
+
+def _same(got, want) -> None:
+    """A directly built table against the post-processing query's: the same frame (dtypes and
+    values) and the same Python values row by row, with the same types (an int stays an int;
+    a zero's sign is not compared, as `assert_frame_equal` does not)."""
+    assert got._frame is None  # built without pandas
+    for rows in ("rows", "object_rows", "floats" if want.frame().dtypes.eq(float).all() else "rows"):
+        fast, slow = getattr(got, rows)(), getattr(want, rows)()
+        assert [[(type(v), v if v == v else "NaN") for v in row] for row in fast] \
+            == [[(type(v), v if v == v else "NaN") for v in row] for row in slow]
+    assert got.columns == want.columns and len(got) == len(want)
+    pd.testing.assert_frame_equal(got.frame(), want.frame(), check_dtype=True, check_exact=True)

@@ -1,7 +1,9 @@
 """What a `dpsql query` process loads: SciPy (the workload's intervals and the Gaussian model's
 normal tails), plotting, the workload's code, the report builder and the service client are
-imported by the calls that use them, never with the command line or a query (issue 26: the
-process's start-up is most of a prepared query's cost). Each check is a new interpreter, so
+imported by the calls that use them, never with the command line or a query; pandas and pyarrow
+only where an answer goes through a DataFrame (the post-processing query, `QueryResult.df`), not
+for an aggregate answered directly and printed (issue 26: the process's start-up is most of a
+prepared query's cost). Each check is a new interpreter, so
 modules an earlier test loaded here do not hide a regression."""
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import pytest
 
 from tests.support import create_ledger, make_people, write_policy
 
-NOT_AT_IMPORT = ("scipy", "matplotlib", "dpsql.engine.workload_run", "dpsql.engine.workload",
-                 "dpsql.engine.workload_result", "dpsql.engine.report.build",
+NOT_AT_IMPORT = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.engine.workload_run",
+                 "dpsql.engine.workload", "dpsql.engine.workload_result", "dpsql.engine.report.build",
                  "dpsql.engine.service.client")
 """Not loaded by importing the command line, the engine's database or the calibration layer."""
 
-NOT_FOR_A_QUERY = ("scipy", "matplotlib", "dpsql.engine.workload_run", "dpsql.engine.workload",
-                   "dpsql.engine.report.build")
-"""Not loaded by answering a query (without a declared model) and printing it."""
+NOT_FOR_A_QUERY = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.engine.workload_run",
+                   "dpsql.engine.workload", "dpsql.engine.report.build")
+"""Not loaded by answering an aggregate query (without a declared model, post-processing
+expressions or ordering) and printing it."""
 
 PROBE = """
 import atexit, json, sys
@@ -33,7 +36,7 @@ atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
 def _modules(body: str, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run `body` in a new interpreter; its output and the modules loaded when it exits."""
     done = subprocess.run([sys.executable, "-c", PROBE.format(body=body), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return done, json.loads(done.stderr.strip().splitlines()[-1])
 
@@ -48,8 +51,8 @@ def test_importing_the_command_line_and_the_engine_loads_no_scipy_or_workload_co
     assert _loaded(modules, NOT_AT_IMPORT) == []
 
 
-@pytest.mark.parametrize("output", ["table", "json"])
-def test_a_query_and_its_printed_answer_load_no_scipy_or_workload_code(tmp_path, output):
+@pytest.mark.parametrize("output", ["table", "json", "csv"])
+def test_a_query_and_its_printed_answer_load_no_scipy_pandas_or_workload_code(tmp_path, output):
     policy = write_policy(tmp_path / "policy.yaml")
     data = make_people(tmp_path / "people.duckdb")
     ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
@@ -61,6 +64,19 @@ def test_a_query_and_its_printed_answer_load_no_scipy_or_workload_code(tmp_path,
     assert "mean" in done.stdout  # answered and printed
     assert "opendp" in modules  # the probe sees what a query uses
     assert _loaded(modules, NOT_FOR_A_QUERY) == []
+
+
+def test_the_probe_sees_pandas_where_the_answer_needs_the_post_processing_query(tmp_path):
+    """The guard can fail: an ORDER BY on a noisy value runs the post-processing query on a
+    frame, and the probe finds pandas there."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    done, modules = _modules(
+        "from dpsql.engine.cli import main; main(sys.argv[1:])", "query",
+        "SELECT state, COUNT(*) AS n FROM people GROUP BY state ORDER BY n", "--epsilon", "1",
+        "--format", "json", "--db", str(make_people(tmp_path / "people.duckdb")), "--policy",
+        str(policy), "--ledger", str(create_ledger(tmp_path / "ledger.sqlite", policy)))
+    assert '"n"' in done.stdout
+    assert "pandas" in modules
 
 
 def test_the_probe_sees_a_workload_load_its_code(tmp_path):

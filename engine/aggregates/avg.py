@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from .base import Accuracy, Aggregate, Binder, Operand
 from .count import COUNT
 from .sum import SUM, bounded_numeric
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Avg(Aggregate):
@@ -44,8 +47,8 @@ class Avg(Aggregate):
         if operand is None:
             raise TypeError("AVG needs an operand")
         total_name, count_name = measurements
-        total = frame[total_name].to_numpy(dtype=float)
-        count = frame[count_name].to_numpy(dtype=float)
+        total = np.asarray(frame[total_name], dtype=float)
+        count = np.asarray(frame[count_name], dtype=float)
         a_total = noise[total_name].accuracy(alpha / 2)
         a_count = noise[count_name].accuracy(alpha / 2)
         lo, hi = (float(bound) for bound in operand.bounds)

@@ -13,14 +13,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from ..policy import ColumnSpec, Ranged, TableSpec
 from ..sql_types import SqlType
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

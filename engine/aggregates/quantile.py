@@ -16,15 +16,18 @@ import struct
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from ..errors import QueryRefused
 from ..sql_types import SqlType
 from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .sum import clamped
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 THRESHOLD_ALPHA = 0.05  # a bin counts towards the estimate when its noisy count beats the noise at this level
 _LARGEST = float(2**62)  # noisy counts are read within +-2**62 (the noise's own saturation)

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from ..policy import TableSpec
 from .base import Accuracy, Aggregate, Binder, Measured, Operand
 from .count import COUNT
 from .sum import SUM, bounded_numeric, clamped
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class SumOfSquares(Measured):
@@ -93,7 +96,7 @@ class Variance(Aggregate):
         COUNT, SUM and SUM-of-squares intervals (each at alpha / 3, so all hold with probability
         >= 1 - alpha) allow, within [0, the largest variance values in [lo, hi] can have]; a
         group whose COUNT interval reaches below 2 gets that whole range."""
-        n, s, q = (frame[name].to_numpy(dtype=float) for name in measurements)
+        n, s, q = (np.asarray(frame[name], dtype=float) for name in measurements)
         a_n, a_s, a_q = (noise[name].accuracy(alpha / 3) for name in measurements)
         sample, deviation = self.sample, self.deviation
         cap = _cap(_operand(operand), sample)
