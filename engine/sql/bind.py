@@ -28,6 +28,7 @@ from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
 from .shifted_columns import move_shifts
 from .two_level import bind_two_level
+from .unnest import bind_unnest, holds_unnest
 from .where import pruned
 
 MAX_LIMIT = 1_000_000_000
@@ -39,6 +40,8 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
                data_columns: Mapping[str, frozenset[str]] | None = None) -> QueryPlan:
     """Validate the SELECT against the policy and return its plan. `data_columns` (each table's
     column names in the data) lets a refusal say a column exists but is not in the policy."""
+    if holds_unnest(select):
+        return bind_unnest(select, policy, sql, data_columns, build_plan)
     if per_unit_source(select, policy) is not None:
         return bind_two_level(select, policy, sql, data_columns, build_plan)
     normalized = normalize_times(select)
