@@ -25,6 +25,7 @@ from .flatten import flatten
 from .nesting import per_unit_source
 from .scalars import short
 
+_MARK = "dpsql_unnest"  # marks the UNNEST node so that its copy is found in the copied query
 Build = Callable[[exp.Select, Policy, str, Mapping[str, frozenset[str]] | None], QueryPlan]
 ACCEPTED = ("FROM <table>, UNNEST(string_split(<list column>, '<separator>')) AS g(item) (or "
             "CROSS JOIN UNNEST(...) AS item), or SELECT UNNEST(string_split(<list column>, "
@@ -71,21 +72,24 @@ def read_unnest(select: exp.Select, policy: Policy) -> Found:
         raise QueryRefused(f"{len(found)} UNNESTs refused: a query unnests one list column "
                            f"({ACCEPTED})")
     node = found[0]
-    if isinstance(node, exp.Unnest) and isinstance(node.parent, exp.Join) \
-            and isinstance(node.parent.parent, exp.Select):
-        body = node.parent.parent
-        item = _joined_item(node, node.parent, body)
-    elif isinstance(node, exp.Explode) and isinstance(node.parent, exp.Alias) \
-            and node.parent.parent is not None and node.parent in node.parent.parent.expressions:
-        body = node.parent.parent
-        assert isinstance(body, exp.Select)
-        item = _selected_item(node, node.parent, body)
-    else:
+    parent = node.parent
+    holder = parent.parent if parent is not None else None
+    joined = isinstance(node, exp.Unnest) and isinstance(parent, exp.Join) \
+        and isinstance(holder, exp.Select)
+    if not joined and not (isinstance(node, exp.Explode) and isinstance(parent, exp.Alias)
+                           and isinstance(holder, exp.Select) and parent in holder.expressions):
         where = "UNNEST" if isinstance(node, exp.Unnest) else f"UNNEST({short(node.this)})"
         raise QueryRefused(f"{where} refused here: UNNEST is read only as a table in FROM or as "
                            f"a SELECT item ({ACCEPTED})")
-    table, alias = _table(body, policy)
+    assert isinstance(holder, exp.Select) and parent is not None
+    table, alias = _table(holder, policy)
     column = _list_column(node, table, alias)
+    if isinstance(node, exp.Unnest):
+        assert isinstance(parent, exp.Join)
+        item = _joined_item(node, parent, holder)
+    else:
+        assert isinstance(node, exp.Explode) and isinstance(parent, exp.Alias)
+        item = _selected_item(node, parent, holder)
     listed = column.item_list
     assert listed is not None
     if item.startswith("__"):
@@ -176,17 +180,15 @@ def _list_column(node: exp.Unnest | exp.Explode, table: TableSpec, alias: str) -
 def _read_as_column(select: exp.Select, node: exp.Unnest | exp.Explode, item: str) -> exp.Select:
     """A copy of `select` in which the UNNEST is the table's column `item`: the join removed and
     its item's references made plain, or the SELECT item `UNNEST(...) AS item` made `item`."""
-    path = _path(select, node)
+    node.meta[_MARK] = True
     copy = select.copy()
-    target: exp.Expression = copy
-    for key, index in path:
-        child = target.args[key]
-        target = child[index] if index is not None else child
+    del node.meta[_MARK]
+    target = next(n for n in copy.walk() if n.meta.get(_MARK))
     if isinstance(target, exp.Explode):
         target.replace(exp.column(item))
         return copy
     join = target.parent
-    body = join.parent
+    body = join.parent if join is not None else None
     assert isinstance(join, exp.Join) and isinstance(body, exp.Select)
     names = {item}
     alias = target.args.get("alias")
@@ -199,17 +201,3 @@ def _read_as_column(select: exp.Select, node: exp.Unnest | exp.Explode, item: st
         if not column.table or column.table.lower() in names:
             column.replace(exp.column(item))
     return copy
-
-
-def _path(root: exp.Expression, node: exp.Expression) -> list[tuple[str, int | None]]:
-    """The argument keys (and list indexes) leading from `root` to `node`."""
-    steps: list[tuple[str, int | None]] = []
-    while node is not root:
-        parent = node.parent
-        assert parent is not None
-        key = node.arg_key
-        value = parent.args[key]
-        steps.append((key, next(i for i, v in enumerate(value) if v is node)
-                      if isinstance(value, list) else None))
-        node = parent
-    return steps[::-1]
