@@ -301,3 +301,12 @@ def test_intervals_of_item_counts_and_sums_cover(tmp_path):
     print(f"95% intervals held in {hits.astype(int).tolist()} of 200 runs (one count per genre) "
           f"and {pages_hits} of 200 (the sum of pages)")
     assert (hits >= 180).all() and pages_hits >= 180, (hits, pages_hits)
+
+
+def test_the_public_schema_shows_the_list():
+    """An analyst reads the separator, the items read per row and their domain before asking."""
+    from dpsql.engine.service.schema import public_schema
+
+    columns = public_schema(POLICY)["tables"]["checkouts"]["columns"]
+    assert columns["genres"]["list"] == {"separator": ";", "max_items": 3, "domain": GENRES}
+    assert "list" not in columns["pages"]
