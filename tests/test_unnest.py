@@ -310,3 +310,16 @@ def test_the_public_schema_shows_the_list():
     columns = public_schema(POLICY)["tables"]["checkouts"]["columns"]
     assert columns["genres"]["list"] == {"separator": ";", "max_items": 3, "domain": GENRES}
     assert "list" not in columns["pages"]
+
+
+def test_a_table_whose_rows_are_individuals_gives_max_items_item_rows_each():
+    """Without a privacy unit each row is an individual (m = 1): at most 3 item rows, its first 3."""
+    policy = copy.deepcopy(CHECKOUTS)
+    del policy["tables"]["checkouts"]["privacy_unit"], policy["tables"]["checkouts"]["max_rows_per_unit"]
+    plan = _plan(BY_GENRE, parse_policy(policy))
+    assert plan.rows_per_unit == 3 and [sensitivity(m, plan) for m in plan.measurements] == [6]
+    conn = duckdb.connect()
+    _load(conn, [(0, "Fiction;Mystery;Fiction;History", 1, "North", "x"), (1, None, 2, "South", "y")])
+    counts = run(conn, rewrite(plan).sql("duckdb"), 1).values["__m0"]
+    assert dict(zip(sorted(GENRES), counts, strict=True)) == \
+        {"Fiction": 2, "History": 0, "Mystery": 1, "Science": 0}
