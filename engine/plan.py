@@ -17,6 +17,7 @@ from .aggregates import Aggregate, Measured, Operand
 from .aggregates.per_unit import PerUnit
 from .policy import ColumnSpec, LookupTable, ParentTableSpec, TableSpec
 from .sql_types import SqlType
+from .unnest_rows import Unnested
 
 
 @dataclass(frozen=True)
@@ -173,14 +174,18 @@ class QueryPlan:
     # The released key rows when they are not every combination of the keys' values: a public
     # table's distinct rows crossed with the other keys' values (§32), in key order, sorted.
     key_rows: tuple[tuple, ...] | None = None
+    unnest: Unnested | None = None  # the list column it reads as items, one row per item (§31)
 
     @property
     def rows_per_unit(self) -> int:
         """The most rows of one unit the aggregates read: the table's bound, the join tree's,
-        or a two-level query's rows per unit (§16, §25, §29)."""
+        or a two-level query's rows per unit (§16, §25, §29), times the items a row gives when
+        the query unnests a list column (§31)."""
         if self.inner is not None:
-            return self.inner.rows_per_unit
-        return self.table.max_rows_per_unit if self.join is None else self.join.rows_per_unit
+            rows = self.inner.rows_per_unit
+        else:
+            rows = self.table.max_rows_per_unit if self.join is None else self.join.rows_per_unit
+        return rows * (self.unnest.max_items if self.unnest is not None else 1)
 
     @property
     def bounded_tables(self) -> tuple[TableSpec, ...]:

@@ -48,6 +48,17 @@ class Ranged:
 
 
 @dataclass(frozen=True)
+class ItemList:
+    """A text column that holds a list (`list: {separator, max_items, domain}` in the policy):
+    UNNEST(string_split(col, separator)) reads at most the first `max_items` items of each row,
+    whose public values are `domain` (None: the items are no group key), docs/theory.md §31."""
+
+    separator: str
+    max_items: int
+    domain: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class ColumnSpec(Ranged):
     """One column the analyst may reference, with its public bounds or domain."""
 
@@ -60,6 +71,7 @@ class ColumnSpec(Ranged):
     # A chain's key the owner did not list under `columns`: it may appear only in a join along
     # the chain and in COUNT(DISTINCT ...) (engine/policy_chain.py, docs/theory.md §30).
     link_only: bool = False
+    item_list: ItemList | None = None  # a str column holding a list of items (§31)
 
     @property
     def period(self) -> tuple[dt.datetime, dt.datetime]:

@@ -39,6 +39,8 @@ from .policy_chain import parse_link
 from .policy_chain import resolve as resolve_chains
 from .policy_dependence import parse_eta_by_columns, parse_models
 from .policy_fields import check_mapping, finite_number, positive_number
+from .policy_lists import FORM as LIST_FORM
+from .policy_lists import parse_item_list
 from .sql_types import TIME_TYPES, SqlType
 
 if TYPE_CHECKING:
@@ -325,7 +327,7 @@ def _dependence_group(raw: Any, path: str) -> str | None:
 
 
 def _column(name: str, raw: Any, path: str) -> ColumnSpec:
-    spec = check_mapping(raw, path, required={"type"}, optional={"lower", "upper", "domain"})
+    spec = check_mapping(raw, path, required={"type"}, optional={"lower", "upper", "domain", "list"})
     if spec["type"] not in COLUMN_TYPES:
         raise PolicyError(f"{path}.type: expected one of {', '.join(COLUMN_TYPES)}, "
                           f"got {spec['type']!r}")
@@ -338,6 +340,9 @@ def _column(name: str, raw: Any, path: str) -> ColumnSpec:
         raise PolicyError(f"{path}.domain: a public domain is only allowed on int or str columns")
     if (lower is None) != (upper is None):
         raise PolicyError(f"{path}: give both lower and upper, or neither")
+    if spec.get("list") is not None and ctype != SqlType.STR:
+        raise PolicyError(f"{path}.list: only a str column may hold a list ({LIST_FORM})")
+    item_list = None if spec.get("list") is None else parse_item_list(spec["list"], f"{path}.list")
     if ctype in TIME_TYPES:
         return ColumnSpec(name.lower(), ctype, span=None if lower is None else _span(lower, upper, path, ctype))
     if lower is not None:
@@ -347,7 +352,7 @@ def _column(name: str, raw: Any, path: str) -> ColumnSpec:
             raise PolicyError(f"{path}: lower ({lower}) is greater than upper ({upper})")
     if domain is not None:
         domain = _domain(domain, f"{path}.domain", ctype)
-    return ColumnSpec(name.lower(), ctype, lower, upper, domain)
+    return ColumnSpec(name.lower(), ctype, lower, upper, domain, item_list=item_list)
 
 
 def _span(lower: Any, upper: Any, path: str, ctype: SqlType) -> tuple[dt.datetime, dt.datetime]:

@@ -124,6 +124,8 @@ class Preparer:
         and why not: a function of the query text and the policy only."""
         if plan.inner is not None:
             return None, None, "it aggregates per-unit values (a two-level query)"
+        if plan.unnest is not None:
+            return None, None, f"it reads the items of the list column {plan.unnest.column}"
         models = [m for m in self.policy.models if m.table == plan.table.name]
         if not models:
             return None, None, f"no model is declared for table {plan.table.name}"

@@ -76,7 +76,8 @@ def readings(prepared: PreparedQuery, binding: LedgerBinding) -> tuple[Asked, ..
 def _readings(prepared: PreparedQuery, binding: LedgerBinding) -> tuple[Asked, ...]:
     plan = prepared.plan
     if (plan.having is not None or plan.order or plan.limit is not None or plan.offset
-            or plan.join is not None or plan.distinct or plan.inner is not None):
+            or plan.join is not None or plan.distinct or plan.inner is not None
+            or plan.unnest is not None):
         return ()
     groups = {g.name: g for g in plan.group_by}
     by_name = {m.name: m for m in plan.measurements}

@@ -249,6 +249,8 @@ def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select
         else exp.to_table(table.name, quoted=True)
     if plan.inner is not None:  # a two-level query reads its per-unit rows (docs/theory.md §29)
         source_table = plan.inner.rows(source_table)
+    if plan.unnest is not None:  # one row per item of the bounded rows' list (docs/theory.md §31)
+        source_table = plan.unnest.rows(source_table)
     if plan.join is not None:
         return exp.select(*items).from_(_joined(source_table, plan.join, plan.where), copy=False)
     rows = exp.select(*items).from_(source_table, copy=False)

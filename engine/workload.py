@@ -241,6 +241,8 @@ def _outside_shape(plan: QueryPlan) -> str:
         return "it joins another table"
     if plan.inner is not None:
         return "it aggregates per-unit values (a two-level query)"
+    if plan.unnest is not None:
+        return f"it reads the items of the list column {plan.unnest.column}"
     if len(plan.measurements) != 1 or not _aggregate(plan):
         return "it is not one COUNT(*) or one SUM of a column"
     if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None \

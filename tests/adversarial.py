@@ -32,7 +32,9 @@ POLICY = {
                 "level": {"type": "int", "lower": 1, "upper": 3, "domain": LEVELS},
                 "income": {"type": "float", "lower": 0.0, "upper": 1000.0},
                 "state": {"type": "str", "domain": STATES},
-                "note": {"type": "str"},
+                # A list (docs/theory.md §31): UNNEST reads at most 3 items of it per row.
+                "note": {"type": "str", "list": {"separator": ";", "max_items": 3,
+                                                 "domain": ["row", "x"]}},
                 "sick": {"type": "bool"},
                 "visit": {"type": "date", "lower": "2020-01-01", "upper": "2024-12-31"},
                 "seen": {"type": "timestamp"},

@@ -4,7 +4,8 @@ Computed GROUP BY keys over the bounded int, date, bool and domain columns of te
 DISTINCT aggregates of columns that are not the unit, and the dialect's literals (ISO text against
 a date or timestamp, 0/1 against a bool, TRUE against an int, DATE ± INTERVAL literals, a
 column ± INTERVAL compared with a literal),
-quantile lists and SELECT DISTINCT over released rows. Every
+quantile lists and SELECT DISTINCT over released rows; UNNEST of the note column, which the
+fuzzer's policy declares a list (docs/theory.md §31), in the forms users write it. Every
 form is one the engine accepts, so a refusal of a drawn query is itself a finding; the
 differential fuzzer mixes these queries into its random ones, and its sensitivity test runs them
 on neighbouring hostile datasets.
@@ -76,4 +77,34 @@ def peer_queries(draw) -> str:
         sql += " GROUP BY " + ", ".join(str(i + 1) for i in range(len(keys)))
         if draw(st.integers(0, 3)) == 0:
             sql += f" ORDER BY {len(keys) + 1} DESC"
+    return sql
+
+
+# UNNEST of note, a ';'-separated list of at most 3 items read, whose items' domain is row and x
+# (tests/adversarial.py): the comma join, CROSS JOIN ... AS item and a FROM-subquery (§31).
+UNNEST_SOURCES = [
+    "people, UNNEST(string_split(note, ';')) AS g(item)",
+    "people CROSS JOIN UNNEST(string_split(note, ';')) AS item",
+    "(SELECT person_id, age, level, income, state, note, sick, visit, seen, "
+    "UNNEST(string_split(note, ';')) AS item FROM people) AS p",
+]
+ITEM_CONDITIONS = ["item = 'row'", "item <> 'x'", "item IN ('row', 'x')", "item IS NOT NULL"]
+
+
+@st.composite
+def unnest_queries(draw) -> str:
+    """A SELECT over the items of people's note: grouped by the item (sometimes with a plain
+    key), by a computed key or not at all, with plain and DISTINCT aggregates and a condition on
+    the item or a dialect one."""
+    keys = draw(st.sampled_from([[], ["item"], ["item", draw(st.sampled_from(PLAIN_KEYS))],
+                                 [draw(st.sampled_from(COMPUTED_KEYS))]]))
+    items = [draw(st.sampled_from(PLAIN_AGGREGATES + DISTINCT_AGGREGATES))
+             for _ in range(draw(st.integers(1, 3)))]
+    sql = f"SELECT {', '.join(keys + items)} FROM {draw(st.sampled_from(UNNEST_SOURCES))}"
+    conditions = draw(st.lists(st.sampled_from(ITEM_CONDITIONS + DIALECT_CONDITIONS), max_size=2,
+                               unique=True))
+    if conditions:
+        sql += " WHERE " + draw(st.sampled_from([" AND ", " OR "])).join(conditions)
+    if keys:
+        sql += " GROUP BY " + ", ".join(str(i + 1) for i in range(len(keys)))
     return sql

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests import adversarial
-from tests.peer_forms import peer_queries
+from tests.peer_forms import peer_queries, unnest_queries
 from tests.support import create_ledger
 
 EPSILON = 2.0  # noisy counts within a few units of the exact ones, so HAVING sees real magnitudes
@@ -531,6 +531,9 @@ def _neighbours() -> dict[str, tuple[list[tuple], list[tuple]]]:
         "removed": (base, without),
         "heavy": (mixed, light + [(1000, *row[1:]) for row in extremes[:100]]),
         "null_unit": (mixed, mixed + [(None, *extremes[3][1:])]),
+        # Lists longer than the 3 items read (docs/theory.md §31), on seven rows of unit 5.
+        "lists": (base, without + [(5, *row[1:5], "row;x;row;x;row;x", *row[6:])
+                                   for row in extremes[:7]]),
     }
 
 
@@ -656,3 +659,37 @@ def test_joins_of_four_tables_answer_alike_on_every_dataset(join_datasets, sql):
     problems = failures_of(sql, join_datasets, Counter())
     assert not problems, _report(sql, problems)
     assert join_datasets[0].db.explain(sql, epsilon=EPSILON).max_rows_per_unit == 2 * 3
+
+
+@settings(max_examples=15, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(sql=unnest_queries())
+def test_unnest_forms_answer_alike_on_every_dataset(datasets, sql):
+    """Every drawn UNNEST form (docs/theory.md §31) is accepted, and answered alike on every
+    adversarial dataset, odd notes, NULL lists and the wide physical types included."""
+    tally: Counter = Counter()
+    problems = failures_of(sql, datasets, tally)
+    assert not problems, _report(sql, problems)
+    assert tally["refused"] == 0, sql
+
+
+def test_unnest_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbours):
+    """12 UNNEST queries (fixed seed) on the pairs of neighbouring hostile datasets, one of them
+    giving unit 5 seven rows of six-item lists: each exact measurement moves by at most the
+    sensitivity with m · max_items rows per unit (2 · 3)."""
+
+    @settings(max_examples=12, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(sql=unnest_queries())
+    @example(sql="SELECT item, COUNT(*), SUM(income), COUNT(DISTINCT person_id) FROM people, "
+                 "UNNEST(string_split(note, ';')) AS g(item) GROUP BY 1")
+    def check(sql: str) -> None:
+        for name, ours, theirs in neighbours:
+            (plan, before), (_, after) = _exact(ours, sql), _exact(theirs, sql)
+            assert plan.rows_per_unit == 6
+            for m in plan.measurements:
+                moved = sum(abs(float(a) - float(b)) for cell in m.cells
+                            for a, b in zip(before[cell], after[cell], strict=True))
+                assert moved <= sensitivity(m, plan) * (1 + 1e-9), (sql, name, m.label, moved)
+
+    check()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from dpsql.engine import cli
 from dpsql.engine.backends import duckdb_execute as execute
 
@@ -20,7 +21,7 @@ REQUIRED_CATEGORIES = {
     "file_reader", "statement", "multi", "subquery", "cte", "setop", "window", "nondeterministic",
     "catalog", "star", "raw_column", "probing", "group_by", "unit_aggregate", "clamp_literal",
     "nan_inf", "identifier", "join", "misc", "garbage", "implicit_cast", "text_to_number",
-    "post_oracle", "ignored_option", "missing_argument", "dates",
+    "post_oracle", "ignored_option", "missing_argument", "dates", "unnest",
 }
 
 
@@ -36,12 +37,16 @@ def test_corpus_is_large_and_covers_every_category():
 def shared(people_db, tmp_path_factory):
     """The people data with the public `regions` table, the parent `households` table (a key
     repeated, a NULL key) and the private `visits` table beside it, so join attacks meet real
-    ones."""
+    ones; people's note declared a list (docs/theory.md §31), so UNNEST attacks meet one."""
     from tests.library import with_library
     from tests.support import create_ledger, with_every_join
 
     root = tmp_path_factory.mktemp("hostile")
     db, policy = with_library(*with_every_join(root, people_db))  # a date column, a catalogue
+    declared = yaml.safe_load(policy.read_text())
+    declared["tables"]["people"]["columns"]["note"]["list"] = {"separator": ";", "max_items": 2,
+                                                              "domain": ["row", "other"]}
+    policy.write_text(yaml.safe_dump(declared, sort_keys=False))
     return db, policy, create_ledger(root / "ledger.sqlite", policy)
 
 

@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"display", "errors", "watchdog", "progress", "sql_types"})),
     ("values", frozenset({"policy", "policy_yaml", "policy_chain", "policy_dependence", "policy_fields",
-                        "result", "answer_table", "workload_result", "accuracy"})),
-    ("rules", frozenset({"aggregates", "plan"})),
+                        "policy_lists", "result", "answer_table", "workload_result", "accuracy"})),
+    ("rules", frozenset({"aggregates", "plan", "unnest_rows"})),
     ("query", frozenset({"sql", "rewrite", "sensitivity", "noise", "intervals", "postprocess",
                         "workload_strategy", "workload_intervals"})),
     ("storage", frozenset({"accounting"})),
@@ -32,7 +32,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "nesting", "released", "join", "flatten",
              "domain_literals", "shifted_columns", "planning_limits", "columns", "scope", "link_columns",
              "join_order", "join_tree", "where", "key_values", "public_keys", "shifted_keys", "keys",
-             "quantile_lists", "released_distinct", "two_level", "bind")
+             "quantile_lists", "released_distinct", "two_level", "unnest", "bind")
 
 
 def _imports(path: Path, package: Path) -> list[tuple[str, int]]:

@@ -304,3 +304,59 @@ def test_one_unit_moves_each_aggregate_over_public_row_and_moved_date_keys_withi
             moved = sum(abs(float(x) - float(y)) for cell in m.cells
                         for x, y in zip(a[cell], b[cell], strict=True))
             assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+
+
+# UNNEST of a declared list column (docs/theory.md §31): checkouts (m = 2) whose genres hold up
+# to 3 items read each, so a person has at most 2 · 3 item rows.
+LIST_POLICY = parse_policy({**BASE_POLICY, "tables": {"checkouts": {
+    "privacy_unit": "person_id", "max_rows_per_unit": 2, "columns": {
+        "genres": {"type": "str", "list": {"separator": ";", "max_items": 3,
+                                           "domain": ["Fiction", "Mystery", "History"]}},
+        "pages": {"type": "int", "lower": 0, "upper": 500},
+        "branch": {"type": "str", "domain": ["North", "South"]}}}}})
+LIST_QUERIES = [
+    "SELECT item, COUNT(*), SUM(pages), AVG(pages), COUNT(DISTINCT person_id) FROM checkouts, "
+    "UNNEST(string_split(genres, ';')) AS g(item) GROUP BY item",
+    "SELECT COUNT(*), SUM(pages - 250), COUNT(DISTINCT person_id), MEDIAN(pages) FROM (SELECT "
+    "person_id, pages, UNNEST(string_split(genres, ';')) AS item FROM checkouts) WHERE item = 'Mystery'",
+    "SELECT branch, item, COUNT(*), COUNT(DISTINCT item) FROM checkouts CROSS JOIN "
+    "UNNEST(string_split(genres, ';')) AS item WHERE pages > 100 GROUP BY branch, item",
+    "SELECT UNNEST(string_split(genres, ';')) AS item, VAR_POP(pages) FROM checkouts GROUP BY item",
+]
+LIST_PLANS = [build_plan(flatten(parse_select(q), LIST_POLICY), LIST_POLICY, q) for q in LIST_QUERIES]
+LIST_SQLS = [rewrite(plan).sql("duckdb") for plan in LIST_PLANS]
+genre_list = st.one_of(st.none(), st.lists(st.sampled_from(["Fiction", "Mystery", "History", "Poetry", ""]),
+                                           max_size=6).map(";".join))
+listed_checkout = st.tuples(genre_list, st.one_of(st.none(), st.integers(-50, 800)),
+                     st.sampled_from(["North", "South", "East", None]))
+
+
+def _exact_items(people: dict[int, list[tuple]]) -> list[dict[str, list]]:
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE checkouts (person_id BIGINT, genres VARCHAR, pages BIGINT, branch VARCHAR)")
+    rows = [(unit, *r) for unit, mine in people.items() for r in mine]
+    if rows:
+        conn.executemany("INSERT INTO checkouts VALUES (?, ?, ?, ?)", rows)
+    bound_plans(conn, LIST_PLANS)
+    answers = [run(conn, sql, len(plan.group_by)).values
+               for plan, sql in zip(LIST_PLANS, LIST_SQLS, strict=True)]
+    conn.close()
+    return answers
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(others=st.dictionaries(st.integers(0, 6), st.lists(listed_checkout, max_size=4), max_size=4),
+       before=st.lists(listed_checkout, max_size=5), after=st.lists(listed_checkout, max_size=5))
+# The worst case: two rows of three listed genres each, all moved to the others at the extremes.
+@example(others={}, before=[("Fiction;Fiction;Mystery;History", 800, "North")] * 3,
+         after=[("History;History;History", -50, "South")] * 3)
+def test_one_unit_moves_each_aggregate_over_list_items_within_its_sensitivity(others, before, after):
+    """Person 9's checkouts change: every measurement over the unnested items moves by at most
+    §8's sensitivity with m = 2 · 3 (§31), whatever the lists hold (long, empty, NULL, unlisted)."""
+    for plan, a, b in zip(LIST_PLANS, _exact_items({**others, 9: before}),
+                          _exact_items({**others, 9: after}), strict=True):
+        assert plan.rows_per_unit == 6
+        for m in plan.measurements:
+            moved = sum(abs(float(x) - float(y)) for cell in m.cells
+                        for x, y in zip(a[cell], b[cell], strict=True))
+            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)

@@ -24,6 +24,7 @@ from ..aggregates.per_unit import PER_UNIT_BOUND
 from ..errors import QueryRefused
 from ..sql.harden import BOUND_AS
 from ..sql.scalars import RELEASED_SCALARS, SCALARS
+from ..unnest_rows import UNNEST_BOUND, UNNEST_CLASS, UNNEST_OPERATOR
 
 _SIGNED = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
 _UNSIGNED = {"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64, "UHUGEINT": 128}
@@ -39,7 +40,8 @@ _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT"}
 _OPERATORS = {"LOGICAL_PROJECTION", "LOGICAL_AGGREGATE_AND_GROUP_BY", "LOGICAL_FILTER",
               "LOGICAL_GET", "LOGICAL_COMPARISON_JOIN", "LOGICAL_CROSS_PRODUCT",
               "LOGICAL_ORDER_BY", "LOGICAL_EXPRESSION_GET", "LOGICAL_DUMMY_SCAN", "LOGICAL_LIMIT",
-              "LOGICAL_DISTINCT"}  # DISTINCT compares values: total on any (NaN equals NaN)
+              "LOGICAL_DISTINCT",  # DISTINCT compares values: total on any (NaN equals NaN)
+              UNNEST_OPERATOR}  # a list column's items (docs/theory.md §31)
 
 
 def _bound(category: str) -> frozenset[str]:
@@ -49,7 +51,7 @@ def _bound(category: str) -> frozenset[str]:
                      for name in BOUND_AS[scalar.name].get(category, frozenset()))
 
 
-_TOTAL_CLASSES = {"BOUND_REF", "BOUND_COLUMN_REF", "BOUND_CONSTANT"} | _bound("class")
+_TOTAL_CLASSES = {"BOUND_REF", "BOUND_COLUMN_REF", "BOUND_CONSTANT", UNNEST_CLASS} | _bound("class")
 _TOTAL_OPERATORS = _bound("operator")
 _COMPARISONS = _bound("comparison")
 _CASTS = _bound("cast")
@@ -261,6 +263,8 @@ def _function_problem(node: dict) -> str | None:
                 "lie in years 1 to 9999)")
     if name in _SAME_TYPE:
         return None if len(set(kinds)) == 1 else f"function {name}({', '.join(kinds)})"
+    if name in UNNEST_BOUND:
+        return None if tuple(kinds) == UNNEST_BOUND[name] else f"function {name}({', '.join(kinds)})"
     if name in _POSITIONS:
         children = _children(node)
         if kinds[0] == "VARCHAR" and all(_small_int(c) for c in children[1:]):

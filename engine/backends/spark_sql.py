@@ -66,6 +66,8 @@ def _translated(node: exp.Expression, typer: _Types) -> exp.Expression:
 
 def _refuse(node: exp.Expr, typer: _Types) -> None:
     """Raise QueryRefused for a form whose Spark meaning differs from DuckDB's."""
+    if isinstance(node, exp.Explode):  # Spark's split reads a regular expression: not checked
+        raise QueryRefused("UNNEST of a list column is not supported on the Spark engine")
     if isinstance(node, exp.Cast):
         source, target = typer.of(node.this), node.to.this
         literal_time = target in _TIMES and isinstance(node.this, exp.Literal)  # an ISO literal

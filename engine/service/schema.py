@@ -15,15 +15,25 @@ SQL_SHAPE = ("one SELECT over one private table of the policy, possibly through 
              "subqueries that filter, rename or compute its columns and joined to one public table "
              "on its key, to its parent table on its foreign key or to another private table on "
              "their common privacy unit: aggregates (listed) over a WHERE of whitelisted functions "
-             "and operators on the listed columns, GROUP BY columns with a public domain, HAVING, "
+             "and operators on the listed columns (a list column's items through UNNEST(string_split("
+             "col, separator)) AS g(item)), GROUP BY columns with a public domain, HAVING, "
              "ORDER BY and LIMIT on the noisy values; no other joins, no subqueries elsewhere, no "
              "window functions or raw columns")
 
 
 def _columns(columns: Mapping[str, ColumnSpec]) -> dict:
     return {c.name: {"type": c.type.value, **_bounds(c),
-                     "domain": None if c.domain is None else list(c.domain)}
+                     "domain": None if c.domain is None else list(c.domain), **_list(c)}
             for c in columns.values()}
+
+
+def _list(column: ColumnSpec) -> dict:
+    """A list column's separator, items read per row and items' domain (docs/theory.md §31)."""
+    listed = column.item_list
+    if listed is None:
+        return {}
+    return {"list": {"separator": listed.separator, "max_items": listed.max_items,
+                     "domain": None if listed.domain is None else list(listed.domain)}}
 
 
 def public_schema(policy: Policy) -> dict:

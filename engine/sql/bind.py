@@ -29,6 +29,7 @@ from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
 from .shifted_columns import move_shifts
 from .two_level import bind_two_level
+from .unnest import bind_unnest, holds_unnest
 from .where import pruned
 
 MAX_LIMIT = 1_000_000_000
@@ -42,6 +43,8 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
     """Validate the SELECT against the policy and return its plan. `data_columns` (each table's
     column names in the data) lets a refusal say a column exists but is not in the policy;
     `public_rows` reads a public table's distinct rows for a key set given by them (§32)."""
+    if holds_unnest(select):
+        return bind_unnest(select, policy, sql, data_columns, build_plan)
     if per_unit_source(select, policy) is not None:
         return bind_two_level(select, policy, sql, data_columns, build_plan)
     normalized = normalize_times(select)

@@ -50,13 +50,15 @@ def needs_flattening(select: exp.Select) -> bool:
 
 def flatten(select: exp.Select, policy: Policy) -> exp.Select:
     """The one-table SELECT equivalent to `select`, or `select` itself when it has no CTE and
-    no FROM-subquery or is a two-level query (engine/sql/two_level.py binds it); raise
+    no FROM-subquery or is a two-level query (engine/sql/two_level.py binds it) or unnests a
+    list column (engine/sql/unnest.py reads it as a column, then flattens it); raise
     QueryRefused naming a construct that does not flatten."""
     _unwrap_tables(select)
     merged = merge_released(select, policy)
     if merged is not None:
         return flatten(merged, policy)
-    if not needs_flattening(select) or per_unit_source(select, policy) is not None:
+    if not needs_flattening(select) or per_unit_source(select, policy) is not None \
+            or select.find(exp.Unnest, exp.Explode) is not None:  # engine/sql/unnest.py binds it
         return select
     _check_bodies(select, policy)
     if any(isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star)

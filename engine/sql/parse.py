@@ -30,7 +30,6 @@ _REFUSED_NODES: dict[type, str] = {
     exp.Except: "EXCEPT (run each SELECT as its own query)",
     exp.Window: "window function (use GROUP BY on a public column)",
     exp.Lateral: "LATERAL (queries read one private table)",
-    exp.Unnest: "UNNEST (queries read one private table)",
     exp.Pivot: "PIVOT (use GROUP BY on a public column)",
     exp.Qualify: "QUALIFY (use HAVING on the aggregate)",
     exp.Into: "SELECT INTO (queries only read)",
