@@ -516,8 +516,9 @@ def test_serve_over_tls_and_a_failed_start_is_one_line(tmp_path):
 def test_only_the_worker_thread_touches_the_data(service, monkeypatch):
     """Sixteen request threads at once; the data and the worker's ledger connection are used
     from one thread only (sqlite connections must not be shared between threads, and DuckDB's
-    is not made for it); the ledger reader's own connection (token checks, budgets) is used by
-    one request thread at a time and never reaches the data."""
+    is not made for it); the planner's ledger connection (explains) only from the planner thread;
+    the ledger reader's own connection (token checks, budgets) is used by one request thread at a
+    time and never reaches the data."""
     seen: dict[int, set[str]] = {}
     inside: dict[int, list[str]] = {}  # the threads inside a method of each ledger
     most = [0]
@@ -558,9 +559,11 @@ def test_only_the_worker_thread_touches_the_data(service, monkeypatch):
     for thread in threads:
         thread.join()
     assert errors == [] and charge_count(service.ledger) == 16
-    assert len(seen) == 2  # the worker's ledger and the reader's
-    worker, reader = sorted(seen.values(), key=lambda names: "dpsql-worker" not in names)
-    assert worker == {"dpsql-worker"} and "dpsql-worker" not in reader
+    assert len(seen) == 3  # the worker's ledger, the planner's and the reader's
+    assert {"dpsql-worker"} in seen.values() and {"dpsql-planner"} in seen.values()
+    reader = next(names for names in seen.values() if names not in ({"dpsql-worker"},
+                                                                     {"dpsql-planner"}))
+    assert not reader & {"dpsql-worker", "dpsql-planner"}
     assert most[0] == 1  # each ledger connection is used by one thread at a time
 
 

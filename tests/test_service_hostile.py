@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 from dpsql.engine.database import PrivateDatabase
-from dpsql.engine.errors import QueryRefused
+from dpsql.engine.errors import DpsqlError, QueryRefused
 from dpsql.engine.service import server
 from dpsql.engine.service.limits import Limits
 
@@ -32,7 +32,7 @@ QUICK = 5.0  # seconds within which a request that does not need the worker must
 
 @pytest.fixture
 def blocked(monkeypatch):
-    """PrivateDatabase.explain waits until the event is set: the worker is busy meanwhile."""
+    """PrivateDatabase.explain waits until the event is set: the planner is busy meanwhile."""
     release = threading.Event()
     real = PrivateDatabase.explain
 
@@ -61,7 +61,7 @@ def _post_in_background(url: str, token: str, path: str, body: dict, count: int)
 
 def test_tokens_health_and_budget_answer_while_the_worker_is_busy(tmp_path, blocked):
     """Today another analyst's GET /v1/budget waited 105 s behind one explain. Fifty explains
-    wait for the worker here (more than the request thread pool holds)."""
+    wait for the planner here (more than the request thread pool holds)."""
     running = start(tmp_path, limits=Limits(rate=10_000, burst=10_000, queue=64),
                     policy={"budget": {"epsilon": 10.0}})
     try:
@@ -80,7 +80,7 @@ def test_tokens_health_and_budget_answer_while_the_worker_is_busy(tmp_path, bloc
         assert bob.get("/v1/schema").json()["tables"]["people"]["privacy_unit"] == "person_id"
         assert bob.get("/v1/history").json() == []
         assert time.perf_counter() - started < QUICK
-        assert codes == []  # every explain is still waiting for the worker
+        assert codes == []  # every explain is still waiting for the planner
         blocked.set()
         for thread in threads:
             thread.join(120)
@@ -88,6 +88,50 @@ def test_tokens_health_and_budget_answer_while_the_worker_is_busy(tmp_path, bloc
         bob.close()
     finally:
         blocked.set()
+        running.stop()
+
+
+def test_explains_answer_while_a_query_holds_the_worker(tmp_path, monkeypatch):
+    """Explains are planned on a database with the schema and no data, on a thread of their
+    own: one waited behind every queued query. They say what the worker would: the same
+    rewritten SQL and epsilon_dp, and the same refusal of a column outside the policy."""
+    running_query, release = threading.Event(), threading.Event()
+    real = PrivateDatabase.query
+
+    def slow(self, *args, **kwargs):
+        running_query.set()
+        release.wait(60)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PrivateDatabase, "query", slow)
+    running = start(tmp_path, limits=FAST)
+    try:
+        bob = running.client("bob")
+        assert bob.post("/v1/explain", json={"sql": SQL, "epsilon": 0.5}).status_code == 200
+        codes, threads = _post_in_background(running.url, running.tokens["ana"], "/v1/query",
+                                             {"sql": SQL, "epsilon": 0.5, "reuse": False}, 1)
+        assert running_query.wait(60)
+        started = time.perf_counter()
+        explained = bob.post("/v1/explain", json={"sql": SQL, "epsilon": 0.5})
+        unknown = bob.post("/v1/explain", json={"sql": "SELECT COUNT(*) FROM people WHERE "
+                                                       "secret > 1", "epsilon": 0.5})
+        assert time.perf_counter() - started < QUICK
+        assert codes == []  # the query still holds the worker
+        release.set()
+        for thread in threads:
+            thread.join(120)
+        assert codes == [200]
+        with PrivateDatabase.connect(running.db, running.policy, running.ledger) as local:
+            worker_said = local.explain(SQL, 0.5)
+            with pytest.raises(DpsqlError) as refusal:
+                local.explain("SELECT COUNT(*) FROM people WHERE secret > 1", 0.5)
+        assert explained.status_code == 200 and explained.json()["admissible"] is True
+        assert explained.json()["rewritten_sql"] == worker_said.rewritten_sql
+        assert explained.json()["epsilon_dp"] == pytest.approx(worker_said.epsilon_dp)
+        assert unknown.status_code == 400
+        assert unknown.json()["error"] == str(refusal.value)
+    finally:
+        release.set()
         running.stop()
 
 

@@ -152,9 +152,13 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "starting" if worker.failure is None else "failed"}, 503)
 
+    published: list[dict] = []  # the public schema, made once: the policy is fixed while serving
+
     @app.get("/v1/schema", summary="The public policy: tables, columns, bounds, domains, SQL")
     def schema(_: Caller) -> dict:
-        return worker.read(lambda db: public_schema(db.policy))
+        if not published:
+            published.append(worker.read(lambda db: public_schema(db.policy)))
+        return published[0]
 
     @app.post("/v1/explain", summary="Plan, noise and cost of a query; spends nothing, reads no data")
     async def explain(ask: Ask, analyst: AnalystRole) -> JSONResponse:
@@ -163,7 +167,7 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
             return db.explain(ask.sql, epsilon, ask.mode, ask.cost, analyst.name,
                               ask.reuse).to_dict()
 
-        return JSONResponse(await worker.run(explained, analyst.name))
+        return JSONResponse(await worker.plan(explained, analyst.name))
 
     @app.post("/v1/query", summary="A private answer, charged to the token's analyst")
     async def query(ask: Ask, analyst: AnalystRole) -> JSONResponse:
@@ -190,7 +194,7 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
     @app.post("/v1/workload/explain", summary="A workload's strategy, expected errors and cost; "
               "spends nothing, reads no data")
     async def workload_explain(ask: WorkloadAsk, analyst: AnalystRole) -> JSONResponse:
-        return JSONResponse(await worker.run(
+        return JSONResponse(await worker.plan(
             lambda db: db.explain_many(ask.statements, ask.epsilon, ask.mode, ask.cost,
                                        ask.accuracy).to_dict(), analyst.name))
 
@@ -200,7 +204,7 @@ def create_app(open_database: Callable[[], PrivateDatabase], limits: Limits | No
         if (ask.sql is None) == (ask.statements is None):
             raise InputError("give either sql (one query) or statements (a workload), exactly one")
         asked: str | list[str] = ask.sql if ask.sql is not None else list(ask.statements or ())
-        return JSONResponse(asdict(await worker.run(
+        return JSONResponse(asdict(await worker.plan(
             lambda db: db.epsilon_for(asked, ask.ci95, ask.mode), analyst.name)))
 
     @app.get("/v1/budget", summary="The global budget, your cap and the largest epsilon left")

@@ -149,7 +149,8 @@ class Connection:
         if login is None:
             return
         analyst, parameters = login
-        self.session = Session(analyst, self._run, self.shared.catalog, metrics=self.shared.metrics)
+        self.session = Session(analyst, self._run, self.shared.catalog, plan=self._plan,
+                               metrics=self.shared.metrics)
         try:
             self.session.start(parameters)
         except DpsqlError as exc:
@@ -384,6 +385,12 @@ class Connection:
         assert self.session is not None
         self.shared.requests.take(self.session.analyst.name, "requests")
         return self.shared.worker.call(work, self.session.analyst.name)
+
+    def _plan(self, work: Callable[[Any], Any]) -> Any:
+        """Run work(database) on the planner (explains), counted against the request rate."""
+        assert self.session is not None
+        self.shared.requests.take(self.session.analyst.name, "requests")
+        return self.shared.worker.plan_call(work, self.session.analyst.name)
 
     async def _call(self, work: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.shared.pool, work)

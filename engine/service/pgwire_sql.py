@@ -93,11 +93,13 @@ def sqlstate(exc: DpsqlError) -> str:
 class Session:
     """One connection's state: who logged in, what they SET, and the last answer's ledger id.
 
-    `run(work)` runs work(database) on the service's worker (rate-limited like HTTP)."""
+    `run(work)` runs work(database) on the service's worker (rate-limited like HTTP), `plan(work)`
+    on its planner (explains: the schema and no data)."""
 
     analyst: Analyst
     run: Callable[[Callable[[PrivateDatabase], Any]], Any]
     catalog: Callable[[], Catalog]
+    plan: Callable[[Callable[[PrivateDatabase], Any]], Any] | None = None  # None: on `run`
     settings: dict[str, str] = field(default_factory=dict)
     answer_id: int | None = None
     notices: list[str] = field(default_factory=list)
@@ -220,7 +222,8 @@ class Session:
         name = self.analyst.name
         reuse = self._reuse()
         explanation: Explanation = self._observed(
-            "pg explain", lambda db: db.explain(sql, epsilon, mode, cost, name, reuse))
+            "pg explain", lambda db: db.explain(sql, epsilon, mode, cost, name, reuse),
+            self.plan)
         return explain_rows(explanation)
 
     def _select(self, sql: str) -> Rows:
@@ -246,11 +249,13 @@ class Session:
                             "GET /v1/history?id= fetches it again")
         return answer_rows(result)
 
-    def _observed(self, endpoint: str, work: Callable[[PrivateDatabase], Any]) -> Any:
-        """Run work on the worker, counting its outcome and time in the service's metrics."""
+    def _observed(self, endpoint: str, work: Callable[[PrivateDatabase], Any],
+                  on: Callable[[Callable[[PrivateDatabase], Any]], Any] | None = None) -> Any:
+        """Run work on the worker (or `on`), counting its outcome and time in the service's
+        metrics."""
         started = time.perf_counter()
         try:
-            done = self.run(work)
+            done = (self.run if on is None else on)(work)
         except DpsqlError as exc:
             if self.metrics is not None:
                 self.metrics.observe(endpoint, time.perf_counter() - started, type(exc).__name__)
