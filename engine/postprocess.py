@@ -139,10 +139,14 @@ def query_sql(plan: QueryPlan) -> str:
     and simultaneous), HAVING, DISTINCT (rows equal in every value and half-width once),
     ORDER BY, LIMIT and OFFSET."""
     items = []
+    # An aggregate over released rows (docs/theory.md §33) gives one row; each of its half-widths
+    # is the same in every noisy row, and one row's simultaneous interval is its own.
+    one_row = any(out.expression.find(exp.AggFunc) for out in plan.outputs)
     for j, out in enumerate(plan.outputs):
         items.append(exp.alias_(out.expression, f"__o{j}", quoted=True))
-        items.append(exp.column(f"__ci{j}", quoted=True))
-        items.append(exp.column(f"__cs{j}", quoted=True))
+        for prefix in ("__ci", "__cs"):
+            column = exp.column(f"__ci{j}" if one_row else f"{prefix}{j}", quoted=True)
+            items.append(exp.alias_(exp.Max(this=column), f"{prefix}{j}", quoted=True) if one_row else column)
     query = exp.select(*items).from_("noisy")
     if plan.distinct:
         query = query.distinct(copy=False)

@@ -5,7 +5,8 @@ DISTINCT aggregates of columns that are not the unit, and the dialect's literals
 a date or timestamp, 0/1 against a bool, TRUE against an int, DATE ± INTERVAL literals, a
 column ± INTERVAL compared with a literal),
 quantile lists and SELECT DISTINCT over released rows; UNNEST of the note column, which the
-fuzzer's policy declares a list (docs/theory.md §31), in the forms users write it. Every
+fuzzer's policy declares a list (docs/theory.md §31), in the forms users write it; and the
+two-level forms of §33 (`TWO_LEVEL_FORMS`, run as they are). Every
 form is one the engine accepts, so a refusal of a drawn query is itself a finding; the
 differential fuzzer mixes these queries into its random ones, and its sensitivity test runs them
 on neighbouring hostile datasets.
@@ -50,6 +51,21 @@ DIALECT_CONDITIONS = [
     "visit + INTERVAL 7 DAY > '2022-03-01'", "seen - INTERVAL 36 HOUR < TIMESTAMP '2024-06-01 00:00:00'",
     "visit + INTERVAL 2 WEEK BETWEEN '2021-01-01' AND DATE '2023-06-30'",
     "visit - INTERVAL 1 DAY IN ('2024-02-28', '2019-12-31')",
+]
+
+# Two-level forms of docs/theory.md §33, run as they are on the hostile neighbours: a histogram
+# of an integer per-unit value (rows per unit; distinct levels, a 3-value domain, per unit and
+# state) and aggregates over released rows (the inner release's measurements).
+TWO_LEVEL_FORMS = [
+    "SELECT n, COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM people GROUP BY person_id) GROUP BY n",
+    "SELECT d, COUNT(*), SUM(s) FROM (SELECT person_id, state, COUNT(DISTINCT level) AS d, SUM(age) AS s "
+    "FROM people WHERE visit >= '2021-01-01' GROUP BY 1, 2) GROUP BY d",
+    "WITH per AS (SELECT person_id, MAX(level) AS top FROM people GROUP BY person_id) "
+    "SELECT top, COUNT(*) FROM per WHERE top > 1 GROUP BY top",
+    "SELECT AVG(c), MAX(c), MIN(s), SUM(s) FROM (SELECT state, COUNT(*) AS c, SUM(income) AS s FROM people "
+    "GROUP BY state)",
+    "SELECT AVG(t) FROM (SELECT level, SUM(n) AS t FROM (SELECT person_id, level, COUNT(*) AS n "
+    "FROM people GROUP BY person_id, level) GROUP BY level)",
 ]
 
 

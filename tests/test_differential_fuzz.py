@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests import adversarial
-from tests.peer_forms import peer_queries, unnest_queries
+from tests.peer_forms import TWO_LEVEL_FORMS, peer_queries, unnest_queries
 from tests.support import create_ledger
 
 EPSILON = 2.0  # noisy counts within a few units of the exact ones, so HAVING sees real magnitudes
@@ -593,6 +593,19 @@ def test_peer_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbou
     with capsys.disabled():
         print("\nlargest change over sensitivity:", {k: round(v, 3) for k, v in sorted(reached.items())})
     assert max(v for k, v in reached.items() if k.startswith("COUNT DISTINCT")) == 1.0
+
+
+@pytest.mark.parametrize("sql", TWO_LEVEL_FORMS)
+def test_two_level_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbours, sql):
+    """A histogram of a per-unit value and aggregates over released rows (§33) on the four pairs
+    of neighbouring hostile datasets: each exact measurement, summed over its cells and groups,
+    moves by at most its sensitivity."""
+    for name, ours, theirs in neighbours:
+        (plan, before), (_, after) = _exact(ours, sql), _exact(theirs, sql)
+        for m in plan.measurements:
+            moved = sum(abs(float(a) - float(b)) for cell in m.cells
+                        for a, b in zip(before[cell], after[cell], strict=True))
+            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (sql, name, m.label, moved)
 
 
 # Fields of an Explanation that describe the ledger (each dataset has its own), not the query.

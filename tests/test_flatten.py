@@ -71,10 +71,12 @@ def test_a_query_without_cte_or_subquery_is_not_touched():
 
 
 @pytest.mark.parametrize("sql, fragment", [
-    ("WITH c AS (SELECT state, COUNT(*) AS n FROM people GROUP BY state) SELECT SUM(n) FROM c",
+    # Read through another subquery (not an aggregate over its released rows, §33).
+    ("WITH c AS (SELECT state, COUNT(*) AS n FROM people GROUP BY state) "
+     "SELECT SUM(n) FROM (SELECT n FROM c) AS d",
      "GROUP BY in CTE c refused: a CTE or subquery may only filter, rename and compute columns of "
      "one table (one row per row); write the aggregate in the outer SELECT"),
-    ("WITH c AS (SELECT COUNT(*) AS n FROM people) SELECT SUM(n) FROM c",
+    ("WITH c AS (SELECT COUNT(*) AS n FROM people) SELECT SUM(n) FROM (SELECT n FROM c) AS d",
      "aggregate COUNT(*) in CTE c refused: an answer aggregates once, with noise; write the "
      "aggregate in the outer SELECT"),
     ("SELECT COUNT(*) FROM (SELECT * FROM people LIMIT 5) AS s", "LIMIT in subquery in FROM refused"),

@@ -15,7 +15,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                         "policy_lists", "result", "answer_table", "workload_result", "accuracy"})),
     ("rules", frozenset({"aggregates", "plan", "unnest_rows"})),
     ("query", frozenset({"sql", "rewrite", "sensitivity", "noise", "intervals", "postprocess",
-                        "workload_strategy", "workload_intervals"})),
+                        "workload_strategy", "workload_intervals", "released_aggregates"})),
     ("storage", frozenset({"accounting"})),
     ("run", frozenset({"backends", "prepare", "release", "reuse", "reuse_marginal", "reuse_combine",
                       "reuse_intervals", "workload"})),
@@ -32,7 +32,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 SQL_ORDER = ("calendar", "scalars", "bounds", "harden", "parse", "nesting", "released", "join", "flatten",
              "domain_literals", "shifted_columns", "planning_limits", "columns", "scope", "link_columns",
              "join_order", "join_tree", "where", "key_values", "public_keys", "shifted_keys", "keys",
-             "quantile_lists", "released_distinct", "two_level", "unnest", "bind")
+             "quantile_lists", "released_distinct", "two_level", "over_released", "unnest", "bind")
 
 
 def _imports(path: Path, package: Path) -> list[tuple[str, int]]:

@@ -82,6 +82,14 @@ QUERIES = [
     "GROUP BY 1, 2)",
     "SELECT state, COUNT(*), SUM(s) FROM (SELECT person_id, state, SUM(age) AS s FROM people "
     "GROUP BY person_id, state HAVING COUNT(*) > 1 OR MAX(income) < 500) GROUP BY state",
+    # An integer per-unit value as the outer key (§33.2): its public keys 0..m (0..2 for the
+    # distinct values of a bool), r rows per unit each in one group.
+    "SELECT n, COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM people GROUP BY person_id) GROUP BY n",
+    "SELECT d, COUNT(*), SUM(s) FROM (SELECT person_id, state, COUNT(DISTINCT sick) AS d, SUM(age) AS s "
+    "FROM people GROUP BY person_id, state) GROUP BY d",
+    # Aggregates over released rows (§33.1): the inner query's measurements, post-processed.
+    "SELECT AVG(c), MAX(s), SUM(a) FROM (SELECT state, COUNT(*) AS c, SUM(income) AS s, AVG(age) AS a "
+    "FROM people GROUP BY state)",
     # An outer query over released rows: the inner query's measurements, post-processed (§29).
     "SELECT state, n, s / 2 FROM (SELECT state, COUNT(*) AS n, SUM(income) AS s FROM people "
     "GROUP BY state) AS r WHERE s > 0 ORDER BY n",

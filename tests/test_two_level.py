@@ -37,6 +37,8 @@ VISITS = {
         "note": {"type": "str"}}}},
 }
 POLICY = parse_policy(VISITS)
+HISTOGRAM = ("WITH per AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId) "
+             "SELECT n, COUNT(*) FROM per GROUP BY n")
 PER_VISITOR = ("WITH per_visitor AS (SELECT VisitorId, day, SUM(spent) AS s FROM visits "
                "GROUP BY VisitorId, day) SELECT day, SUM(s) AS total FROM per_visitor GROUP BY day")
 
@@ -75,6 +77,13 @@ def _sensitivities(sql: str, policy=POLICY) -> dict[str, float]:
     (PER_VISITOR, 4, {"SUM(s)": 800}),
     ("SELECT EXTRACT(dow FROM d), COUNT(*) FROM (SELECT VisitorId, day AS d FROM visits "
      "WHERE day <= DATE '2024-03-05' GROUP BY VisitorId, d) GROUP BY 1", 2, {"COUNT(*)": 4}),
+    # An outer GROUP BY on an integer per-unit value (§33): each of a unit's r rows is in one of
+    # the groups 0..m, so a unit moves r rows out of and r rows into them.
+    (HISTOGRAM, 1, {"COUNT(*)": 2}),
+    ("SELECT n, COUNT(*), SUM(s) FROM (SELECT VisitorId, day, COUNT(*) AS n, SUM(spent) AS s FROM visits "
+     "GROUP BY VisitorId, day) GROUP BY n", 4, {"COUNT(*)": 8, "SUM(s)": 800}),
+    ("SELECT n, COUNT(*) FROM (SELECT VisitorId, COUNT(DISTINCT shop) AS n FROM visits GROUP BY 1) "
+     "GROUP BY n", 1, {"COUNT(*)": 2}),
 ])
 def test_sensitivity_from_the_derived_bounds_and_rows_per_unit(sql, rows, expected):
     assert _plan(sql).rows_per_unit == rows
@@ -89,8 +98,8 @@ def test_sum_of_per_unit_sums_is_no_more_sensitive_than_the_row_level_sum():
 
 
 @pytest.mark.parametrize("sql, fragment", [
-    ("WITH c AS (SELECT day, COUNT(*) AS n FROM visits GROUP BY day) SELECT SUM(n) FROM c",
-     "GROUP BY in CTE c refused"),
+    ("WITH c AS (SELECT day, COUNT(*) AS n FROM visits GROUP BY day) SELECT day, SUM(n) FROM c GROUP BY day",
+     "GROUP BY in an aggregate over the released rows of CTE c refused"),
     ("WITH c AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId HAVING VisitorId > 1) "
      "SELECT SUM(n) FROM c", "VisitorId in the HAVING of CTE c refused: it may read the query's GROUP "
      "BY keys (not the unit) and aggregates of its rows"),
@@ -98,9 +107,11 @@ def test_sum_of_per_unit_sums_is_no_more_sensitive_than_the_row_level_sum():
      "HAVING of subquery in FROM must be a condition"),
     ("WITH c AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId) "
      "SELECT VisitorId, SUM(n) FROM c GROUP BY VisitorId", "column VisitorId is the privacy unit"),
-    ("WITH c AS (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY VisitorId) "
-     "SELECT n, COUNT(*) FROM c GROUP BY n", "GROUP BY n refused: a two-level query groups by keys its "
-     "CTE c groups by (its keys: none); n is a per-unit aggregate"),
+    ("WITH c AS (SELECT VisitorId, AVG(items) AS n FROM visits GROUP BY VisitorId) "
+     "SELECT n, COUNT(*) FROM c GROUP BY n", "GROUP BY n refused: n is a per-unit AVG of float values "
+     "in CTE c, with no public set of values to group on"),
+    ("SELECT s > 10, COUNT(*) FROM (SELECT VisitorId, SUM(spent) AS s FROM visits GROUP BY 1) GROUP BY 1",
+     "GROUP BY 1 refused: s is a per-unit SUM of float values"),
     ("SELECT SUM(n) FROM (SELECT VisitorId, COUNT(*) FROM visits GROUP BY VisitorId)",
      "COUNT(*) in subquery in FROM refused: name it"),
     ("SELECT SUM(n) FROM (SELECT VisitorId, SUM(DISTINCT spent) AS n FROM visits GROUP BY VisitorId)",
@@ -171,6 +182,12 @@ def _exact(rows: list[tuple], sql: str) -> dict[str, list]:
      "HAVING s > 50 AND COUNT(*) >= 2 AND shop = 'a') SELECT COUNT(*), SUM(s) FROM big",
      "SELECT COUNT(*), SUM(s) FROM (SELECT SUM(spent) AS s FROM visits WHERE shop = 'a' "
      "GROUP BY VisitorId HAVING SUM(spent) > 50 AND COUNT(*) >= 2)"),
+    # Every key 0..m, a count of 0 where no unit has that many rows.
+    (HISTOGRAM, "SELECT COUNT(u.n) FROM range(0, 5) AS k(n) LEFT JOIN (SELECT COUNT(*) AS n FROM "
+     "visits GROUP BY VisitorId) AS u ON u.n = k.n GROUP BY k.n ORDER BY k.n"),
+    ("SELECT n, COUNT(*) FROM (SELECT VisitorId, COUNT(DISTINCT shop) AS n FROM visits GROUP BY 1) "
+     "GROUP BY n", "SELECT COUNT(u.n) FROM range(0, 3) AS k(n) LEFT JOIN (SELECT COUNT(DISTINCT shop) "
+     "AS n FROM visits GROUP BY VisitorId) AS u ON u.n = k.n GROUP BY k.n ORDER BY k.n"),
     ("WITH u AS (SELECT VisitorId, MAX(items) AS top FROM visits GROUP BY VisitorId) "
      "SELECT SUM(top) FROM u WHERE top > 10",
      "SELECT SUM(m) FROM (SELECT MAX(items) AS m FROM visits GROUP BY VisitorId) WHERE m > 10"),
@@ -186,6 +203,23 @@ def test_exact_values_are_plain_duckdbs_on_data_within_the_bounds(sql, plain):
     for mine, theirs in zip(got, expected, strict=True):
         numbers = [v for v in theirs if isinstance(v, (int, float))]
         assert np.allclose([float(v) for v in mine], numbers, rtol=1e-9), (mine, theirs)
+
+
+@pytest.mark.parametrize("sql, keys", [
+    (HISTOGRAM, (0, 1, 2, 3, 4)),  # COUNT in [0, m]
+    # COUNT(DISTINCT) of a 2-value domain column: at most 2, whatever m is.
+    ("SELECT n, COUNT(*) FROM (SELECT VisitorId, COUNT(DISTINCT shop) AS n FROM visits GROUP BY 1) "
+     "GROUP BY n", (0, 1, 2)),
+    ("SELECT top, COUNT(*) FROM (SELECT VisitorId, MAX(items) AS top FROM visits GROUP BY 1) GROUP BY top",
+     tuple(range(-5, 21))),
+    ("SELECT n, COUNT(*) FROM (SELECT VisitorId, COUNT(*) AS n FROM visits GROUP BY 1) WHERE n >= 2 "
+     "GROUP BY n", (2, 3, 4)),
+])
+def test_an_integer_per_unit_value_groups_on_its_derived_bounds(sql, keys):
+    """§33: the keys of an outer GROUP BY on a per-unit value are its derived bounds' integers,
+    read from the policy (pruned by a WHERE on it as any int key)."""
+    (key,) = _plan(sql).group_by
+    assert key.keys == keys
 
 
 def test_a_unit_over_the_bound_gives_at_most_its_derived_bounds():
@@ -290,8 +324,8 @@ def test_an_outer_query_over_released_rows_is_the_query_it_post_processes(outer,
      "column spent is not a column of subquery in FROM (its columns: day, c)"),
     ("SELECT day, c FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day ORDER BY c LIMIT 2)",
      "ORDER in subquery in FROM refused: order and limit the released rows in the outer query"),
-    ("SELECT AVG(c) FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day)",
-     "GROUP BY in subquery in FROM refused"),
+    ("SELECT AVG(c) FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day HAVING COUNT(*) > 3)",
+     "HAVING in subquery in FROM refused before an aggregate over its released rows"),
     ("SELECT x.c FROM (SELECT day, COUNT(*) AS c FROM visits GROUP BY day) AS r",
      "unknown table qualifier 'x'"),
 ])

@@ -32,8 +32,12 @@ class Inner(StrEnum):
 
 def derived_bounds(kind: Inner, operand: Operand | None, rows: int) -> tuple[float, float]:
     """The public range of an inner aggregate over at most `rows` rows of one unit whose values
-    are clamped to the operand's [lo, hi]: COUNT and COUNT(DISTINCT) in [0, m]; SUM in
-    [min(0, m·lo), max(0, m·hi)]; AVG, MIN and MAX in [lo, hi] (§29)."""
+    are clamped to the operand's [lo, hi]: COUNT and COUNT(DISTINCT) in [0, m], COUNT(DISTINCT)
+    of a column with public values (a domain, a bool) in [0, min(m, their number)] (§33); SUM
+    in [min(0, m·lo), max(0, m·hi)]; AVG, MIN and MAX in [lo, hi] (§29)."""
+    if kind == Inner.COUNT_DISTINCT and operand is not None and isinstance(operand.value, exp.Column) \
+            and len(operand.columns) == 1 and operand.columns[0].group_values is not None:
+        return 0, min(rows, len(operand.columns[0].group_values))
     if kind in (Inner.COUNT, Inner.COUNT_DISTINCT):
         return 0, rows
     if operand is None:

@@ -244,8 +244,10 @@ class _Types:
             return SqlType.FLOAT
         if isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.In, exp.Between, exp.Is)):
             return SqlType.BOOL
-        if isinstance(node, (exp.Length, exp.Extract, *PART_FUNCTIONS)):
+        if isinstance(node, (exp.Length, exp.Extract, *PART_FUNCTIONS, exp.Count)):
             return SqlType.INT
+        if isinstance(node, (exp.Sum, exp.Min, exp.Max)):  # a per-unit value (§29): its operand's
+            return self.of(node.this)
         if isinstance(node, TRUNCS):
             return SqlType.TIMESTAMP
         if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Substring, exp.DPipe)):

@@ -22,8 +22,10 @@ from .join_tree import bind_joins
 from .keys import MAX_GROUPS, bind_group_rows
 from .link_columns import check_link_columns
 from .nesting import per_unit_source
+from .over_released import bind_over_released
 from .public_keys import PublicRows
 from .quantile_lists import expand_quantile_lists
+from .released import over_released
 from .released_distinct import released_distinct
 from .scalars import check_args, int_literal, short
 from .scope import PostScope, Scope, within_group
@@ -47,6 +49,8 @@ def build_plan(select: exp.Select, policy: Policy, sql: str,
         return bind_unnest(select, policy, sql, data_columns, build_plan)
     if per_unit_source(select, policy) is not None:
         return bind_two_level(select, policy, sql, data_columns, build_plan)
+    if over_released(select, policy):
+        return bind_over_released(select, policy, sql, data_columns, build_plan)
     normalized = normalize_times(select)
     assert isinstance(normalized, exp.Select)
     select = expand_quantile_lists(normalized)

@@ -24,7 +24,7 @@ from ..sql_types import SqlType
 from .join import ACCEPTED as JOIN_ACCEPTED
 from .nesting import per_unit_source
 from .parse import check_depth
-from .released import merge_released
+from .released import merge_released, over_released
 
 _SQL_TYPES: dict[SqlType, str] = {SqlType.INT: "BIGINT", SqlType.FLOAT: "DOUBLE", SqlType.BOOL: "BOOLEAN",
                                   SqlType.STR: "VARCHAR"}
@@ -50,15 +50,17 @@ def needs_flattening(select: exp.Select) -> bool:
 
 def flatten(select: exp.Select, policy: Policy) -> exp.Select:
     """The one-table SELECT equivalent to `select`, or `select` itself when it has no CTE and
-    no FROM-subquery or is a two-level query (engine/sql/two_level.py binds it) or unnests a
-    list column (engine/sql/unnest.py reads it as a column, then flattens it); raise
+    no FROM-subquery, is a two-level query (engine/sql/two_level.py binds it), unnests a
+    list column (engine/sql/unnest.py reads it as a column, then flattens it) or aggregates
+    released rows (engine/sql/over_released.py binds it); raise
     QueryRefused naming a construct that does not flatten."""
     _unwrap_tables(select)
     merged = merge_released(select, policy)
     if merged is not None:
         return flatten(merged, policy)
     if not needs_flattening(select) or per_unit_source(select, policy) is not None \
-            or select.find(exp.Unnest, exp.Explode) is not None:  # engine/sql/unnest.py binds it
+            or select.find(exp.Unnest, exp.Explode) is not None \
+            or over_released(select, policy):  # unnest.py and over_released.py bind them
         return select
     _check_bodies(select, policy)
     if any(isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star)

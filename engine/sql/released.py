@@ -15,13 +15,13 @@ from .nesting import per_unit_source
 def merge_released(select: exp.Select, policy: Policy) -> exp.Select | None:
     """The one query equal to `select` reading the released rows of an aggregating CTE or
     FROM-subquery, or None when `select` is not of that form (or groups by a privacy unit)."""
-    found = _released_source(select)
+    found = released_source(select)
     if found is None or per_unit_source(select, policy) is not None:
         return None
     inner, name, rest, what = found
     if any(item.find(exp.AggFunc) for item in select.expressions) or select.args.get("group") \
             or select.args.get("having"):
-        return None  # an aggregate of released values: refused as a GROUP BY in a CTE (§16)
+        return None  # an aggregate of released values (`over_released`, §33)
     for key in ("joins", "distinct", "qualify", "windows"):
         if select.args.get(key):
             raise QueryRefused(f"{key.upper()} over the released rows of {what} refused: "
@@ -75,7 +75,14 @@ def merge_released(select: exp.Select, policy: Policy) -> exp.Select | None:
     return merged
 
 
-def _released_source(select: exp.Select
+def over_released(select: exp.Select, policy: Policy) -> bool:
+    """Whether `select` aggregates the rows of an aggregating CTE or FROM-subquery that does not
+    group by a privacy unit (a released table): engine/sql/over_released.py binds it (§33)."""
+    return released_source(select) is not None and per_unit_source(select, policy) is None \
+        and any(item.find(exp.AggFunc) for item in select.expressions)
+
+
+def released_source(select: exp.Select
                      ) -> tuple[exp.Select, str, list[exp.Expression], str] | None:
     """The aggregating body `select` reads in FROM (a subquery, or a CTE by name), the name it is
     read by, the other CTEs and how refusals name it; None otherwise."""

@@ -53,8 +53,8 @@ def bind_two_level(select: exp.Select, policy: Policy, sql: str,
     if per_unit_source(outer, outer_policy) is not None:
         raise QueryRefused(f"{nested.what} is read by another query grouped by the unit: one "
                            "per-unit level is supported")
+    _check_float_keys(outer, per_unit, nested)
     plan = build(outer, outer_policy, sql, None)
-    _check_outer_keys(plan.group_by, {k.name for k in per_unit.keys}, nested)
     return replace(plan, table=per_unit.table, inner=per_unit,
                    flattened_sql="" if outer is nested.outer else outer.sql(dialect="duckdb"))
 
@@ -255,12 +255,16 @@ def _moment(value: dt.date) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime(value.year, value.month, value.day)
 
 
-def _check_outer_keys(group_by: tuple[GroupKey, ...], inner_keys: set[str], nested: Nested) -> None:
-    """Refuse an outer GROUP BY on anything but the keys the per-unit query groups by."""
-    for key in group_by:
-        outside = [c.name for c in key.columns if c.name not in inner_keys]
-        if outside:
-            keys = ", ".join(sorted(k for k in inner_keys if not k.startswith("__"))) or "none"
-            raise QueryRefused(f"GROUP BY {key.label} refused: a two-level query groups by keys "
-                               f"its {nested.what} groups by (its keys: {keys}); {outside[0]} is "
-                               "a per-unit aggregate")
+def _check_float_keys(outer: exp.Select, per_unit: PerUnit, nested: Nested) -> None:
+    """Refuse, naming it, an outer GROUP BY reading a float per-unit value (an AVG, or a SUM,
+    MIN or MAX of a float column): it has no public set of values to group on."""
+    group = outer.args.get("group")
+    floats = {v.name: v for v in per_unit.values if v.type != SqlType.INT}
+    for item in group.expressions if group is not None else ():
+        for column in _target(item, outer).find_all(exp.Column):
+            value = floats.get(column.name.lower())
+            if value is not None:
+                raise QueryRefused(f"GROUP BY {short(item)} refused: {value.name} is a per-unit "
+                                   f"{value.kind} of float values in {nested.what}, with no public "
+                                   "set of values to group on; group on an integer per-unit value "
+                                   "(a COUNT, or a SUM, MIN or MAX of an int or bool column)")
