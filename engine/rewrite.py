@@ -291,7 +291,7 @@ def _joined(private: exp.Expression, tree: JoinTree, where: exp.Expression | Non
     return rows.subquery("__joined", copy=False)
 
 
-def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
     """The top-level AND terms of a condition (parentheses around them dropped)."""
     node = condition.unnest()
     if isinstance(node, exp.And):
@@ -299,7 +299,7 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
     return [node]
 
 
-def _keyed(term: exp.Expression) -> bool:
+def _keyed(term: exp.Expr) -> bool:
     """An equality of two columns: the join's key, which stays in its ON."""
     return isinstance(term, exp.EQ) and isinstance(term.this, exp.Column) \
         and isinstance(term.expression, exp.Column)
@@ -308,13 +308,13 @@ def _keyed(term: exp.Expression) -> bool:
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 
 
-def _scannable(terms: list[exp.Expression]) -> exp.Expression:
+def _scannable(terms: list[exp.Expr]) -> exp.Expr:
     """The AND of a WHERE's terms, each comparison of a guarded date or timestamp column
     (`CASE WHEN guard THEN column END < value`, engine/sql/scope.py) written as `guard AND
     column < value`: both are TRUE for exactly the same rows (the CASE is NULL where the guard
     is not TRUE, and a NULL comparison keeps no row), and the second is a filter the database
     applies while it scans (zone maps, no CASE per row). Other terms are kept as they are."""
-    out: list[exp.Expression] = []
+    out: list[exp.Expr] = []
     for term in terms:
         if isinstance(term, _COMPARISONS):
             term = term.copy()
