@@ -34,8 +34,9 @@ def _common(func, local: bool = True):
     options = [
         click.option("--db", required=local, envvar="DPSQL_DB",
                      help="DuckDB, CSV or Parquet file with the private data (with --engine spark: "
-                          "a Parquet file or folder, or a catalog table; or the environment "
-                          "variable DPSQL_DB)."),
+                          "a Parquet or CSV file or Parquet folder for a policy with one table, a "
+                          "folder holding one such file per table named after it, or a catalog "
+                          "table; or the environment variable DPSQL_DB)."),
         click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
                      help="Where the exact aggregates are computed (spark: a local Spark session; "
                           "needs pip install 'dpsql[spark]')."),

@@ -255,7 +255,7 @@ def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select
         return exp.select(*items).from_(_joined(source_table, plan.join, plan.where), copy=False)
     rows = exp.select(*items).from_(source_table, copy=False)
     if plan.where is not None:
-        rows = rows.where(plan.where.copy(), copy=False)
+        rows = rows.where(_scannable(_conjuncts(plan.where)), copy=False)
     return rows
 
 
@@ -273,6 +273,7 @@ def _joined(private: exp.Expression, tree: JoinTree, where: exp.Expression | Non
                for t in tree.tables for name in sorted(t.table.columns)]
     rows = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__private", quoted=True)),
                       *columns).from_(private, copy=False)
+    filters = [] if where is None else _conjuncts(_qualified(where, aliases))
     for joined in tree.tables:
         other = joined.table
         if joined.private is not None:
@@ -282,11 +283,57 @@ def _joined(private: exp.Expression, tree: JoinTree, where: exp.Expression | Non
         else:
             source = exp.to_table(other.name, quoted=True)
         source.set("alias", exp.TableAlias(this=exp.to_identifier(aliases[joined.shown], quoted=True)))
-        on = _qualified(joined.on, aliases) if joined.on is not None else exp.true()
+        terms = [] if joined.on is None else _conjuncts(_qualified(joined.on, aliases))
+        if not joined.left:  # an inner join's condition filters as well after it as in its ON
+            filters += [t for t in terms if not _keyed(t)]
+            terms = [t for t in terms if _keyed(t)]
+        on = exp.and_(*terms, copy=False) if terms else exp.true()
         rows = rows.join(source, on=on, join_type="left" if joined.left else "inner", copy=False)
-    if where is not None:
-        rows = rows.where(_qualified(where, aliases), copy=False)
+    if filters:
+        rows = rows.where(_scannable(filters), copy=False)
     return rows.subquery("__joined", copy=False)
+
+
+def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
+    """The top-level AND terms of a condition (parentheses around them dropped)."""
+    node = condition.unnest()
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _keyed(term: exp.Expr) -> bool:
+    """An equality of two columns: the join's key, which stays in its ON."""
+    return isinstance(term, exp.EQ) and isinstance(term.this, exp.Column) \
+        and isinstance(term.expression, exp.Column)
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _scannable(terms: list[exp.Expr]) -> exp.Expr:
+    """The AND of a WHERE's terms, each comparison of a guarded date or timestamp column
+    (`CASE WHEN guard THEN column END < value`, engine/sql/scope.py) written as `guard AND
+    column < value`: both are TRUE for exactly the same rows (the CASE is NULL where the guard
+    is not TRUE, and a NULL comparison keeps no row), and the second is a filter the database
+    applies while it scans (zone maps, no CASE per row). Other terms are kept as they are."""
+    out: list[exp.Expr] = []
+    for term in terms:
+        if isinstance(term, _COMPARISONS):
+            term = term.copy()
+            for side in ("this", "expression"):
+                value = term.args[side]
+                ifs = value.args.get("ifs") if isinstance(value, exp.Case) else None
+                if ifs and len(ifs) == 1 and value.args.get("default") is None \
+                        and isinstance(ifs[0].args["true"], exp.Column):
+                    guard = ifs[0].this.unnest()
+                    out += [t for t in _conjuncts(guard) if t not in out]
+                    term.set(side, ifs[0].args["true"].copy())
+        out.append(term)
+    if len(out) == 1:
+        return out[0]
+    return exp.and_(*(exp.paren(t, copy=False) if isinstance(t, exp.Connector) else t for t in out),
+                    copy=False)
 
 
 def _qualified(condition: exp.Expression, aliases: Mapping[str, str]) -> exp.Expression:

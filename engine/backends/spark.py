@@ -95,9 +95,9 @@ class SparkBackend:
     @classmethod
     def open(cls, spark: SparkSession | None, source: tables.Source | Mapping[str, tables.Source],
              policy: Policy) -> SparkBackend:
-        """Open a DataFrame, a Parquet path or a catalog table (or a mapping of policy table
-        names to them) under `policy`; a single source is the policy's only table, or the table
-        the Parquet file is named after."""
+        """Open a DataFrame, a Parquet or CSV path or a catalog table (or a mapping of policy
+        table names to them, or a folder holding a file named after each table) under `policy`;
+        a single source is the policy's only table."""
         with quiet_pandas_warning():
             user = spark if spark is not None else local_session()
             own = _own_session(user)

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputError, PolicyError
 from ..policy import ColumnSpec, Policy, PublicTableSpec, TableSpec
 from ..sql_types import NUMBER_TYPES, SqlType
+from .spark_files import folder_tables, is_csv, read_csv
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# A source is a DataFrame, a Parquet file or folder (a Path, or a str ending in .parquet or
-# naming an existing path), or the name of a catalog table.
+# A source is a DataFrame, a Parquet or CSV file or a Parquet folder (a Path, or a str ending in
+# .parquet or .csv or naming an existing path), or the name of a catalog table; a folder holding
+# a file named after each table stands for the mapping of their names to them (spark_files.py).
 Source = Any
 
 # Spark type name -> (policy families it can hold, the DuckDB type the gate binds it as).
@@ -53,8 +55,13 @@ def needed(policy: Policy) -> list[str]:
 
 
 def sources(source: Source | Mapping[str, Source], policy: Policy) -> dict[str, Source]:
-    """Each needed table's source: a mapping names them; a single source is the only one."""
+    """Each needed table's source: a mapping names them, and so does a folder holding a file
+    named after each table; a single source is the only one."""
     names = needed(policy)
+    if isinstance(source, (str, Path)) and Path(source).is_dir():
+        found = folder_tables(Path(source), names)
+        if found is not None:
+            return dict(found)
     if isinstance(source, Mapping):
         missing = sorted(set(names) - {str(k).lower() for k in source})
         if missing:
@@ -64,7 +71,9 @@ def sources(source: Source | Mapping[str, Source], policy: Policy) -> dict[str, 
     if len(names) == 1:
         return {names[0]: source}
     raise InputError(f"the policy has {len(names)} tables ({', '.join(names)}): give the Spark "
-                     "engine a mapping of table name to DataFrame, Parquet path or catalog table")
+                     "engine a folder holding one Parquet or CSV file per table, named after it "
+                     f"({names[0]}.parquet, ...), or a mapping of table name to DataFrame, "
+                     "Parquet or CSV path or catalog table")
 
 
 def frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> DataFrame:
@@ -77,6 +86,10 @@ def frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> D
         return DataFrame(jdf, own)
     text = str(source)
     try:
+        if is_csv(text):
+            if not Path(text).is_file():
+                raise InputError(f"data file not found: {text} (expected a CSV file with a header row)")
+            return read_csv(own, text)
         if isinstance(source, Path) or text.lower().endswith((".parquet", ".pq")) or Path(text).exists():
             if not Path(text).exists():
                 raise InputError(f"data file not found: {text} (expected a Parquet file or folder)")
@@ -89,7 +102,8 @@ def frame(own: SparkSession, user: SparkSession, source: Source, name: str) -> D
         raise
     except Exception:
         raise InputError(f"cannot read the Spark source of table {name}: {text} (expected a "
-                         "DataFrame, a Parquet file or folder, or a catalog table)") from None
+                         "DataFrame, a Parquet or CSV file, a Parquet folder, or a catalog "
+                         "table)") from None
     raise InputError(f"no Spark table or Parquet path {text!r} for policy table {name}")
 
 
