@@ -90,8 +90,8 @@ class PrivateDatabase:
         engine="spark" it is a Spark DataFrame, a Parquet or CSV file, a Parquet folder, or a
         catalog table (or a mapping of policy table names to them, or a folder holding one file
         named after each table), computed on the session `spark` (a local one if None). The
-        ledger must exist unless `create=True`, which creates a new one bound to this policy (and refuses a path that exists): a mistyped path never starts a fresh
-        budget. A query that is post-processing of the analyst's released answers (the same
+        ledger must exist unless `create=True`, which creates a new one bound to this policy
+        (and refuses a path that exists): a mistyped path never starts a fresh budget. A query that is post-processing of the analyst's released answers (the same
         query again, a marginal, total or kept groups of a released table) is answered from
         them at no charge when at least as accurate (docs/theory.md §22); `reuse=False` charges
         every query and draws fresh noise."""
