@@ -85,16 +85,16 @@ class PrivateDatabase:
 
         With engine="duckdb" (the default) `db` is a DuckDB, CSV or Parquet file, or tables the
         caller holds (a pandas or Polars DataFrame, an Arrow table or a DuckDB relation such as
-        `con.table("people")`, or a mapping of policy table names to them), which are copied
-        into a locked-down DuckDB of the engine's own. With
-        engine="spark" it is a Spark DataFrame, a Parquet or CSV file, a Parquet folder, or a
-        catalog table (or a mapping of policy table names to them, or a folder holding one file
-        named after each table), computed on the session `spark` (a local one if None). The
-        ledger must exist unless `create=True`, which creates a new one bound to this policy
-        (and refuses a path that exists): a mistyped path never starts a fresh budget. A query that is post-processing of the analyst's released answers (the same
-        query again, a marginal, total or kept groups of a released table) is answered from
-        them at no charge when at least as accurate (docs/theory.md §22); `reuse=False` charges
-        every query and draws fresh noise."""
+        `con.table("people")`, or a mapping of policy table names to them), which are copied into a
+        locked-down DuckDB of the engine's own. With engine="spark" it is a Spark DataFrame, a
+        Parquet or CSV file, a Parquet folder, or a catalog table (or a mapping of policy table
+        names to them, or a folder holding one file named after each table), computed on the session
+        `spark` (a local one if None). The ledger must exist unless `create=True`, which creates a
+        new one bound to this policy (and refuses a path that exists): a mistyped path never starts
+        a fresh budget. A query that is post-processing of the analyst's released answers (the same
+        query again, a marginal, total or kept groups of a released table) is answered from them at
+        no charge when at least as accurate (docs/theory.md §22); `reuse=False` charges every query
+        and draws fresh noise."""
         policy = policy if isinstance(policy, Policy) else load_policy(policy)
         backend = _open_backend(db, policy, engine, spark, ledger, create)
         try:
