@@ -7,15 +7,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from .aggregates import Accuracy, Aggregate, Measured, Operand
 from .noise import Mechanism
 from .plan import OutputColumn
 from .workload_intervals import sum_halfwidth
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Over(StrEnum):

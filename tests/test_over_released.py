@@ -60,7 +60,8 @@ def test_values_on_noise_free_cells_are_plain_duckdbs():
                                     {m.name: _Zero() for m in plan.measurements})
     answer, _, _ = postprocess.finish(postprocess.connect(), plan, postprocess.query_sql(plan), frame)
     expected = conn.execute(PLAIN).fetchone()
-    assert np.allclose(answer.iloc[0].to_numpy(dtype=float), np.array(expected, dtype=float), rtol=1e-9)
+    assert np.allclose(answer.frame().iloc[0].to_numpy(dtype=float), np.array(expected, dtype=float),
+                       rtol=1e-9)
 
 
 class _Zero:
