@@ -7,6 +7,7 @@ import copy
 import hashlib
 import math
 import random
+from dataclasses import replace
 
 import duckdb
 from dpsql.engine.backends import duckdb_execute as execute
@@ -52,8 +53,9 @@ def _table_spec(limit: int):
 
 def _kept(conn, limit: int, key: str, scope: frozenset[str] | None = None) -> list[tuple]:
     """The rows a query reading `scope` (None: every column) sees after bounding, as sorted
-    tuples of the unit and those columns (in the order of COLUMNS)."""
-    table = _table_spec(limit).tables["people"]
+    tuples of the unit and those columns (in the order of COLUMNS), under the rule of a table
+    whose calibration depends on the columns read (docs/theory.md §28)."""
+    table = replace(_table_spec(limit).tables["people"], scoped=True)
     execute.bound_units(conn, table, key, scope)
     names = [c for c in INDEX if scope is None or c == "person_id" or c in scope]
     return sorted(conn.execute(f"SELECT {', '.join(names)} FROM "
