@@ -123,15 +123,21 @@ def _exact(table: dict[int, list[tuple]], nulls: list[tuple] = ()) -> list[dict[
     return [run(CONN, sql, len(plan.group_by)).values for plan, sql in zip(PLANS, SQLS, strict=True)]
 
 
+def _assert_within(plan, a: dict[str, list], b: dict[str, list]) -> None:
+    """Each measurement of `plan`, summed over its cells and groups, moves from `a` to `b` by at
+    most the sensitivity its noise is calibrated to."""
+    for m in plan.measurements:
+        moved = sum(abs(float(x) - float(y)) for cell in m.cells
+                    for x, y in zip(a[cell], b[cell], strict=True))
+        bound = sensitivity(m, plan)
+        assert moved <= bound * (1 + 1e-9), (plan.sql, m.label, moved, bound)
+
+
 def _unit_moves_within(others, unit, before, after) -> None:
     first = {**others, unit: before}
     second = {**others, unit: after}
     for plan, a, b in zip(PLANS, _exact(first), _exact(second), strict=True):
-        for m in plan.measurements:
-            moved = sum(abs(float(x) - float(y)) for cell in m.cells
-                        for x, y in zip(a[cell], b[cell], strict=True))
-            bound = sensitivity(m, plan)
-            assert moved <= bound * (1 + 1e-9), (plan.sql, m.label, moved, bound)
+        _assert_within(plan, a, b)
 
 
 UNIT_CHANGES = {"others": st.dictionaries(st.integers(0, 6), unit_rows, max_size=6),
@@ -158,10 +164,7 @@ def test_one_unit_moves_each_aggregate_within_its_sensitivity_slow(others, unit,
 def _null_row_moves_within(others, nulls, before, after) -> None:
     for plan, a, b in zip(PLANS, _exact(others, nulls + before), _exact(others, nulls + after),
                           strict=True):
-        for m in plan.measurements:
-            moved = sum(abs(float(x) - float(y)) for cell in m.cells
-                        for x, y in zip(a[cell], b[cell], strict=True))
-            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+        _assert_within(plan, a, b)
 
 
 NULL_ROW_CHANGES = {"others": st.dictionaries(st.integers(0, 6), unit_rows, max_size=4),
@@ -258,10 +261,7 @@ def test_one_unit_moves_each_aggregate_of_a_three_table_join_within_its_sensitiv
     for plan, a, b in zip(JOIN_PLANS, _exact_joined({**others, 9: before}),
                           _exact_joined({**others, 9: after}), strict=True):
         assert plan.rows_per_unit == 6
-        for m in plan.measurements:
-            moved = sum(abs(float(x) - float(y)) for cell in m.cells
-                        for x, y in zip(a[cell], b[cell], strict=True))
-            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+        _assert_within(plan, a, b)
 
 
 # Library checkouts with a public catalogue (docs/theory.md §32): keys given as the catalogue's
@@ -308,10 +308,7 @@ def test_one_unit_moves_each_aggregate_over_public_row_and_moved_date_keys_withi
     again, second = _exact_library({**others, 9: after})
     for plan, replan, a, b in zip(plans, again, first, second, strict=True):
         assert plan.key_rows == replan.key_rows and plan.group_by == replan.group_by
-        for m in plan.measurements:
-            moved = sum(abs(float(x) - float(y)) for cell in m.cells
-                        for x, y in zip(a[cell], b[cell], strict=True))
-            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+        _assert_within(plan, a, b)
 
 
 # UNNEST of a declared list column (docs/theory.md §31): checkouts (m = 2) whose genres hold up
@@ -364,7 +361,4 @@ def test_one_unit_moves_each_aggregate_over_list_items_within_its_sensitivity(ot
     for plan, a, b in zip(LIST_PLANS, _exact_items({**others, 9: before}),
                           _exact_items({**others, 9: after}), strict=True):
         assert plan.rows_per_unit == 6
-        for m in plan.measurements:
-            moved = sum(abs(float(x) - float(y)) for cell in m.cells
-                        for x, y in zip(a[cell], b[cell], strict=True))
-            assert moved <= sensitivity(m, plan) * (1 + 1e-9), (plan.sql, m.label, moved)
+        _assert_within(plan, a, b)
