@@ -20,6 +20,7 @@ from .aggregates import quantile
 from .answer_table import NoisyCells, Table, Values, frame_dtypes
 from .noise import Mechanism
 from .plan import OutputColumn, QueryPlan
+from .plan_memo import per_plan
 from .result import ExpectedError
 from .sql_types import SqlType
 
@@ -116,6 +117,7 @@ def read_from_cells(plan: QueryPlan) -> dict[str, tuple[str, float]]:
     return found
 
 
+@per_plan
 def selection_adjusted(plan: QueryPlan) -> bool:
     """Whether the per-cell intervals keep their coverage for the rows shown: true unless
     HAVING or ORDER BY uses a noisy value, since then which rows are shown (or where, and so
@@ -185,10 +187,26 @@ def answered_directly(plan: QueryPlan) -> bool:
     """Whether `direct` builds the answer (no post-processing query runs): every output is a
     group key, one noisy measurement as it is, or a clamped ratio of two (AVG), and nothing is
     filtered, ordered or cut. A function of the plan alone."""
-    return _sources(plan) is not None
+    return _recipe(plan) is not None
 
 
-def _sources(plan: QueryPlan) -> list[str | exp.Expression] | None:
+Source = str | exp.Expression
+"""What `direct` builds an output from: a key or measurement by name, or a ratio expression."""
+
+
+@per_plan
+def _recipe(plan: QueryPlan) -> tuple[tuple[Source, ...], tuple[str, ...]] | None:
+    """Per output, what it is built from (`_sources`) and its DuckDB type; None when the
+    post-processing query is needed. A function of the plan alone, remembered per plan."""
+    sources = _sources(plan)
+    if sources is None:
+        return None
+    types = dict(noisy_columns(plan))
+    return tuple(sources), tuple(types[source] if isinstance(source, str) else "DOUBLE"
+                                 for source in sources)
+
+
+def _sources(plan: QueryPlan) -> list[Source] | None:
     """Per output, the key or measurement it is, or the ratio expression it computes; None
     when the post-processing query is needed."""
     if plan.having is not None or plan.order or plan.limit is not None or plan.offset is not None \
@@ -197,7 +215,7 @@ def _sources(plan: QueryPlan) -> list[str | exp.Expression] | None:
     types = dict(noisy_columns(plan))
     key_names = {col.name for col in plan.group_by}
     measured = {cell for m in plan.measurements for cell in m.cells}
-    sources: list[str | exp.Expression] = []
+    sources: list[Source] = []
     for out in plan.outputs:
         name = out.expression.name if isinstance(out.expression, exp.Column) else None
         if name is not None and name in types \
@@ -214,18 +232,17 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
            mechanisms: dict[str, Mechanism]) -> tuple[Table, Table, Table] | None:
     """The answer and its half-widths (as `finish` returns them) built directly, without a
     DataFrame, when `answered_directly`; None when the post-processing query is needed."""
-    sources = _sources(plan)
-    if sources is None:
+    recipe = _recipe(plan)
+    if recipe is None:
         return None
-    types = dict(noisy_columns(plan))
+    sources, types = recipe
     columns: dict[str, list] = {col.name: [key[i] for key in keys]
                                 for i, col in enumerate(plan.group_by)}
     columns.update(noisy)
     rows = len(keys) if plan.group_by else len(next(iter(noisy.values())))
     values: dict[str, Values] = {out.name: columns[source] if isinstance(source, str) else _ratio(source, noisy)
               for out, source in zip(plan.outputs, sources, strict=True)}
-    kinds = {out.name: types[source] if isinstance(source, str) else "DOUBLE"
-             for out, source in zip(plan.outputs, sources, strict=True)}
+    kinds = {out.name: kind for out, kind in zip(plan.outputs, types, strict=True)}
     if any(v is None for col in plan.group_by for v in columns[col.name]):
         answer = _keys_with_null(values, kinds, rows)  # a NULL key: pandas' own conversion
     else:

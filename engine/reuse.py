@@ -20,6 +20,7 @@ from .accounting.ledger import Ledger
 from .accounting.ledger_binding import LedgerBinding
 from .accounting.reuse_index import Ask, Entry
 from .noise import Mechanism
+from .plan_memo import PlanMemo
 from .prepare import PreparedQuery
 from .result import QueryResult
 
@@ -33,14 +34,35 @@ class Reused:
     answer: dict
 
 
+_KEYS: PlanMemo[str] = PlanMemo()
+_ENTRIES: PlanMemo[Entry] = PlanMemo()
+_READINGS: PlanMemo[tuple[reuse_marginal.Asked, ...]] = PlanMemo()
+
+
 def reuse_key(prepared: PreparedQuery, binding: LedgerBinding) -> str:
     """What an answer answers: the query as the engine normalised it (the flattened SELECT,
     the rewritten SQL run on the data and the post-processing SQL, all generated from the
     plan, not the raw text), its output columns and public group keys, the asked mode, each
-    measurement's mechanism and sensitivity, and the policy's ledger binding; a digest."""
+    measurement's mechanism and sensitivity, and the policy's ledger binding; a digest,
+    remembered per plan and those other inputs (every charge indexes its answer by it)."""
+    return _KEYS.get(prepared.plan, _inputs(prepared, binding),
+                     lambda: _digest(prepared, binding))
+
+
+def _inputs(prepared: PreparedQuery, binding: LedgerBinding) -> tuple:
+    """What `reuse_key` reads beside the plan."""
+    return (prepared.sql, prepared.post_sql, prepared.mode, _mechanisms(prepared), binding)
+
+
+def _mechanisms(prepared: PreparedQuery) -> tuple[tuple[str, str, float], ...]:
+    """Each measurement's mechanism and sensitivity, by name."""
+    return tuple(sorted((name, str(m.mechanism), float(m.sensitivity))
+                        for name, m in prepared.mechanisms.items()))
+
+
+def _digest(prepared: PreparedQuery, binding: LedgerBinding) -> str:
     plan = prepared.plan
-    mechanisms = sorted((name, str(m.mechanism), float(m.sensitivity))
-                        for name, m in prepared.mechanisms.items())
+    mechanisms = [list(m) for m in _mechanisms(prepared)]
     outputs = [(o.name, o.expression.sql(), o.measurements) for o in plan.outputs]
     groups = [(g.label, repr(g.keys)) for g in plan.group_by]
     text = json.dumps([plan.flattened_sql, prepared.sql, prepared.post_sql, outputs, groups,
@@ -50,8 +72,15 @@ def reuse_key(prepared: PreparedQuery, binding: LedgerBinding) -> str:
 
 def entry(prepared: PreparedQuery, binding: LedgerBinding) -> Entry:
     """How a charged answer is indexed: its key, and its base and shape when marginals may
-    later be summed from its cells."""
-    return reuse_marginal.entry(reuse_key(prepared, binding), prepared, binding)
+    later be summed from its cells (remembered as `reuse_key` is)."""
+    return _ENTRIES.get(prepared.plan, _inputs(prepared, binding), lambda: reuse_marginal.entry(
+        reuse_key(prepared, binding), _readings(prepared, binding)))
+
+
+def _readings(prepared: PreparedQuery, binding: LedgerBinding) -> tuple[reuse_marginal.Asked, ...]:
+    """`reuse_marginal.readings`, remembered per plan, mode and binding (its only inputs)."""
+    return _READINGS.get(prepared.plan, (prepared.mode, binding),
+                         lambda: reuse_marginal.readings(prepared, binding))
 
 
 def find(ledger: Ledger, binding: LedgerBinding, analyst: str, prepared: PreparedQuery,
@@ -65,7 +94,7 @@ def find(ledger: Ledger, binding: LedgerBinding, analyst: str, prepared: Prepare
     account = ledger.account(analyst)
     if account is not None and account.analyst.revoked is not None:
         return None
-    readings = reuse_marginal.readings(prepared, binding)
+    readings = _readings(prepared, binding)
     found = ledger.reusable(analyst, Ask(reuse_key(prepared, binding),
                                          tuple(r.base for r in readings)),
                             price.calibration.epsilon_dp)

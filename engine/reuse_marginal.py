@@ -57,11 +57,10 @@ class Asked:
     shape: Shape
 
 
-def entry(key: str, prepared: PreparedQuery, binding: LedgerBinding) -> Entry:
-    """How a charged answer is indexed: its key, and when simple, its base without the
-    filters that keep whole groups and its shape with them, so later marginals and sums of
-    several answers find it (`reuse_combine`)."""
-    found = _readings(prepared, binding)
+def entry(key: str, found: tuple[Asked, ...]) -> Entry:
+    """How a charged answer is indexed: its key, and when simple (`found`: its `readings`),
+    its base without the filters that keep whole groups and its shape with them, so later
+    marginals and sums of several answers find it (`reuse_combine`)."""
     if not found:
         return Entry(key)
     split = found[-1]  # its filters kept apart from its base, so other answers add up with it

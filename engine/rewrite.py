@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from .aggregates.per_unit import literal
 from .plan import GroupKey, JoinTree, Measurement, QueryPlan
+from .plan_memo import per_plan
 from .policy import Policy, TableSpec
 from .sql.join import joined_column
 
@@ -212,10 +213,12 @@ def read_columns(plan: QueryPlan) -> frozenset[str]:
     return frozenset(name for name in plan.table.columns if name in named)
 
 
+@per_plan
 def copies_to_bound(plan: QueryPlan) -> tuple[tuple[TableSpec, frozenset[str] | None], ...]:
     """Each table `plan` reads through a bounded copy (`plan.bounded_tables`) with the column set
     of that copy: the FROM table's `read_columns`, every column (None) of a joined table, whose
-    copy the join reads whole (docs/theory.md §28)."""
+    copy the join reads whole (docs/theory.md §28). Remembered per plan: every run of a query
+    asks it."""
     return tuple((table, read_columns(plan) if i == 0 else None)
                  for i, table in enumerate(plan.bounded_tables))
 

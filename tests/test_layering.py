@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The engine's layers, lowest first: a module may import its own layer and those below.
 ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"display", "errors", "watchdog", "progress", "sql_types"})),
+    ("foundation", frozenset({"display", "errors", "watchdog", "progress", "sql_types",
+                             "plan_memo"})),
     ("values", frozenset({"policy", "policy_yaml", "policy_chain", "policy_dependence", "policy_fields",
                         "policy_lists", "result", "answer_table", "workload_result", "accuracy"})),
     ("rules", frozenset({"aggregates", "plan", "unnest_rows"})),
