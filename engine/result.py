@@ -248,11 +248,11 @@ class QueryResult:
             "cost": self.cost,
             "transcript_level_before": self.level_before,
             "transcript_level_after": self.level_after,
-            "aggregates": [asdict(a) for a in self.aggregates],
-            "budget": asdict(self.budget),
+            "aggregates": [_flat(a) for a in self.aggregates],
+            "budget": _flat(self.budget),
             "model": self.model,
             "tight_epsilon_dp": self.tight_epsilon_dp,
-            "model_checks": [asdict(c) for c in self.model_checks],
+            "model_checks": [_flat(c) for c in self.model_checks],
             "largest_epsilon": self.largest_epsilon,
         } | ({"derived_from": list(self.derived_from)} if self.derived_from else {}))
 
@@ -440,13 +440,34 @@ def from_clause(eta_from: str) -> str:
     return f" from {eta_from}" if eta_from else ""
 
 
+def _flat(record: object) -> dict:
+    """A dataclass of plain values (no nested dataclass or container) as `asdict` gives it,
+    without its deep copy: every charge stores an answer's records."""
+    return {name: getattr(record, name) for name in _field_names(type(record))}
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A dataclass's field names, in order."""
+    return tuple(f.name for f in fields(kind))
+
+
+_PLAIN = frozenset({str, int, bool})  # exactly these types are JSON as they are
+
+
 def _json_ready(value):
     """Plain JSON values all the way down: numpy scalars to Python, NaN, ±inf and missing
     values (None, pandas NA/NaT) to None, other objects to their text."""
+    kind = type(value)  # the plain types first, exactly (a subclass takes the general way)
+    if kind in _PLAIN:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
+    if isinstance(value, (list, tuple)):  # a row's plain cells kept without a call each
+        return [v if (t := type(v)) in _PLAIN or (t is float and math.isfinite(v))
+                else _json_ready(v) for v in value]
     if value is None or _pandas_missing(value):
         return None
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
