@@ -263,7 +263,7 @@ class PrivateDatabase:
             return charge, result
 
         try:
-            ident, result = self.ledger.charge(settle)
+            ident, result = self.ledger.charge(settle, analyst)
         except PostProcessingFailed:
             self._halt(f"post-processing failed on noisy values (analyst {analyst!r}, query {sql!r})")
         return replace(result, id=ident)

@@ -102,13 +102,18 @@ def extend(conn: sqlite3.Connection, path: object) -> None:
         append(conn, ident)
 
 
-def append(conn: sqlite3.Connection, ident: int) -> None:
-    """Link the charge `ident` just inserted (inside its own transaction) to the last link."""
-    last = conn.execute("SELECT link FROM links WHERE id < ? ORDER BY id DESC LIMIT 1",
-                        [ident]).fetchone()
-    row = conn.execute(_ROWS + " WHERE c.id = ?", [ident]).fetchone()
+_APPEND = (f"SELECT {_COLUMNS}, (SELECT link FROM links WHERE id < c.id ORDER BY id DESC LIMIT 1) "
+           "FROM charges c LEFT JOIN answers a ON a.id = c.id WHERE c.id = ?")
+"""A charge's row as stored (as `verify` reads it) with the link before it, in one read."""
+
+
+def append(conn: sqlite3.Connection, ident: int, key: bytes | None = None) -> None:
+    """Link the charge `ident` just inserted (inside its own transaction) to the last link;
+    `key` is the chain key when the caller has read it in this transaction."""
+    *row, last = conn.execute(_APPEND, [ident]).fetchone()
     conn.execute("INSERT INTO links (id, link) VALUES (?, ?)",
-                 [ident, link(chain_key(conn), _GENESIS if last is None else last[0], row)])
+                 [ident, link(chain_key(conn) if key is None else key,
+                              _GENESIS if last is None else last, tuple(row))])
 
 
 def verify(conn: sqlite3.Connection, kept: tuple[int, str] | None = None) -> ChainReport:

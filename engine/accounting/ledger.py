@@ -45,9 +45,9 @@ from typing import TypeVar
 
 from ..errors import EngineHalted, LedgerError
 from ..result import AggregateRecord, AnswerCost, HistoryEntry
-from . import chain, ledger_schema, reuse_index
+from . import chain, ledger_schema, ledger_snapshot, reuse_index
 from . import totals as ledger_totals
-from .analysts import AnalystsTable, now
+from .analysts import Analyst, AnalystAccount, AnalystsTable, now
 from .books import Books
 from .ledger_binding import LedgerBinding, binding_from_meta, binding_meta
 from .ledger_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES
@@ -87,6 +87,7 @@ class Ledger(AnalystsTable):
         self.path = Path(path)
         self.binding = binding
         self.on_write: Callable[[float], None] | None = None  # seconds each charge's write took
+        self._charging: ledger_snapshot.Snapshot | None = None  # what the charge under way read
         if self.path.is_dir():
             raise LedgerError(f"ledger path {self.path} is a directory; expected a file path")
         if create:
@@ -310,9 +311,14 @@ class Ledger(AnalystsTable):
 
     def state(self) -> LedgerState:
         """The ledger's binding and books (the DP spending, the columns read so far and the
-        spending per time point), read in one transaction."""
+        spending per time point), read in one statement (in one transaction when the running
+        totals must be recomputed)."""
         conn = self._conn
         try:
+            snapshot = ledger_snapshot.read(conn)
+            if snapshot.current:
+                return LedgerState(snapshot.binding(self.path),
+                                   snapshot.totals(self.path).books(self.path))
             conn.execute("BEGIN")
             try:
                 totals = ledger_totals.read(conn, self.path)
@@ -322,28 +328,38 @@ class Ledger(AnalystsTable):
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
 
-    def charge(self, settle: Callable[[LedgerState], tuple[Charge, T]]) -> tuple[int, T]:
+    def charge(self, settle: Callable[[LedgerState], tuple[Charge, T]],
+               analyst: str | None = None) -> tuple[int, T]:
         """Charge what `settle(state)` decides, in one transaction.
 
         `settle` gets the ledger's binding and books as they are now, under the write lock; it
         admits or refuses (raising), draws the noise and builds the complete answer.
         The charge and its answer are then inserted and committed together; if anything
         raises, the transaction rolls back and nothing is charged. Returns the charge's id and
-        what `settle` returned. Concurrent processes are serialised by sqlite's write lock."""
+        what `settle` returned. Concurrent processes are serialised by sqlite's write lock.
+        `analyst`, when known, is who is charged: their totals are read with the ledger's."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if self.halted() is not None:  # another process halted the engine meanwhile
+                snapshot = ledger_snapshot.read(conn, analyst)
+                if snapshot.halted is not None:  # another process halted the engine meanwhile
                     raise EngineHalted
-                stored = self._stored_binding()
+                stored = snapshot.binding(self.path)
                 self._check_units(stored)  # the owner may have changed them since we opened
-                if ledger_totals.is_stale(conn):  # another program wrote charges meanwhile
+                if not snapshot.current:  # another program wrote charges meanwhile
                     ledger_totals.rebuild(conn, self.path)
-                totals = ledger_totals.read(conn, self.path)
-                charge, extra = settle(LedgerState(stored, totals.books(self.path)))
+                    snapshot = ledger_snapshot.read(conn, analyst)
+                totals = snapshot.totals(self.path)
+                self._charging = snapshot
+                try:
+                    charge, extra = settle(LedgerState(stored, totals.books(self.path)))
+                finally:
+                    self._charging = None
                 writing = time.perf_counter()
-                mine = ledger_totals.read(conn, self.path, charge.analyst)  # before the insert
+                mine = snapshot.totals(self.path, charge.analyst) \
+                    if charge.analyst == snapshot.analyst \
+                    else ledger_totals.read(conn, self.path, charge.analyst)  # before the insert
                 answer = None if charge.answer is None else json.dumps(charge.answer,
                                                                        allow_nan=False)
                 columns = None if charge.columns is None else json.dumps(sorted(charge.columns))
@@ -362,7 +378,7 @@ class Ledger(AnalystsTable):
                     if charge.reuse_key is not None:
                         reuse_index.record(conn, charge.analyst, charge.reuse_key,
                                            cost.epsilon_dp, ident)
-                chain.append(conn, ident)
+                chain.append(conn, ident, snapshot.chain_key())
                 ledger_totals.write(conn, charge.analyst, totals, mine, cost.epsilon_dp,
                                     charge.columns, charge.times)
                 conn.execute("COMMIT")
@@ -376,6 +392,21 @@ class Ledger(AnalystsTable):
             raise LedgerError(f"cannot write ledger {self.path}: {exc}; nothing was charged") \
                 from None
         return int(ident), extra
+
+    def account(self, name: str) -> AnalystAccount | None:
+        """The registered analyst `name` with the books of their own answers (`AnalystsTable`);
+        inside a charge, from what the charge read in its transaction where it can."""
+        snapshot = self._charging
+        if snapshot is None:
+            return super().account(name)
+        if not snapshot.analysts:
+            return None
+        row = self._analyst_row(name)
+        if row is None:
+            return None
+        totals = snapshot.totals(self.path, name) if name == snapshot.analyst \
+            else ledger_totals.read(self._conn, self.path, name)
+        return AnalystAccount(Analyst(*row), totals.books(self.path))
 
     def history(self, analyst: str, ident: int | None = None) -> tuple[HistoryEntry, ...]:
         """The analyst's released answers as stored with their charges (one, given its id)."""

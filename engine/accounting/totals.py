@@ -110,8 +110,12 @@ def read(conn: sqlite3.Connection, path: Path, analyst: str | None = None) -> To
     charges when they are stale."""
     if is_stale(conn):
         return recompute(conn, path, analyst)
-    row = conn.execute("SELECT spent, read, times FROM totals WHERE scope = ?",
-                       [_scope(analyst)]).fetchone()
+    return parse(conn.execute("SELECT spent, read, times FROM totals WHERE scope = ?",
+                              [scope(analyst)]).fetchone(), path)
+
+
+def parse(row: tuple | None, path: Path) -> Totals:
+    """A stored totals row (spent, read, times) read back (None: no charge in its scope)."""
     if row is None:
         return Totals()
     try:
@@ -131,8 +135,9 @@ def write(conn: sqlite3.Connection, analyst: str, before: Totals, mine: Totals, 
           columns: frozenset[str] | None, points: tuple[int, ...] | None) -> None:
     """Add one charge to the current totals of the ledger and of its analyst (inside the
     charge's transaction, after its insert) and mark them current again."""
-    for scope, totals in ((WHOLE, before), (ANALYST + analyst, mine)):
-        _store(conn, scope, totals.add(eps_dp, columns, points))
+    rows = [_row(name, totals.add(eps_dp, columns, points))
+            for name, totals in ((WHOLE, before), (ANALYST + analyst, mine))]
+    conn.execute(_UPSERT_TWO, [value for row in rows for value in row])
     conn.execute("UPDATE meta SET value = 'current' WHERE key = 'totals'")
 
 
@@ -212,16 +217,26 @@ class _Fold:
             return None
 
 
+_UPSERT = ("INSERT INTO totals (scope, spent, read, times) VALUES {} ON CONFLICT (scope) "
+           "DO UPDATE SET spent = excluded.spent, read = excluded.read, times = excluded.times")
+_UPSERT_ONE = _UPSERT.format("(?, ?, ?, ?)")
+_UPSERT_TWO = _UPSERT.format("(?, ?, ?, ?), (?, ?, ?, ?)")  # the ledger's and an analyst's
+
+
 def _store(conn: sqlite3.Connection, scope: str, totals: Totals) -> None:
+    conn.execute(_UPSERT_ONE, _row(scope, totals))
+
+
+def _row(scope: str, totals: Totals) -> tuple[str, str, str | None, str | None]:
+    """A scope's totals as the totals table stores them."""
     read_text = None if totals.read is None else json.dumps(sorted(totals.read))
     pairs = None if totals.times is None else [list(p) for p in totals.times]
     times_text = None if pairs is None else json.dumps({"series": pairs} if totals.series else pairs)
-    conn.execute("INSERT INTO totals (scope, spent, read, times) VALUES (?, ?, ?, ?) "
-                 "ON CONFLICT (scope) DO UPDATE SET spent = excluded.spent, read = excluded.read, "
-                 "times = excluded.times", [scope, format(totals.units, "x"), read_text, times_text])
+    return scope, format(totals.units, "x"), read_text, times_text
 
 
-def _scope(analyst: str | None) -> str:
+def scope(analyst: str | None) -> str:
+    """The totals row of the whole ledger (None) or of an analyst."""
     return WHOLE if analyst is None else ANALYST + analyst
 
 

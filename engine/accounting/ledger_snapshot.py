@@ -1,0 +1,74 @@
+"""What a query reads of the ledger, in one sqlite statement: the meta table (the binding, a
+halt, whether the running totals are current, the chain key), the running totals of the whole
+ledger and of one analyst, and whether the ledger has an analysts table. One statement is one
+consistent read, and a charge makes it right after taking the write lock, so the charge pays
+for one round trip instead of one per fact.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import totals as ledger_totals
+from .ledger_binding import LedgerBinding, binding_from_meta
+
+_READ = ("SELECT 0, key, value, NULL, NULL FROM meta "
+         "UNION ALL SELECT 1, scope, spent, read, times FROM totals WHERE scope IN (?, ?) "
+         "UNION ALL SELECT 2, name, NULL, NULL, NULL FROM sqlite_master "
+         "WHERE type = 'table' AND name = 'analysts'")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The ledger as one statement read it: its meta table, the stored totals rows by scope
+    (current only when `current`), whether it has analysts, and whose totals were asked."""
+
+    meta: dict[str, str]
+    rows: dict[str, tuple]
+    analysts: bool
+    analyst: str | None
+
+    @property
+    def current(self) -> bool:
+        """Whether the stored totals are current (else they are recomputed from the charges)."""
+        return self.meta.get("totals") == "current"
+
+    @property
+    def halted(self) -> str | None:
+        """When and why the engine halted on this ledger, or None."""
+        return self.meta.get("halted")
+
+    def binding(self, path: Path) -> LedgerBinding:
+        """The binding the ledger holds (the owner may have tightened it since it was opened)."""
+        return binding_from_meta(self.meta, path)
+
+    def chain_key(self) -> bytes | None:
+        """The ledger's chain key, if it has one yet."""
+        value = self.meta.get("chain_key")
+        return None if value is None else bytes.fromhex(value)
+
+    def totals(self, path: Path, analyst: str | None = None) -> ledger_totals.Totals:
+        """The stored totals of the whole ledger (or of `analyst`, the one read); only
+        meaningful when `current`."""
+        assert self.current and (analyst is None or analyst == self.analyst)
+        return ledger_totals.parse(self.rows.get(ledger_totals.scope(analyst)), path)
+
+
+def read(conn: sqlite3.Connection, analyst: str | None = None) -> Snapshot:
+    """The ledger's meta table, the stored totals of the whole ledger and of `analyst` (None:
+    the whole ledger's only) and whether it has analysts, in one statement."""
+    meta: dict[str, str] = {}
+    rows: dict[str, tuple] = {}
+    analysts = False
+    whole = ledger_totals.scope(None)
+    for source, key, spent, columns, times in conn.execute(
+            _READ, [whole, ledger_totals.scope(analyst)]):
+        if source == 0:
+            meta[key] = spent
+        elif source == 1:
+            rows[key] = (spent, columns, times)
+        else:
+            analysts = True
+    return Snapshot(meta, rows, analysts, analyst)
