@@ -6,7 +6,7 @@ import functools
 import math
 import sys
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..calibration.declared import DeclaredModel
 from .answer_table import Table
@@ -440,16 +440,16 @@ def from_clause(eta_from: str) -> str:
     return f" from {eta_from}" if eta_from else ""
 
 
-def _flat(record: object) -> dict:
+def _flat(record: Any) -> dict:
     """A dataclass of plain values (no nested dataclass or container) as `asdict` gives it,
     without its deep copy: every charge stores an answer's records."""
-    return {name: getattr(record, name) for name in _field_names(type(record))}
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        names = _FIELD_NAMES[type(record)] = tuple(f.name for f in fields(record))
+    return {name: getattr(record, name) for name in names}
 
 
-@functools.cache
-def _field_names(kind: type) -> tuple[str, ...]:
-    """A dataclass's field names, in order."""
-    return tuple(f.name for f in fields(kind))
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # each dataclass's field names, in order
 
 
 _PLAIN = frozenset({str, int, bool})  # exactly these types are JSON as they are
