@@ -21,6 +21,7 @@ from .aggregates import quantile
 from .aggregates.avg import Avg
 from .aggregates.base import Accuracy, Measured, Operand
 from .plan import OutputColumn, QueryPlan
+from .plan_memo import per_plan
 from .result import ExpectedError
 from .sql_types import SqlType
 
@@ -78,9 +79,12 @@ def _quantile_widths(counts: str, operand: Operand, q: float, mechanisms: Mappin
     return widths
 
 
-def _quantile_columns(plan: QueryPlan) -> set[str]:
-    return {column.name for out in plan.outputs for column in out.expression.find_all(exp.Column)
-            if quantile.parse_value_column(column.name) is not None}
+@per_plan
+def _quantile_columns(plan: QueryPlan) -> frozenset[str]:
+    """The quantile values the plan's outputs read from histograms (remembered per plan)."""
+    return frozenset(column.name for out in plan.outputs
+                     for column in out.expression.find_all(exp.Column)
+                     if quantile.parse_value_column(column.name) is not None)
 
 
 def reason(out: OutputColumn, plan: QueryPlan, known: Mapping[str, Reading]) -> str | None:

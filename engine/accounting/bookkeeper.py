@@ -7,6 +7,7 @@ ledger's binding since it opened, the ledger's binding as well (the strictest co
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -295,11 +296,13 @@ class Bookkeeper:
             "charged", asked=asked, cost=after - before, largest_epsilon=largest)
 
 
+@functools.lru_cache(maxsize=1024, typed=True)
 def calibrate_no_looser(epsilon: float, mode: str, model: DependenceModel,
                         policy_mode: str) -> Calibration:
     """Calibrate under `mode` and `model` (k and the eta of the columns read); the mode may
     be more conservative than the policy's, never looser: its eps_dp for this epsilon must
-    not exceed the policy mode's."""
+    not exceed the policy mode's. A pure function of its arguments, remembered (each query
+    asks it; a refusal is not remembered, it is raised again)."""
     try:
         cal = calibrate(epsilon, model, mode)
         if mode != policy_mode:

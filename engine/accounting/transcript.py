@@ -26,7 +26,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ...calibration import (
     CalibrationError,
@@ -46,6 +47,10 @@ TimeSpend = Mapping[int, float]
 
 AnswerMap = Callable[[DependenceModel], Callable[[float], float]]
 """Under a declared model, one answer's level at an eps_dp, given the (k, eta) of its columns."""
+
+T = TypeVar("T")
+_KNOWN = 1024  # column sets an accountant remembers (then it starts over)
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -134,18 +139,39 @@ class ScopedAccountant:
     eta_by_columns: tuple[EtaDeclaration, ...] = ()
     models: tuple[DeclaredModel, ...] = ()
     shared: frozenset[str] = frozenset()  # the parent tables' columns: their eta defaults to 1
+    # The scope, model and accountant of each column set asked (functions of it and the fields
+    # above), kept per accountant: a charge asks them several times, each query again.
+    _known: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def scope(self, columns: frozenset[str] | None) -> ScopedEta:
         """The eta that applies to `columns` (None: every column) and where it comes from."""
-        return scoped_eta(self.eta, self.eta_by_columns, columns, self.shared)
+        return self._remembered(("scope", columns), lambda: scoped_eta(
+            self.eta, self.eta_by_columns, columns, self.shared))
 
     def model(self, columns: frozenset[str] | None) -> DependenceModel:
-        return DependenceModel(self.k, self.scope(columns).eta)
+        return self._remembered(("model", columns),
+                                lambda: DependenceModel(self.k, self.scope(columns).eta))
 
     def at(self, columns: frozenset[str] | None, times: TimeSpend | None = None) -> Accountant:
         """The accountant of a transcript whose answers read `columns` and, when every answer
         reading a column was charged per time point, spent `times` (None otherwise; a
         `SeriesSpend` when one of them read several time points together)."""
+        if times is None:
+            return self._remembered(("at", columns), lambda: self._at(columns, None))
+        return self._at(columns, times)
+
+    def _remembered(self, key: tuple, compute: Callable[[], T]) -> T:
+        """The value kept under `key`, else `compute()`, kept."""
+        known = self._known
+        value = known.get(key, _MISSING)
+        if value is _MISSING:
+            value = compute()
+            if len(known) >= _KNOWN:
+                known.clear()
+            known[key] = value
+        return value
+
+    def _at(self, columns: frozenset[str] | None, times: TimeSpend | None) -> Accountant:
         exact = tuple(m for m in self.models if m.covers(columns)
                       and (m.household is not None or times is not None))
         households = tuple(m for m in exact if m.chain is None)
