@@ -211,9 +211,13 @@ class PrivateDatabase:
         accurately, is answered from them (`derived_from`), at no charge and not recorded
         again (docs/theory.md §22)."""
         analyst = self.analyst if analyst is None else check_analyst(analyst)
-        prepared = self._prepare(sql, epsilon, mode, cost)
+        if self._halted:
+            raise EngineHalted
+        before = self.ledger.state()  # read first: it says whether the engine halted
+        if before.halted is not None:
+            raise EngineHalted
+        prepared = self._preparer.prepare(sql, epsilon, mode, cost)
         plan = prepared.plan
-        before = self.ledger.state()
         books = self.bookkeeper.books(before)
         if (self.reuse if reuse is None else reuse):  # priced to know the accuracy asked
             price = self.bookkeeper.price(prepared, books)

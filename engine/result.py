@@ -463,8 +463,9 @@ def _json_ready(value):
         return value
     if kind is float:
         return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, dict):  # plain values kept without a call each, as in a list
+        return {str(k): v if (t := type(v)) in _PLAIN or (t is float and math.isfinite(v))
+                else _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):  # a row's plain cells kept without a call each
         return [v if (t := type(v)) in _PLAIN or (t is float and math.isfinite(v))
                 else _json_ready(v) for v in value]

@@ -74,10 +74,12 @@ class Charge:
 @dataclass(frozen=True)
 class LedgerState:
     """What a ledger holds now: the binding it is under and its books (with no accountants:
-    who must admit a charge is the reader's to say, `Bookkeeper.books`)."""
+    who must admit a charge is the reader's to say, `Bookkeeper.books`), and when and why the
+    engine halted on it (None: it did not)."""
 
     binding: LedgerBinding
     books: Books
+    halted: str | None = None
 
 
 class Ledger(AnalystsTable):
@@ -318,11 +320,12 @@ class Ledger(AnalystsTable):
             snapshot = ledger_snapshot.read(conn)
             if snapshot.current:
                 return LedgerState(snapshot.binding(self.path),
-                                   snapshot.totals(self.path).books(self.path))
+                                   snapshot.totals(self.path).books(self.path), snapshot.halted)
             conn.execute("BEGIN")
             try:
                 totals = ledger_totals.read(conn, self.path)
-                return LedgerState(self._stored_binding(), totals.books(self.path))
+                return LedgerState(self._stored_binding(), totals.books(self.path),
+                                   self.halted())
             finally:
                 conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:

@@ -19,6 +19,11 @@ _READ = ("SELECT 0, key, value, NULL, NULL FROM meta "
          "UNION ALL SELECT 2, name, NULL, NULL, NULL FROM sqlite_master "
          "WHERE type = 'table' AND name = 'analysts'")
 
+_BINDING_KEYS = ("budget", "k", "eta", "mode", "units", "eta_by_columns", "models", "parents")
+"""The meta keys `binding_from_meta` reads."""
+_BINDINGS: dict[tuple[str | None, ...], LedgerBinding] = {}  # by those keys' values
+_KEPT = 64
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -41,8 +46,16 @@ class Snapshot:
         return self.meta.get("halted")
 
     def binding(self, path: Path) -> LedgerBinding:
-        """The binding the ledger holds (the owner may have tightened it since it was opened)."""
-        return binding_from_meta(self.meta, path)
+        """The binding the ledger holds (the owner may have tightened it since it was opened),
+        read once per distinct record of it."""
+        key = tuple(self.meta.get(name) for name in _BINDING_KEYS)
+        binding = _BINDINGS.get(key)
+        if binding is None:
+            binding = binding_from_meta(self.meta, path)
+            if len(_BINDINGS) >= _KEPT:
+                _BINDINGS.clear()
+            _BINDINGS[key] = binding
+        return binding
 
     def chain_key(self) -> bytes | None:
         """The ledger's chain key, if it has one yet."""

@@ -16,6 +16,7 @@ charges, read-only by readers and durably by the next writer.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -120,15 +121,22 @@ def parse(row: tuple | None, path: Path) -> Totals:
         return Totals()
     try:
         spent, columns, times = row
-        stored: Any = None if times is None else json.loads(times)
-        series = isinstance(stored, dict)  # {"series": pairs} once a series answer was charged
-        pairs = stored["series"] if isinstance(stored, dict) else stored
-        return Totals(int(spent, 16), None if columns is None else frozenset(json.loads(columns)),
-                      None if pairs is None else tuple((int(t), float(v)) for t, v in pairs),
-                      series)
+        return Totals(int(spent, 16), *_decoded(columns, times))
     except (TypeError, ValueError):
         raise LedgerError(f"ledger {path} holds unreadable running totals; restore it from a "
                           "backup") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded(columns: str | None, times: str | None) -> tuple[
+        frozenset[str] | None, tuple[tuple[int, float], ...] | None, bool]:
+    """A totals row's columns read and time spending decoded (remembered: they change far less
+    often than the spending, and every query reads them)."""
+    stored: Any = None if times is None else json.loads(times)
+    series = isinstance(stored, dict)  # {"series": pairs} once a series answer was charged
+    pairs = stored["series"] if isinstance(stored, dict) else stored
+    return (None if columns is None else frozenset(json.loads(columns)),
+            None if pairs is None else tuple((int(t), float(v)) for t, v in pairs), series)
 
 
 def write(conn: sqlite3.Connection, analyst: str, before: Totals, mine: Totals, eps_dp: float,

@@ -51,6 +51,7 @@ AnswerMap = Callable[[DependenceModel], Callable[[float], float]]
 T = TypeVar("T")
 _KNOWN = 1024  # column sets an accountant remembers (then it starts over)
 _MISSING = object()
+_LEVELS = 8  # levels an accountant remembers (then it starts over)
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,22 @@ class Accountant:
     exact: tuple[DeclaredModel, ...] = ()  # declared models covering the transcript
     spend: tuple[float, ...] | None = None  # a covering chain's per-time spending (with the new)
     series: bool = False  # an answer of the transcript read several time points together (§20)
+    # The last few levels computed (a function of S and the fields above): a charge asks the
+    # level after it when pricing, admitting and reporting the budget.
+    _levels: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def level(self, spent_dp: float) -> float:
         """L(S): the information-privacy level of a transcript that spent S in DP terms (the
         smallest of the mode's map and each covering model's capped map)."""
+        known = self._levels.get(spent_dp)
+        if known is not None:
+            return known
         level = transcript_level(spent_dp, self.model, self.mode)
         for declared in self.exact:
             level = min(level, declared.capped(spent_dp, self.model, self.spend, self.series))
+        if len(self._levels) >= _LEVELS:
+            self._levels.clear()
+        self._levels[spent_dp] = level
         return level
 
     def dp_budget(self) -> float:
