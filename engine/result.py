@@ -217,7 +217,7 @@ class QueryResult:
     def bounds(self, intervals: pd.DataFrame | Table) -> list[list[list[float] | None]]:
         """Per cell, the interval shown: [low, high] within what the statistic can be."""
         ranges = self.ranges()
-        return [[cut(v, c, r) for v, c, r in zip(row, ci, ranges, strict=True)]
+        return [[None if r is None else cut(v, c, r) for v, c, r in zip(row, ci, ranges, strict=True)]
                 for row, ci in zip(self.table.rows(), _floats(intervals), strict=True)]
 
     @property
@@ -467,8 +467,7 @@ def _json_ready(value):
         return {str(k): v if (t := type(v)) in _PLAIN or (t is float and math.isfinite(v))
                 else _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):  # a row's plain cells kept without a call each
-        return [v if (t := type(v)) in _PLAIN or (t is float and math.isfinite(v))
-                else _json_ready(v) for v in value]
+        return _json_list(value)
     if value is None or _pandas_missing(value):
         return None
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
@@ -478,6 +477,13 @@ def _json_ready(value):
     if isinstance(value, (bool, int, str)):
         return value
     return str(value)
+
+
+def _json_list(values: list | tuple) -> list:
+    """`_json_ready` of each item: plain values kept, a float made None unless finite, a list
+    (a table's row) done the same way, anything else by `_json_ready`."""
+    return [v if (t := type(v)) in _PLAIN else (v if math.isfinite(v) else None) if t is float
+            else _json_list(v) if t is list else _json_ready(v) for v in values]
 
 
 def _pandas_missing(value) -> bool:
