@@ -20,7 +20,8 @@ from dpsql.engine.result import AnswerCost
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import create_ledger, record_charge
+from dpsql import PrivateDatabase
+from tests.support import create_ledger, make_people, record_charge, write_policy
 
 BINDING = LedgerBinding(budget=1e6, k=2, eta=0.1)
 V5_CHARGES = """CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL,
@@ -72,8 +73,10 @@ def _charge(analyst: str, eps_dp: float, cols, points, answer: dict | None = Non
 def test_running_totals_equal_a_scan_of_every_charge(tmp_path_factory, sequence):
     path = create_ledger(tmp_path_factory.mktemp("totals") / "ledger.sqlite", BINDING)
     with Ledger(path, BINDING) as ledger:
-        for analyst, eps_dp, cols, points in sequence:
-            record_charge(ledger, _charge(analyst, eps_dp, cols, points))
+        for i, (analyst, eps_dp, cols, points) in enumerate(sequence):
+            # Named, the analyst's totals are read with the ledger's in one statement.
+            charge = _charge(analyst, eps_dp, cols, points)
+            ledger.charge(lambda state, charge=charge: (charge, None), analyst if i % 2 else None)
         whole, mine = figures(ledger)
         assert whole == scanned(path)
         assert mine == [scanned(path, "ann"), scanned(path, "bob")]
@@ -152,3 +155,29 @@ def test_stored_answers_are_read_from_their_own_table(tmp_path):
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT id, answer FROM answers").fetchall() == [
             (1, '{"rows": [[1]]}')]
+
+
+def test_a_warm_query_costs_the_ledger_the_same_statements_however_many_answers_it_holds(
+        tmp_path):
+    """One charged query reads the ledger in one statement before the run and one under the
+    write lock, then inserts its rows, links and totals and commits once: the same statements
+    on a ledger of 1 and of 40 stored answers, from two analysts (twice as many before
+    what a charge reads was read together)."""
+    data, policy = make_people(tmp_path / "people.duckdb"), write_policy(tmp_path / "p.yaml")
+    ledger = create_ledger(tmp_path / "ledger.sqlite", policy)
+    counted: list[list[str]] = []
+
+    def trace(text: str) -> None:  # a statement, traced again as it runs a trigger: once
+        words = " ".join(text.split()[:3])
+        if not counted[-1] or counted[-1][-1] != words:
+            counted[-1].append(words)
+
+    with PrivateDatabase.connect(data, policy, ledger, reuse=False) as db:
+        db.ledger._conn.set_trace_callback(trace)
+        for i in range(41):
+            counted.append([])
+            db.query("SELECT COUNT(*) AS n FROM people", epsilon=0.01,
+                     analyst="ann" if i % 2 else "bob")
+    first, last = counted[1], counted[-1]
+    assert first == last
+    assert len(last) <= 13 and last.count("COMMIT") == 1, "; ".join(last)
