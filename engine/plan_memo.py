@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-SIZE = 512  # plans remembered per memo (the preparer keeps 256 texts)
+SIZE = 256  # values remembered per memo: as many as the texts the preparer keeps
 
 T = TypeVar("T")
 R = TypeVar("R")
