@@ -16,15 +16,19 @@ import pytest
 
 from tests.support import create_ledger, make_people, write_policy
 
-NOT_AT_IMPORT = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.engine.workload_run",
-                 "dpsql.engine.workload", "dpsql.engine.workload_result", "dpsql.engine.report.build",
-                 "dpsql.engine.service.client")
+NOT_AT_IMPORT = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.calibration.audit",
+                 "dpsql.engine.workload_run", "dpsql.engine.workload", "dpsql.engine.workload_result",
+                 "dpsql.engine.report.build", "dpsql.engine.service.client")
 """Not loaded by importing the command line, the engine's database or the calibration layer."""
 
 NOT_FOR_A_QUERY = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.engine.workload_run",
-                   "dpsql.engine.workload", "dpsql.engine.report.build")
+                   "dpsql.engine.workload", "dpsql.engine.report.build", "dpsql.calibration.audit",
+                   "dpsql.calibration.information", "dpsql.calibration.model_exact",
+                   "dpsql.calibration.model_maps", "dpsql.calibration.model_series",
+                   "sqlglot.optimizer.qualify", "sqlglot.optimizer.merge_subqueries")
 """Not loaded by answering an aggregate query (without a declared model, post-processing
-expressions or ordering) and printing it."""
+expressions, ordering or a CTE) and printing it: the exact audit, the declared models' maps and
+sqlglot's optimizer (which merges CTEs and subqueries) are loaded by the calls that use them."""
 
 PROBE = """
 import atexit, json, sys
@@ -77,6 +81,19 @@ def test_the_probe_sees_pandas_where_the_answer_needs_the_post_processing_query(
         str(policy), "--ledger", str(create_ledger(tmp_path / "ledger.sqlite", policy)))
     assert '"n"' in done.stdout
     assert "pandas" in modules
+
+
+def test_the_probe_sees_a_cte_load_the_optimizer_that_merges_it(tmp_path):
+    """The guard can fail: a query with a CTE is flattened by sqlglot's optimizer, and the probe
+    finds it loaded there."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    done, modules = _modules(
+        "from dpsql.engine.cli import main; main(sys.argv[1:])", "query",
+        "WITH t AS (SELECT state FROM people) SELECT state, COUNT(*) AS n FROM t GROUP BY state",
+        "--epsilon", "1", "--format", "json", "--db", str(make_people(tmp_path / "people.duckdb")),
+        "--policy", str(policy), "--ledger", str(create_ledger(tmp_path / "ledger.sqlite", policy)))
+    assert '"n"' in done.stdout
+    assert "sqlglot.optimizer.qualify" in modules
 
 
 def test_the_probe_sees_a_workload_load_its_code(tmp_path):
