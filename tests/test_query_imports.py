@@ -102,3 +102,23 @@ def test_the_probe_sees_a_workload_load_its_code(tmp_path):
                           "from dpsql.engine.noise import NoiseKind; "
                           "sum_halfwidth(NoiseKind.LAPLACE, 1.0, 3, 0.05)")
     assert "scipy" in modules and "scipy.integrate" in modules
+
+
+def test_a_direct_answer_opens_no_post_processing_duckdb_and_an_ordered_one_does(tmp_path):
+    """An aggregate answered directly runs no post-processing SQL, so neither its gate nor the
+    post-processing DuckDB is opened (each is an in-memory DuckDB a one-shot process would pay
+    for); a query ordered by a noisy value needs both, and gets them."""
+    from dpsql.engine.database import PrivateDatabase
+
+    policy = write_policy(tmp_path / "policy.yaml")
+    with PrivateDatabase.connect(make_people(tmp_path / "people.duckdb"), policy,
+                                 create_ledger(tmp_path / "ledger.sqlite", policy)) as db:
+        direct = db.query("SELECT state, COUNT(*) AS n, AVG(income) AS mean FROM people "
+                          "GROUP BY state", epsilon=1.0)
+        shown = direct.to_dict()
+        assert shown["columns"] == ["state", "n", "mean"] and len(shown["rows"]) == 4
+        assert db._preparer._post_gates == {} and db._post._conn is None
+        ordered = db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state ORDER BY n",
+                           epsilon=1.0)
+        assert len(ordered.to_dict()["rows"]) == 4
+        assert len(db._preparer._post_gates) == 1 and db._post._conn is not None
