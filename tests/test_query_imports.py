@@ -122,3 +122,21 @@ def test_a_direct_answer_opens_no_post_processing_duckdb_and_an_ordered_one_does
                            epsilon=1.0)
         assert len(ordered.to_dict()["rows"]) == 4
         assert len(db._preparer._post_gates) == 1 and db._post._conn is not None
+
+
+def test_the_command_line_freezes_what_importing_the_engine_built_and_a_callers_list_does_not(
+        tmp_path):
+    """`dpsql` on its own command line imports the engine with the garbage collector paused and
+    freezes what the import built (no later collection walks it again); a caller's argument
+    list, as tests pass in their own process, leaves the collector as it was."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    paths = ["--db", str(make_people(tmp_path / "people.duckdb")), "--policy", str(policy),
+             "--ledger", str(create_ledger(tmp_path / "ledger.sqlite", policy))]
+    report = ("import gc; atexit.register(lambda: print('frozen', gc.get_freeze_count(), "
+              "gc.isenabled(), file=sys.stderr)); from dpsql.engine.cli import main; ")
+    for call, frozen in (("main()", True), ("main(sys.argv[1:])", False)):
+        done, _ = _modules(report + call, "query", "SELECT COUNT(*) AS n FROM people",
+                           "--epsilon", "1", "--format", "json", *paths)
+        assert '"n"' in done.stdout
+        count, enabled = done.stderr.strip().splitlines()[-2].split()[1:]
+        assert (int(count) > 1000) is frozen and enabled == "True"
