@@ -25,18 +25,18 @@ from .household import household_eta
 from .inversion import Calibration, invert
 from .maps import MODEL_MODE, guarantee
 from .model import DependenceModel
-from .model_exact import largest_within, rho_grid
-from .model_gaussian import GaussianHousehold, gaussian_eta
-from .model_household import HouseholdModel
-from .model_maps import (
-    capped_inverse,
-    chain_level,
-    gaussian_column_level,
-    household_column_level,
-    series_level,
-    series_ratio_level,
-)
-from .model_markov import MarkovModel, chain_eta
+
+# typing is not imported at run time (type checkers read the name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from .model_gaussian import GaussianHousehold
+    from .model_household import HouseholdModel
+    from .model_markov import MarkovModel
+
+# The models' maps and exact bounds (model_exact, model_maps, model_series, ...) are imported by
+# the methods that use them: only a policy that declares a model needs them, and a query process
+# under any other policy does not load them (issue 26: start-up is most of a query's cost).
 
 DEFAULT_CAP = 10.0
 """An answer's model eps_dp is at most this many times the tight map's (the owner may lower it)."""
@@ -119,6 +119,8 @@ class DeclaredModel:
               series: bool = False) -> float:
         """L_model: a household's at the transcript's total; a chain's at its per-time spend
         (the quilt bound of §20 once an answer read several time points together)."""
+        from .model_maps import chain_level, gaussian_column_level, household_column_level, series_level
+
         if self.household is not None:
             return household_column_level(self.household, total_dp)
         if self.gaussian is not None:
@@ -132,6 +134,8 @@ class DeclaredModel:
         """The model's map counted only up to the cap: never below the prior-robust maps at
         1/cap of the spending (the tight map's, and for a series transcript the quilt ratio
         bound's), and for a series transcript never above that ratio bound itself (§20)."""
+        from .model_maps import series_ratio_level
+
         floor = tight_level(total_dp / self.cap, query)
         if not series or self.chain is None or spend is None:
             return max(self.level(total_dp, spend, series), floor)
@@ -169,6 +173,9 @@ class DeclaredModel:
         bisection on the model's level (non-decreasing in eps_dp, §14), then verified. A
         series answer's level is at least eps_dp / cap (its own record's share), so its
         eps_dp is at most cap * epsilon."""
+        from .model_exact import largest_within
+        from .model_maps import capped_inverse
+
         tight = invert("tight", epsilon, query)
         if isinstance(times, SeriesPoints):
             eps_dp = max(tight, largest_within(lambda e: self.answer_level(e, query, times),
@@ -186,6 +193,8 @@ class DeclaredModel:
         households at rho_high + 0.05 and + 0.1 (clipped to 1), for chains with each transition
         probability P(v | u), v != u, moved by -0.05 and +0.05 (P(u | u) takes the difference;
         moves leaving [0, 1] are skipped)."""
+        from .model_markov import MarkovModel
+
         out: list[tuple[str, float]] = []
         if self.household is not None:
             for step in RHO_STEP:
@@ -216,6 +225,10 @@ class DeclaredModel:
 
     def own_eta(self) -> DependenceModel:
         """The (k, eta) the model implies for its columns: the policy must declare at least it."""
+        from .model_exact import rho_grid
+        from .model_gaussian import gaussian_eta
+        from .model_markov import chain_eta
+
         if self.household is not None:
             marginal = np.array(self.household.marginal)
             eta = max(household_eta(size, rho, marginal) for rho in rho_grid(self.household)
@@ -253,6 +266,10 @@ def models_from_json(text: str) -> tuple[DeclaredModel, ...]:
     """Read `models_json` back (KeyError, TypeError or ValueError if it is not one)."""
     if not text:
         return ()
+    from .model_gaussian import GaussianHousehold
+    from .model_household import HouseholdModel
+    from .model_markov import MarkovModel
+
     models = []
     for item in json.loads(text):
         household = chain = gaussian = None

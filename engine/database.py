@@ -70,7 +70,7 @@ class PrivateDatabase:
         self.ledger = ledger
         self.analyst = check_analyst(analyst)
         self.bookkeeper = Bookkeeper(policy, ledger)
-        self._post = postprocess.connect()
+        self._post = postprocess.Connection()  # opened by the first post-processing query
         self._preparer = Preparer(policy, backend, self._post)
         self._halted = False
         # One thread at a time uses the data connection, the preparer's caches, the

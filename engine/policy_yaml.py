@@ -60,13 +60,27 @@ def load_policy(path: str | Path) -> Policy:
     if not path.is_file():
         raise PolicyError(f"policy file not found: {path}")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = _read_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise PolicyError(f"policy file {path} is not UTF-8 text: byte {exc.object[exc.start]:#04x} "
                           f"at offset {exc.start}", offset=exc.start) from None
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from None
     return parse_policy(raw, path.resolve().parent)
+
+
+def _read_yaml(text: str) -> Any:
+    """The document, parsed by libyaml when PyYAML has it (a policy is read by every query
+    process, and the pure-Python parser is most of that read); a document libyaml refuses is
+    parsed again by PyYAML's own parser, so the error and where it points are the same as
+    without libyaml. Both build the values with the same safe constructor."""
+    loader = getattr(yaml, "CSafeLoader", None)
+    if loader is not None:
+        try:
+            return yaml.load(text, Loader=loader)
+        except yaml.YAMLError:
+            pass
+    return yaml.safe_load(text)
 
 
 def _yaml_error(path: Path, exc: yaml.YAMLError) -> PolicyError:

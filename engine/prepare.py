@@ -64,7 +64,7 @@ class PreparedQuery:
 class Preparer:
     """Prepares queries for one policy and backend; its caches hold only text-derived values."""
 
-    def __init__(self, policy: Policy, backend: Backend, post: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, policy: Policy, backend: Backend, post: postprocess.Post) -> None:
         self.policy = policy
         self._backend = backend
         self._post = post
@@ -199,7 +199,11 @@ class Preparer:
             post_sql = postprocess.query_sql(plan)
             self._backend.check(rewritten)
             deadline.check()
-            self._post_gate(plan).check(post_sql)
+            if not postprocess.answered_directly(plan):
+                # A direct answer runs no post-processing SQL (`release_answer`), so there is
+                # nothing to gate (nor to run on zeros, `_check_post_processing`): no in-memory
+                # DuckDB is opened for it (issue 26, a one-shot query process).
+                self._post_gate(plan).check(post_sql)
             cached = (plan, rewritten, post_sql, _columns_read(plan))
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))

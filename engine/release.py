@@ -4,8 +4,6 @@ analyst sees with its half-widths. It runs inside the charge's transaction; a fa
 
 from __future__ import annotations
 
-import duckdb
-
 from . import postprocess
 from .answer_table import Table
 from .noise import Mechanism, release_cells
@@ -20,7 +18,7 @@ class PostProcessingFailed(Exception):
     database halts (internal; never shown)."""
 
 
-def release_answer(post: duckdb.DuckDBPyConnection, plan: QueryPlan, post_sql: str,
+def release_answer(post: postprocess.Post, plan: QueryPlan, post_sql: str,
                    exact: ExactAnswer, mechanisms: dict[str, Mechanism]) -> Answer:
     """Fresh noise on every measured cell of one query, and the answer built from the noisy
     values: directly when its outputs allow, else by the post-processing query on the noisy

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NoReturn, Protocol
 
-import duckdb
 import numpy as np
 
 from ..calibration import MODEL_MODE, DependenceModel
+from . import postprocess
 from .accounting.analysts import check_analyst
 from .accounting.bookkeeper import Bookkeeper, Price
 from .accounting.ledger import Charge, Ledger, LedgerState
@@ -51,7 +51,7 @@ class Database(Protocol):
     bookkeeper: Bookkeeper
     _backend: Backend
     _preparer: Preparer
-    _post: duckdb.DuckDBPyConnection
+    _post: postprocess.Connection
     _halted: bool
 
     def _halt(self, reason: str) -> NoReturn: ...

@@ -16,15 +16,19 @@ import pytest
 
 from tests.support import create_ledger, make_people, write_policy
 
-NOT_AT_IMPORT = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.engine.workload_run",
-                 "dpsql.engine.workload", "dpsql.engine.workload_result", "dpsql.engine.report.build",
-                 "dpsql.engine.service.client")
+NOT_AT_IMPORT = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.calibration.audit",
+                 "dpsql.engine.workload_run", "dpsql.engine.workload", "dpsql.engine.workload_result",
+                 "dpsql.engine.report.build", "dpsql.engine.service.client")
 """Not loaded by importing the command line, the engine's database or the calibration layer."""
 
 NOT_FOR_A_QUERY = ("scipy", "matplotlib", "pandas", "pyarrow", "dpsql.engine.workload_run",
-                   "dpsql.engine.workload", "dpsql.engine.report.build")
+                   "dpsql.engine.workload", "dpsql.engine.report.build", "dpsql.calibration.audit",
+                   "dpsql.calibration.information", "dpsql.calibration.model_exact",
+                   "dpsql.calibration.model_maps", "dpsql.calibration.model_series",
+                   "sqlglot.optimizer.qualify", "sqlglot.optimizer.merge_subqueries")
 """Not loaded by answering an aggregate query (without a declared model, post-processing
-expressions or ordering) and printing it."""
+expressions, ordering or a CTE) and printing it: the exact audit, the declared models' maps and
+sqlglot's optimizer (which merges CTEs and subqueries) are loaded by the calls that use them."""
 
 PROBE = """
 import atexit, json, sys
@@ -79,9 +83,60 @@ def test_the_probe_sees_pandas_where_the_answer_needs_the_post_processing_query(
     assert "pandas" in modules
 
 
+def test_the_probe_sees_a_cte_load_the_optimizer_that_merges_it(tmp_path):
+    """The guard can fail: a query with a CTE is flattened by sqlglot's optimizer, and the probe
+    finds it loaded there."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    done, modules = _modules(
+        "from dpsql.engine.cli import main; main(sys.argv[1:])", "query",
+        "WITH t AS (SELECT state FROM people) SELECT state, COUNT(*) AS n FROM t GROUP BY state",
+        "--epsilon", "1", "--format", "json", "--db", str(make_people(tmp_path / "people.duckdb")),
+        "--policy", str(policy), "--ledger", str(create_ledger(tmp_path / "ledger.sqlite", policy)))
+    assert '"n"' in done.stdout
+    assert "sqlglot.optimizer.qualify" in modules
+
+
 def test_the_probe_sees_a_workload_load_its_code(tmp_path):
     """The guard can fail: the same probe, on the calls that do need them, finds them."""
     _, modules = _modules("from dpsql.engine.workload_intervals import sum_halfwidth; "
                           "from dpsql.engine.noise import NoiseKind; "
                           "sum_halfwidth(NoiseKind.LAPLACE, 1.0, 3, 0.05)")
     assert "scipy" in modules and "scipy.integrate" in modules
+
+
+def test_a_direct_answer_opens_no_post_processing_duckdb_and_an_ordered_one_does(tmp_path):
+    """An aggregate answered directly runs no post-processing SQL, so neither its gate nor the
+    post-processing DuckDB is opened (each is an in-memory DuckDB a one-shot process would pay
+    for); a query ordered by a noisy value needs both, and gets them."""
+    from dpsql.engine.database import PrivateDatabase
+
+    policy = write_policy(tmp_path / "policy.yaml")
+    with PrivateDatabase.connect(make_people(tmp_path / "people.duckdb"), policy,
+                                 create_ledger(tmp_path / "ledger.sqlite", policy)) as db:
+        direct = db.query("SELECT state, COUNT(*) AS n, AVG(income) AS mean FROM people "
+                          "GROUP BY state", epsilon=1.0)
+        shown = direct.to_dict()
+        assert shown["columns"] == ["state", "n", "mean"] and len(shown["rows"]) == 4
+        assert db._preparer._post_gates == {} and db._post._conn is None
+        ordered = db.query("SELECT state, COUNT(*) AS n FROM people GROUP BY state ORDER BY n",
+                           epsilon=1.0)
+        assert len(ordered.to_dict()["rows"]) == 4
+        assert len(db._preparer._post_gates) == 1 and db._post._conn is not None
+
+
+def test_the_command_line_freezes_what_importing_the_engine_built_and_a_callers_list_does_not(
+        tmp_path):
+    """`dpsql` on its own command line imports the engine with the garbage collector paused and
+    freezes what the import built (no later collection walks it again); a caller's argument
+    list, as tests pass in their own process, leaves the collector as it was."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    paths = ["--db", str(make_people(tmp_path / "people.duckdb")), "--policy", str(policy),
+             "--ledger", str(create_ledger(tmp_path / "ledger.sqlite", policy))]
+    report = ("import gc; atexit.register(lambda: print('frozen', gc.get_freeze_count(), "
+              "gc.isenabled(), file=sys.stderr)); from dpsql.engine.cli import main; ")
+    for call, frozen in (("main()", True), ("main(sys.argv[1:])", False)):
+        done, _ = _modules(report + call, "query", "SELECT COUNT(*) AS n FROM people",
+                           "--epsilon", "1", "--format", "json", *paths)
+        assert '"n"' in done.stdout
+        count, enabled = done.stderr.strip().splitlines()[-2].split()[1:]
+        assert (int(count) > 1000) is frozen and enabled == "True"

@@ -39,7 +39,6 @@ from ...calibration import (
     within_budget,
 )
 from ...calibration.declared import DeclaredModel, SeriesSpend
-from ...calibration.model_maps import capped_inverse
 from ..policy import EtaDeclaration, ScopedEta, scoped_eta
 
 TimeSpend = Mapping[int, float]
@@ -122,6 +121,8 @@ def _dp_budget(budget: float, model: DependenceModel, mode: str,
     total = inverse(budget, model, mode)
     tight = inverse(budget, model, "tight")
     for declared in households:
+        from ...calibration.model_maps import capped_inverse  # only a declared model needs it
+
         total = max(total, capped_inverse(declared.level, budget, tight, declared.cap))
     return total
 

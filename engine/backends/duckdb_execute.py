@@ -192,18 +192,20 @@ def _load_public(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
     """Load each public table whose rows live in their own CSV or Parquet file (`data:` in the
     policy) as a temporary table beside the private data, a CSV read with the declared column
     types. The file is public, so DuckDB's message about it is shown."""
+    files = [(public, public.data) for public in policy.public_tables.values()
+             if public.data is not None]
+    if not files:  # nothing to load: the catalog is not read
+        return
     held = {name for (name,) in conn.execute(
         "SELECT lower(table_name) FROM information_schema.tables").fetchall()}
-    for public in policy.public_tables.values():
-        if public.data is None:
-            continue
+    for public, data in files:
         where = f"tables.{public.name}.data"
         if public.name in held:
             raise PolicyError(f"{where}: the data already holds a table {public.name}; remove "
                               "data: from the policy or the table from the data")
-        if not public.data.is_file():
-            raise PolicyError(f"{where}: file not found: {public.data}")
-        if public.data.suffix.lower() in (".parquet", ".pq"):  # cast to the declared types
+        if not data.is_file():
+            raise PolicyError(f"{where}: file not found: {data}")
+        if data.suffix.lower() in (".parquet", ".pq"):  # cast to the declared types
             reader = "(SELECT * REPLACE (" + ", ".join(
                 f"CAST({duckdb_identifier(c.name)} AS {DECLARED_TYPES[c.type]}) AS "
                 f"{duckdb_identifier(c.name)}" for c in public.columns.values()) + ") FROM read_parquet(?))"
@@ -216,7 +218,7 @@ def _load_public(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
             # so `conn` may already have external access switched off by an earlier open, and
             # a temporary table is the connection's own, so each connection loads the file.
             with duckdb.connect() as side:
-                rows = side.sql(f"SELECT * FROM {reader}", params=[str(public.data)])
+                rows = side.sql(f"SELECT * FROM {reader}", params=[str(data)])
                 body = ", ".join(f"{duckdb_identifier(name)} {kind}"
                                  for name, kind in zip(rows.columns, rows.types, strict=True))
                 frame = rows.df()
@@ -228,7 +230,7 @@ def _load_public(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
             finally:
                 conn.unregister("dpsql_public_rows")
         except duckdb.Error as exc:
-            raise PolicyError(f"{where}: cannot load {public.data}: "
+            raise PolicyError(f"{where}: cannot load {data}: "
                               f"{str(exc).splitlines()[0]}") from None
 
 

@@ -165,11 +165,14 @@ def column_types(conn: duckdb.DuckDBPyConnection, policy: Policy) -> dict[str, d
 
 def columns(conn: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     """Lower-cased column name -> DuckDB type of a table in the main schema, as queries read
-    it (a temporary view from `read_as_declared` shadows the stored table)."""
+    it (a temporary view from `read_as_declared` shadows the stored table). Read from the
+    `duckdb_columns` view, which information_schema.columns renames column for column (without
+    the other 40 columns that view computes: it is read several times as a process opens the
+    data)."""
     return dict(conn.execute(
-        "SELECT lower(column_name), data_type FROM information_schema.columns "
-        "WHERE table_schema = 'main' AND lower(table_name) = ? "
-        "ORDER BY table_catalog = 'temp', ordinal_position", [table]
+        "SELECT lower(column_name), data_type FROM duckdb_columns "
+        "WHERE schema_name = 'main' AND lower(table_name) = ? "
+        "ORDER BY database_name = 'temp', column_index", [table]
     ).fetchall())
 
 

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
-from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
-from sqlglot.optimizer.merge_subqueries import merge_subqueries
-from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
 from ..errors import QueryRefused
@@ -76,6 +73,12 @@ def flatten(select: exp.Select, policy: Policy) -> exp.Select:
             name = exp.to_identifier(item.sql(dialect="duckdb"), quoted=True)
             name.meta["case_sensitive"] = True
             item.replace(exp.alias_(item.copy(), name))
+    # sqlglot's optimizer is loaded by the queries that have a CTE or subquery to merge, not
+    # by every query process (issue 26: start-up is most of a one-shot query's cost).
+    from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+    from sqlglot.optimizer.merge_subqueries import merge_subqueries
+    from sqlglot.optimizer.qualify import qualify
+
     try:
         qualified = qualify(named, dialect="duckdb", schema=_schema(policy),
                             quote_identifiers=False, identify=False)
