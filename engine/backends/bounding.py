@@ -74,8 +74,8 @@ def kept_rows(table: TableSpec, hash_key: str, source: exp.Expression, unit_is_f
     return exp.union(light, kept, distinct=False)
 
 
-def with_clamps(rows: exp.Query, table: TableSpec, columns: Collection[str] | None = None,
-                cast: Mapping[SqlType, str] | None = None) -> exp.Query:
+def with_clamps(rows: exp.Expression, table: TableSpec, columns: Collection[str] | None = None,
+                cast: Mapping[SqlType, str] | None = None) -> exp.Expression:
     """The bounded copy's rows: `rows` (the kept rows of `table` for queries reading `columns`)
     and, after them, each bounded numeric column's value clamped to its bounds as a query would
     clamp it (engine/stored_clamps.py, docs/theory.md §34). `cast` gives the type each policy
@@ -87,7 +87,8 @@ def with_clamps(rows: exp.Query, table: TableSpec, columns: Collection[str] | No
     values = [exp.alias_(clamp_of(col, _column(col.name) if cast is None
                                   else exp.cast(_column(col.name), cast[col.type])),
                          companion(col.name), quoted=True) for col in stored]
-    return exp.select(exp.Star(), *values).from_(rows.subquery("kept"), copy=False)
+    kept = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("kept")))
+    return exp.select(exp.Star(), *values).from_(kept, copy=False)
 
 
 def _digest(names: list[str], hash_key: str, float_columns: Collection[str]) -> exp.Expression:
