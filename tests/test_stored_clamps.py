@@ -21,7 +21,7 @@ from dpsql.engine.sql.flatten import flatten
 from dpsql.engine.sql.parse import parse_select
 from dpsql.engine.stored_clamps import clamped_columns, companion
 
-from tests.support import BASE_POLICY, STATES
+from tests.support import BASE_POLICY, STATES, add_regions, with_regions
 
 POLICY = parse_policy(BASE_POLICY)
 KEY = "stored-clamp-key"
@@ -76,14 +76,14 @@ def data(tmp_path_factory) -> Path:
                  "person_id BIGINT, state VARCHAR, age BIGINT, income DOUBLE, sick BOOLEAN, note VARCHAR")
 
 
-def _plan(sql: str):
-    return build_plan(flatten(parse_select(sql), POLICY), POLICY, sql)
+def _plan(sql: str, policy=POLICY):
+    return build_plan(flatten(parse_select(sql), policy), policy, sql)
 
 
-def _exact(backend: DuckDBBackend, sql: str, stored: bool, monkeypatch) -> dict[str, list]:
+def _exact(backend: DuckDBBackend, sql: str, stored: bool, monkeypatch, policy=POLICY) -> dict[str, list]:
     """The exact measurements of `sql` on `backend`, reading the stored clamped values or (with
     `stored` False) clamping every row in the query."""
-    plan = _plan(sql)
+    plan = _plan(sql, policy)
     for table, columns in copies_to_bound(plan):
         backend.bound(table, KEY, columns)
     with monkeypatch.context() as patch:
@@ -110,6 +110,31 @@ def test_stored_clamps_give_the_exact_answers_of_clamping_in_the_query(data, sql
         backend.close()
     assert _same(with_stored, in_query), (with_stored, in_query)
     assert all(v is None or math.isfinite(v) for values in with_stored.values() for v in values)
+
+
+JOINED = [
+    "SELECT r.region, SUM(p.income), AVG(p.age), SUM(r.population) FROM people AS p "
+    "JOIN regions AS r ON p.state = r.state GROUP BY r.region",
+    "SELECT SUM(income), VAR_POP(age), COUNT(income) FROM people LEFT JOIN regions "
+    "ON people.state = regions.state WHERE regions.population > 10 OR regions.population IS NULL",
+]
+
+
+@pytest.mark.parametrize("sql", JOINED)
+def test_a_join_reads_the_stored_values_of_its_from_table(tmp_path, sql, monkeypatch):
+    """The FROM table's rows carry their stored values through the join; a joined table's
+    columns are clamped in the query."""
+    policy = parse_policy({**BASE_POLICY, **with_regions()})
+    db = add_regions(_data(tmp_path / "people.duckdb", "person_id BIGINT, state VARCHAR, age BIGINT, "
+                                                       "income DOUBLE, sick BOOLEAN, note VARCHAR"))
+    rendered = rewrite(_plan(sql, policy)).sql("duckdb")
+    assert companion("income") in rendered and companion("population") not in rendered
+    backend = DuckDBBackend.open(db, policy)
+    try:
+        with_stored = _exact(backend, sql, True, monkeypatch, policy)
+        assert _same(with_stored, _exact(backend, sql, False, monkeypatch, policy))
+    finally:
+        backend.close()
 
 
 @pytest.mark.parametrize("sql", STORED)
