@@ -2,8 +2,10 @@
 what the engine adds splits into DuckDB's extra work (clamping, the domain join) and the rest
 (plan cache, noise, durable charge, post-processing).
 
-Run: `python -m benchmarks.speed_warm --rows 10000000 [--repeats 15]`. Prints a Markdown
-section for benchmarks/RESULTS.md.
+Run: `python -m benchmarks.speed_warm --rows 10000000 [--repeats 15] [--prepared]`. Prints a
+Markdown section for benchmarks/RESULTS.md. With `--prepared` the per-unit policy reads the bounded
+copy `dpsql prepare` writes (made before timing) instead of one bounded in process; either copy
+stores the clamped values SUM and AVG read (docs/theory.md §34).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 import duckdb
 from dpsql.engine import PrivateDatabase
 from dpsql.engine.backends import duckdb_execute as execute
+from dpsql.engine.backends.duckdb import DuckDBBackend
+from dpsql.engine.policy import Policy
 from dpsql.engine.policy_yaml import parse_policy
 
 from benchmarks.generate import dataset
@@ -31,19 +35,30 @@ def _ms(call: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def measure(path: Path, policy: str, repeats: int, templates: dict[str, str] = TEMPLATES
-            ) -> list[tuple[str, float, float, float]]:
-    """(template, plain ms, rewritten SQL ms, dpsql ms) for each template under `policy`."""
+def measure(path: Path, policy: str, repeats: int, templates: dict[str, str] = TEMPLATES,
+            prepared: bool = False) -> list[tuple[str, float, float, float]]:
+    """(template, plain ms, rewritten SQL ms, dpsql ms) for each template under `policy`, the
+    bounded copies read from the owner's prepared files when `prepared`."""
     parsed = parse_policy(policy_dict(policy))
-    with tempfile.TemporaryDirectory() as tmp, \
-            PrivateDatabase.connect(path, parsed, Path(tmp) / "ledger.sqlite", create=True,
-                                    reuse=False) as db:  # timed again: charged
-        plain = execute.open_data(path, parsed)
-        try:
-            return [(name, *_template(db, plain, sql, repeats))
-                    for name, sql in templates.items() if applies(name, policy)]
-        finally:
-            plain.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Path(tmp) / "ledger.sqlite"
+        if prepared:
+            with PrivateDatabase.connect(path, parsed, ledger, create=True) as owner:
+                DuckDBBackend.prepare_copies(path, parsed, ledger, owner.ledger.hash_key)
+        with PrivateDatabase.connect(path, parsed, ledger, create=not prepared,
+                                     reuse=False) as db:  # timed again: charged
+            return _measure(db, path, parsed, repeats, templates, policy)
+
+
+def _measure(db: PrivateDatabase, path: Path, parsed: Policy, repeats: int,
+             templates: dict[str, str], policy: str) -> list[tuple[str, float, float, float]]:
+    """`measure` on an open private database, against a plain connection to the same data."""
+    plain = execute.open_data(path, parsed)
+    try:
+        return [(name, *_template(db, plain, sql, repeats))
+                for name, sql in templates.items() if applies(name, policy)]
+    finally:
+        plain.close()
 
 
 def _template(db: PrivateDatabase, plain: duckdb.DuckDBPyConnection, sql: str,
@@ -70,16 +85,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--prepared", action="store_true",
+                        help="per-unit queries read the copy `dpsql prepare` writes")
     args = parser.parse_args()
     data = dataset(args.rows)
     lines = []
     loads = [os.getloadavg()[0]]
     for policy in POLICIES:
-        for name, p, r, e in measure(data.path, policy, args.repeats):
+        for name, p, r, e in measure(data.path, policy, args.repeats, prepared=args.prepared
+                                     and policy != "row_level"):
             lines.append(f"| {policy} | {name} | {p:.1f} | {r:.1f} | {e:.1f} | {r / p:.2f} | "
                          f"{e / p:.2f} | {e - r:.1f} |")
         loads.append(os.getloadavg()[0])
-    print(f"Command: `python -m benchmarks.speed_warm --rows {args.rows} --repeats {args.repeats}`"
+    flag = " --prepared" if args.prepared else ""
+    print(f"Command: `python -m benchmarks.speed_warm --rows {args.rows} --repeats {args.repeats}{flag}`"
           f" (load average {min(loads):.1f} to {max(loads):.1f} on 2 cores)\n")
     print("| policy | template | plain ms | rewritten SQL ms | dpsql ms | SQL / plain | "
           "dpsql / plain | dpsql - SQL ms |")

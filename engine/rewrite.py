@@ -21,6 +21,7 @@ from .plan import GroupKey, JoinTree, Measurement, QueryPlan
 from .plan_memo import per_plan
 from .policy import Policy, TableSpec
 from .sql.join import joined_column
+from .stored_clamps import companion_types, stored
 
 
 def rewrite(plan: QueryPlan) -> exp.Select:
@@ -30,8 +31,11 @@ def rewrite(plan: QueryPlan) -> exp.Select:
     A table with a privacy unit is always read through its bounded copy (see
     engine/backends/bounding.py), whether or not any unit is over the bound, so that the SQL, and
     everything `explain` shows, cannot tell whether one is. The copy is the one bounded by the
-    columns the query reads (`read_columns`), so the answer depends on no other column."""
-    source = _bounded_rows(plan, read_columns(plan))
+    columns the query reads (`read_columns`), so the answer depends on no other column. An
+    aggregate of a bare bounded column reads the copy's stored clamped value (§34)."""
+    columns = read_columns(plan)
+    plan = stored(plan)
+    source = _bounded_rows(plan, columns)
     names = [col.name for col in plan.group_by]
     plain = [m for m in plan.measurements if not m.kind.binned]
     parts: list[tuple[str, exp.Select]] = []
@@ -167,8 +171,7 @@ def copies_read(policy: Policy, query: exp.Expression, types: Mapping[str, Mappi
         found = copy_of(policy, ref.name) if ref.catalog == BOUNDED_CATALOG else None
         if found is not None and found[1] is not None:
             table, scope = found
-            out[bounded_table_path(table, scope)] = [(col, types[table.name][col])
-                                                     for col in bounded_columns(table, scope)]
+            out[bounded_table_path(table, scope)] = _copy_columns(table, types[table.name], scope)
     return out
 
 
@@ -184,16 +187,23 @@ def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
     for name, parent in policy.parent_tables.items():
         if name in types:
             table = parent.one_per_key()
-            tables[bounded_table_path(table)] = [(col, types[name][col])
-                                                 for col in bounded_columns(table)]
+            tables[bounded_table_path(table)] = _copy_columns(table, types[name])
     for name, table in policy.tables.items():
         if table.privacy_unit is None:
             tables[(name,)] = [(col, types[name][col]) for col in sorted(table.columns)]
             continue
-        columns = [(col, types[name][col]) for col in bounded_columns(table)]
-        tables[(name,)] = columns
-        tables[bounded_table_path(table)] = columns
+        tables[(name,)] = [(col, types[name][col]) for col in bounded_columns(table)]
+        tables[bounded_table_path(table)] = _copy_columns(table, types[name])
     return tables
+
+
+def _copy_columns(table: TableSpec, types: Mapping[str, str],
+                  columns: Collection[str] | None = None) -> list[tuple[str, str]]:
+    """(column, data type) of the bounded copy for a query reading `columns`: the unit and those
+    policy columns, then the stored clamped values of the bounded numeric ones (§34)."""
+    scope = copy_scope(table, columns)
+    return [(col, types[col]) for col in bounded_columns(table, scope)] + \
+        companion_types(table, types, scope)
 
 
 def bounded_columns(table: TableSpec, columns: Collection[str] | None = None) -> list[str]:

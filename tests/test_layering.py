@@ -15,7 +15,7 @@ ENGINE_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("values", frozenset({"policy", "policy_yaml", "policy_chain", "policy_dependence", "policy_fields",
                         "policy_lists", "result", "answer_table", "workload_result", "accuracy"})),
     ("rules", frozenset({"aggregates", "plan", "unnest_rows"})),
-    ("query", frozenset({"sql", "rewrite", "sensitivity", "noise", "intervals", "postprocess",
+    ("query", frozenset({"sql", "rewrite", "stored_clamps", "sensitivity", "noise", "intervals", "postprocess",
                         "workload_strategy", "workload_intervals", "released_aggregates"})),
     ("storage", frozenset({"accounting"})),
     ("run", frozenset({"backends", "prepare", "release", "reuse", "reuse_marginal", "reuse_combine",

@@ -56,9 +56,17 @@ def _operand(operand: Operand | None) -> Operand:
     return operand
 
 
+class Stored(Operand):
+    """An operand whose value is a column of the bounded copy that already holds the clamped
+    value (engine/stored_clamps.py): `clamped` reads it as it is."""
+
+
 def clamped(operand: Operand) -> exp.Expr:
     """CASE-based clamp of the operand's value, as a number, to its bounds: unlike
-    GREATEST/LEAST it keeps NULL as NULL (skipped by SUM)."""
+    GREATEST/LEAST it keeps NULL as NULL (skipped by SUM). A `Stored` operand is the clamped
+    value already."""
+    if isinstance(operand, Stored):
+        return operand.value.copy()
     value = number(operand)
     lo, hi = (exp.Literal.number(bound) for bound in operand.bounds)
     return (

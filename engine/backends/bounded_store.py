@@ -9,7 +9,8 @@ owner expects queries to read; any other set is bounded in memory when a query f
 it) to a DuckDB file each in `<ledger>.bounded/`, named by a fingerprint of everything they
 depend on: the data file as it is (resolved path, size, modification time in nanoseconds, inode, device), the
 table's bounding fields in the policy (for a table whose unit is reached through foreign keys,
-its chain), the data's column types, the column set, the ledger's
+its chain), the data's column types, the column set, the bounds of the columns whose clamped
+values the copy stores (engine/stored_clamps.py) and how they are computed, the ledger's
 secret hash key, the bounding rule and the DuckDB version. A connection attaches a file only when its name
 matches, so after a change to any of them the engine bounds in memory again, as before, until
 the owner prepares anew: a stale copy is never used. The files hold private rows and are as
@@ -32,8 +33,10 @@ from sqlglot import exp
 from ..errors import InputError
 from ..policy import Policy, TableSpec
 from ..rewrite import copy_scope
-from .bounding import RULE_VERSION
+from ..stored_clamps import CLAMP_RULE, clamped_columns
+from .bounding import RULE_VERSION, with_clamps
 from .chain_units import bounded_rows, with_unit_type
+from .duckdb_schema import DECLARED_TYPES
 
 FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 COPY_CATALOG = "dpsql_copy_"  # prefix of the catalog a prepared copy is attached as
@@ -88,6 +91,8 @@ def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
         "unit_type": types.get(table.unit, ""), "hash_key": hash_key, "rule": RULE_VERSION,
         "chain": [[link.column, link.table, link.key] for link in table.chain],
         "read_columns": None if scope is None else sorted(scope),
+        "clamped": [[col.name, col.type, col.lower, col.upper] for col in clamped_columns(table, scope)],
+        "clamp_rule": CLAMP_RULE,
         "duckdb": duckdb.__version__,
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
@@ -123,7 +128,8 @@ def prepare_table(data: Path, policy: Policy, table: TableSpec, hash_key: str, s
                 "WHERE table_catalog = 'src' AND table_schema = 'main' AND lower(table_name) = ?",
                 [name]).fetchall()) for name in {table.name, *(link.table for link in table.chain)}})
             final = copy_path(store, data, table, hash_key, types, scope)
-            rows = bounded_rows(policy, table, hash_key, _source, unit_is_float(table, types), scope)
+            rows = with_clamps(bounded_rows(policy, table, hash_key, _source, unit_is_float(table, types),
+                                            scope), table, scope, DECLARED_TYPES)
             writer.execute(f"CREATE TABLE main.{_quoted(table.name)} AS {rows.sql('duckdb')}")
             count = writer.execute(f"SELECT count(*) FROM main.{_quoted(table.name)}").fetchall()[0][0]
             writer.execute("DETACH src")

@@ -11,13 +11,14 @@ text, the same hash and therefore keep the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from sqlglot import exp
 
 from ..policy import TableSpec
-from ..rewrite import bounded_columns
+from ..rewrite import bounded_columns, copy_scope
 from ..sql_types import SqlType
+from ..stored_clamps import clamp_of, clamped_columns, companion
 
 RULE_VERSION = "md5-canonical-2-read-columns"
 """Names this rule in the fingerprint of prepared copies (engine/backends/bounded_store.py): a changed
@@ -71,6 +72,23 @@ def kept_rows(table: TableSpec, hash_key: str, source: exp.Expression, unit_is_f
             .where(exp.LTE(this=exp.column("dpsql_rank"),
                            expression=exp.Literal.number(table.max_rows_per_unit))))
     return exp.union(light, kept, distinct=False)
+
+
+def with_clamps(rows: exp.Expression, table: TableSpec, columns: Collection[str] | None = None,
+                cast: Mapping[SqlType, str] | None = None) -> exp.Expression:
+    """The bounded copy's rows: `rows` (the kept rows of `table` for queries reading `columns`)
+    and, after them, each bounded numeric column's value clamped to its bounds as a query would
+    clamp it (engine/stored_clamps.py, docs/theory.md §34). `cast` gives the type each policy
+    type is read as when `rows` hold the data's own types (a prepared copy), so the value is
+    clamped as queries read it. Which rows are kept does not depend on these columns."""
+    stored = clamped_columns(table, copy_scope(table, columns))
+    if not stored:
+        return rows
+    values = [exp.alias_(clamp_of(col, _column(col.name) if cast is None
+                                  else exp.cast(_column(col.name), cast[col.type])),
+                         companion(col.name), quoted=True) for col in stored]
+    kept = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("kept")))
+    return exp.select(exp.Star(), *values).from_(kept, copy=False)
 
 
 def _digest(names: list[str], hash_key: str, float_columns: Collection[str]) -> exp.Expression:

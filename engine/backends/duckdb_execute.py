@@ -26,7 +26,7 @@ from ..policy import Limits, Policy, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_table, copy_scope
 from ..watchdog import WATCHDOG
 from . import bounded_store
-from .bounding import kept_rows
+from .bounding import kept_rows, with_clamps
 from .chain_units import bounded_rows, link_columns, unit_column
 from .duckdb_schema import (
     DECLARED_TYPES,
@@ -430,14 +430,15 @@ def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool,
                      columns: Collection[str] | None = None, policy: Policy | None = None) -> str:
     """The DuckDB statement that makes the bounded copy of `table` for queries reading
     `columns` (None: every column; engine/backends/bounding.py), a chained table's over its
-    rows with their derived unit (the `policy` it is read under). Rendering the rule costs more
+    rows with their derived unit (the `policy` it is read under), with the stored clamped
+    values (engine/stored_clamps.py). Rendering the rule costs more
     than running it on a small table, so each statement is rendered once per process."""
     if table.chain and policy is None:
         raise ValueError(f"table {table.name}'s unit is reached through its chain: bound it "
                          "with its policy")
     scope = copy_scope(table, columns)
     key = (table.name, table.unit, table.max_rows_per_unit,
-           tuple(sorted((name, col.type) for name, col in table.columns.items())),
+           tuple(sorted((name, col.type, col.lower, col.upper) for name, col in table.columns.items())),
            hash_key, unit_is_float, None if scope is None else tuple(sorted(scope)), table.chain,
            tuple(link_columns(policy, table)) if policy is not None and table.chain else ())
     sql = _COPY_SQL.get(key)
@@ -447,7 +448,7 @@ def bounded_copy_sql(table: TableSpec, hash_key: str, unit_is_float: bool,
                                                 lambda name: exp.to_table(name, quoted=True),
                                                 unit_is_float, scope)
         sql = (f"CREATE OR REPLACE TABLE {bounded_table(table, scope).sql('duckdb')} AS "
-               f"{rows.sql('duckdb')}")
+               f"{with_clamps(rows, table, scope).sql('duckdb')}")
         if len(_COPY_SQL) >= _COPY_SQL_KEPT:
             _COPY_SQL.pop(next(iter(_COPY_SQL)))
         _COPY_SQL[key] = sql

@@ -37,7 +37,9 @@ from ..rewrite import (
 )
 from ..sql.public_keys import distinct_rows
 from ..sql_types import SqlType
+from ..stored_clamps import clamped_columns, companion
 from . import spark_tables as tables
+from .bounding import with_clamps
 from .chain_units import bounded_rows, chain_source, check_chains, repeats, with_unit_type
 from .duckdb_gate import SchemaGate
 from .spark_session import local_session, quiet_pandas_warning
@@ -81,10 +83,9 @@ class SparkBackend:
         for name, table in policy.tables.items():
             self._types[name] = with_unit_type(table, self._types)
             if table.privacy_unit is not None:
-                self._empty_copy(name, table, bounded_columns(table))
+                self._empty_copy(name, table, None)
         for name, parent in policy.parent_tables.items():
-            table = parent.one_per_key()
-            self._empty_copy(name, table, bounded_columns(table))
+            self._empty_copy(name, parent.one_per_key(), None)
         self._gate = SchemaGate(self._gate_tables())
         self._duckdb: dict[str, str] = {}  # rendered Spark SQL -> the same tree as DuckDB SQL
         self._checked: dict[str, str | None] = {}
@@ -170,8 +171,8 @@ class SparkBackend:
             return
         types = self._types.get(table.name) or self._lookups[table.name]  # a parent's own
         unit_is_float = tables.family(types[table.unit]) in _FLOATS
-        sql = bounded_rows(self._policy, table, hash_key, _located, unit_is_float,
-                           scope).sql(self.dialect)
+        sql = with_clamps(bounded_rows(self._policy, table, hash_key, _located, unit_is_float, scope),
+                          table, scope).sql(self.dialect)
         from pyspark import StorageLevel
 
         def make() -> Any:
@@ -273,7 +274,10 @@ class SparkBackend:
             if self._view_of(ref) is None:
                 continue
             name = self._table_of(ref)
-            for col, kind in (self._types.get(name) or self._lookups[name]).items():
+            types = self._types.get(name) or self._lookups[name]
+            stored = {companion(c.name): types[c.name] for c in clamped_columns(self._policy.tables[name])} \
+                if ref.catalog == BOUNDED_CATALOG and name in self._policy.tables else {}
+            for col, kind in {**types, **stored}.items():
                 family = _policy_family(kind)
                 for key in (col, f"{name}.{col}"):
                     families[key] = family if families.get(key, family) == family else "other"
@@ -286,13 +290,16 @@ class SparkBackend:
         self._empty.createDataFrame([], frame.schema).createOrReplaceTempView(_view(name))
         return tables.spark_types(frame)
 
-    def _empty_copy(self, name: str, table: TableSpec, columns: Collection[str]) -> None:
-        """The empty view of `table`'s bounded copy of `columns` named `name` (a chained table's
-        over its rows with their derived unit), where SQL is checked."""
-        names = ", ".join(f"`{col}`" for col in columns)
-        source = f"({chain_source(self._policy, table, _located).sql(self.dialect)})" \
-            if table.chain else _view(table.name)
-        self._empty.sql(f"SELECT {names} FROM {source}").createOrReplaceTempView(_bounded_view(name))
+    def _empty_copy(self, name: str, table: TableSpec, scope: frozenset[str] | None) -> None:
+        """The empty view of `table`'s bounded copy for the column set `scope` (None: every
+        column) named `name`, stored clamped values included (a chained table's over its rows
+        with their derived unit), where SQL is checked."""
+        source = chain_source(self._policy, table, _located).subquery("t") if table.chain \
+            else _located(table.name)
+        rows = exp.select(*(exp.column(col, quoted=True) for col in bounded_columns(table, scope))) \
+            .from_(source)
+        self._empty.sql(with_clamps(rows, table, scope).sql(self.dialect)) \
+            .createOrReplaceTempView(_bounded_view(name))
 
     def _add_copies(self, query: exp.Expression) -> None:
         """Give both gates (the DuckDB one and the empty Spark views) the bounded copy of each
@@ -303,7 +310,7 @@ class SparkBackend:
             self._gate.add(path, columns)
             found = copy_of(self._policy, path[2])
             assert found is not None
-            self._empty_copy(path[2], found[0], [col for col, _ in columns])
+            self._empty_copy(path[2], *found)
 
     def _gate_tables(self) -> dict[tuple[str, ...], list[tuple[str, str]]]:
         """The DuckDB gate's empty tables: each policy table and its bounded copy, each public

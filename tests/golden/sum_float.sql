@@ -1,7 +1,7 @@
 -- query
 SELECT SUM(income) AS total FROM people
 -- rewritten
-SELECT COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT SUM(CASE WHEN CAST("income" AS DOUBLE) < 0.0 THEN 0.0 WHEN CAST("income" AS DOUBLE) > 1000.0 THEN 1000.0 ELSE CAST("income" AS DOUBLE) END) AS "__m0" FROM (SELECT "income" FROM dpsql_bounded.main."people") AS rows) AS agg
+SELECT COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT SUM("__clamped_income") AS "__m0" FROM (SELECT "income", "__clamped_income" FROM dpsql_bounded.main."people") AS rows) AS agg
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns
