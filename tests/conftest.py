@@ -1,5 +1,5 @@
 """Fixtures: a fresh database, policy and ledger (created for the policy) per test; under
-pytest-xdist, the longest test files first."""
+pytest-xdist, the longest test files first and the Spark test files on one worker."""
 
 from __future__ import annotations
 
@@ -16,6 +16,27 @@ from tests.support import create_ledger, make_people, write_policy
 LONGEST_FILES = ("test_differential_fuzz.py", "test_hostile_corpus.py", "test_spark_conformance.py",
                  "test_joins.py", "test_dates.py", "test_dependence_eta.py", "test_model_household.py",
                  "test_service.py")
+
+
+# Every test that starts the in-process Spark session lives in a file named test_spark_*.py:
+# under xdist these files are one unit of work, so one worker starts the JVM (about 20 s of both
+# cores, and as long again for Spark's first queries), not each worker that draws one of them.
+SPARK_FILES = "test_spark_"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pyproject's --dist loadfile, with the test_spark_*.py files as one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkOnOneWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return f"tests/{SPARK_FILES}*.py" if Path(file).name.startswith(SPARK_FILES) else file
+
+    return SparkOnOneWorker(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
