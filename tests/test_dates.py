@@ -382,19 +382,6 @@ def test_explain_does_not_depend_on_the_dates_in_the_data(dates_db, tmp_path):
     assert texts[0] == texts[1]
 
 
-def test_spark_refuses_a_zoned_timestamp_column_by_name(spark, tmp_path):
-    """Spark's `timestamp` has the session's time zone: like DuckDB's TIMESTAMPTZ, refused when
-    the data is opened (date and timestamp_ntz columns are read: tests/test_spark_dates.py)."""
-    frame = spark.createDataFrame([(1, dt.datetime(2024, 1, 5))], "person_id long, ts timestamp")
-    policy = write_policy(tmp_path / "policy.yaml", {"tables": {"visits": {
-        "privacy_unit": "person_id", "columns": {"ts": {"type": "timestamp"}}}}})
-    with pytest.raises(PolicyError, match=r"tables\.visits\.columns\.ts\.type: the data column is "
-                                          "Spark's timestamp"):
-        PrivateDatabase.connect({"visits": frame}, policy, tmp_path / "l.sqlite", create=True,
-                                engine="spark", spark=spark)
-    assert not (tmp_path / "l.sqlite").exists()
-
-
 GUARD = "CASE WHEN day BETWEEN TRY_CAST('2024-01-01' AS DATE) AND TRY_CAST('2024-12-31' AS DATE) THEN day END"
 
 

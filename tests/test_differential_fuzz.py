@@ -561,14 +561,13 @@ def _exact(db: PrivateDatabase, sql: str):
     return plan, db._backend.run(rewritten, len(plan.group_by)).values
 
 
-def test_peer_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbours, capsys):
-    """40 peer-form queries (computed keys, DISTINCT aggregates, dialect literals; fixed seed) on
-    four pairs of neighbouring hostile datasets: each exact measurement, summed over its cells
-    and groups, moves by at most the sensitivity its noise is calibrated to, and the pairs are
-    hostile enough that some COUNT(DISTINCT col) moves by its whole sensitivity."""
+def _peer_forms_within(neighbours, examples: int, derandomize: bool, capsys) -> None:
+    """Each drawn peer-form query and the worst cases below, on every pair of neighbours: each
+    exact measurement, summed over its cells and groups, moves by at most the sensitivity its
+    noise is calibrated to, and some COUNT(DISTINCT col) moves by its whole sensitivity."""
     reached: dict[str, float] = {}  # per aggregate, the largest change seen over its sensitivity
 
-    @settings(max_examples=40, derandomize=True, deadline=None, database=None,
+    @settings(max_examples=examples, derandomize=derandomize, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(sql=peer_queries())
     @example(sql="SELECT COUNT(DISTINCT age), COUNT(DISTINCT visit), SUM(DISTINCT income - 500), "
@@ -595,6 +594,18 @@ def test_peer_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbou
     assert max(v for k, v in reached.items() if k.startswith("COUNT DISTINCT")) == 1.0
 
 
+def test_peer_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbours, capsys):
+    """20 peer-form queries (computed keys, DISTINCT aggregates, dialect literals; fixed seed)
+    and three worst cases on five pairs of neighbouring hostile datasets; the slow variant
+    runs 400 from a fresh seed."""
+    _peer_forms_within(neighbours, examples=20, derandomize=True, capsys=capsys)
+
+
+@pytest.mark.slow
+def test_peer_forms_move_within_their_sensitivity_on_hostile_neighbours_slow(neighbours, capsys):
+    _peer_forms_within(neighbours, examples=400, derandomize=False, capsys=capsys)
+
+
 @pytest.mark.parametrize("sql", TWO_LEVEL_FORMS)
 def test_two_level_forms_move_within_their_sensitivity_on_hostile_neighbours(neighbours, sql):
     """A histogram of a per-unit value and aggregates over released rows (§33) on the four pairs
@@ -612,11 +623,7 @@ def test_two_level_forms_move_within_their_sensitivity_on_hostile_neighbours(nei
 _LEDGER_FIELDS = {"budget", "level_before", "level_after", "admissible"}
 
 
-@settings(max_examples=60, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(sql=queries())
-@example(sql="SELECT COUNT(*) FROM people")
-def test_explain_is_the_same_on_every_dataset(datasets, sql):
+def _explain_alike(datasets: list[Dataset], sql: str) -> None:
     """`explain` reads no data values: its whole output (plan, rewritten SQL, sensitivities,
     noise) must be identical on every dataset, and so must a refusal."""
     outputs = {}
@@ -631,6 +638,24 @@ def test_explain_is_the_same_on_every_dataset(datasets, sql):
     differing = {name: {k: v for k, v in out.items() if first.get(k) != v}
                  for name, out in outputs.items() if out != first}
     assert not differing, f"explain depends on the data for {sql}: {differing}"
+
+
+@settings(max_examples=30, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(sql=queries())
+@example(sql="SELECT COUNT(*) FROM people")
+def test_explain_is_the_same_on_every_dataset(datasets, sql):
+    """30 random queries (fixed seed) explained on every dataset; the slow variant runs 600
+    from a fresh seed."""
+    _explain_alike(datasets, sql)
+
+
+@pytest.mark.slow
+@settings(max_examples=600, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(sql=queries())
+def test_explain_is_the_same_on_every_dataset_slow(datasets, sql):
+    _explain_alike(datasets, sql)
 
 
 JOINS = [

@@ -144,13 +144,13 @@ UNIT_CHANGES = {"others": st.dictionaries(st.integers(0, 6), unit_rows, max_size
                 "unit": st.integers(0, 9), "before": unit_rows, "after": unit_rows}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**UNIT_CHANGES)
 # The worst cases, always run: a unit's rows moving between groups at the extremes of the bounds.
 @example(others={}, unit=0, before=[("CA", 150, 2000.0, True)] * 3, after=[("NY", -20, -200.0, False)] * 3)
 @example(others={1: [("TX", 5, 1.0, True)]}, unit=0, before=[], after=[("WA", 150, 2000.0, True)] * 4)
 def test_one_unit_moves_each_aggregate_within_its_sensitivity(others, unit, before, after):
-    """25 random neighbouring tables and the two worst cases; the slow variant runs 300."""
+    """15 random neighbouring tables and the two worst cases; the slow variant runs 300."""
     _unit_moves_within(others, unit, before, after)
 
 
@@ -172,13 +172,13 @@ NULL_ROW_CHANGES = {"others": st.dictionaries(st.integers(0, 6), unit_rows, max_
                     "after": st.lists(row, max_size=1)}
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**NULL_ROW_CHANGES)
 @example(others={0: [("CA", 150, 2000.0, True)] * 3}, nulls=[("NY", 1, 1.0, False)] * 2,
          before=[], after=[("CA", 150, 2000.0, True)])
 def test_one_null_unit_row_moves_each_aggregate_within_its_sensitivity(others, nulls, before, after):
     """A row whose unit is NULL is an individual of its own: adding, removing or changing one
-    moves every aggregate, COUNT(DISTINCT unit) included, within its sensitivity (15 random
+    moves every aggregate, COUNT(DISTINCT unit) included, within its sensitivity (10 random
     tables and an added extreme row; the slow variant runs 200)."""
     _null_row_moves_within(others, nulls, before, after)
 

@@ -4,13 +4,16 @@ seconds) and date_trunc; a cast of a date to text is refused, naming the form.""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import duckdb
 import pytest
-from dpsql.engine.errors import QueryRefused
+from dpsql.engine import PrivateDatabase
+from dpsql.engine.errors import PolicyError, QueryRefused
 from dpsql.engine.plan import ExactAnswer
 from dpsql.engine.policy_yaml import parse_policy
 
-from tests.support import BASE_POLICY
+from tests.support import BASE_POLICY, write_policy
 from tests.test_dates import DATES_POLICY
 from tests.test_spark_conformance import _same
 from tests.test_spark_joins import Pair
@@ -73,3 +76,16 @@ def test_a_date_cast_to_text_is_refused_on_spark_by_name(visits):
     _, spark = visits.exact(sql)
     assert spark == f"{QueryRefused.__name__}: CAST of a date or timestamp to VARCHAR is not " \
         "supported on the Spark engine (DuckDB and Spark print them differently)"
+
+
+def test_spark_refuses_a_zoned_timestamp_column_by_name(spark, tmp_path):
+    """Spark's `timestamp` has the session's time zone: like DuckDB's TIMESTAMPTZ, refused when
+    the data is opened (date and timestamp_ntz columns are read: the tests above)."""
+    frame = spark.createDataFrame([(1, dt.datetime(2024, 1, 5))], "person_id long, ts timestamp")
+    policy = write_policy(tmp_path / "policy.yaml", {"tables": {"visits": {
+        "privacy_unit": "person_id", "columns": {"ts": {"type": "timestamp"}}}}})
+    with pytest.raises(PolicyError, match=r"tables\.visits\.columns\.ts\.type: the data column is "
+                                          "Spark's timestamp"):
+        PrivateDatabase.connect({"visits": frame}, policy, tmp_path / "l.sqlite", create=True,
+                                engine="spark", spark=spark)
+    assert not (tmp_path / "l.sqlite").exists()

@@ -5,6 +5,7 @@ with every table the plan reads bounded by both engines' one rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from dpsql.engine.plan import ExactAnswer
 from dpsql.engine.policy import Policy
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.prepare import Preparer
-from dpsql.engine.rewrite import copies_to_bound
+from dpsql.engine.rewrite import copies_to_bound, rewrite
 
 from tests.support import (
     BASE_POLICY,
+    HOUSEHOLDS,
+    REGIONS,
     add_households,
     add_regions,
     add_visits,
@@ -32,7 +35,17 @@ from tests.support import (
 from tests.test_join_tree import POLICY as TREE_POLICY
 from tests.test_join_tree import QUERIES as TREE_QUERIES
 from tests.test_join_tree import base_units, make_db
-from tests.test_joins import PARENT_QUERIES, QUERIES, UNIT_QUERIES
+from tests.test_joins import (
+    PARENT_PLANS,
+    PARENT_QUERIES,
+    PARENTS,
+    PLANS,
+    QUERIES,
+    UNIT_PLANS,
+    UNIT_QUERIES,
+    UNITS,
+)
+from tests.test_joins import POLICY as REGIONS_POLICY
 from tests.test_spark_conformance import _same
 
 pytest.importorskip("pyspark")
@@ -179,3 +192,43 @@ def test_a_public_table_in_a_data_file_is_read_alike_on_both_engines(spark, tmp_
         assert isinstance(duck, ExactAnswer) and _same(duck, spark_answer), (duck, spark_answer)
     finally:
         both.close()
+
+
+# Each join form's SQL as rendered for Spark (the join tests' plans) passes Spark's own check;
+# here, beside the other Spark tests, so that one test worker starts the JVM.
+def test_spark_renders_a_public_join_over_its_own_views(spark):
+    """Spark loads the public table and reads it in the rendered SQL (answers: the tests above)."""
+    people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x")],
+                                   "person_id long, state string, age long, income double, "
+                                   "sick boolean, note string")
+    regions = spark.createDataFrame(REGIONS, "state string, region string, population long")
+    # The key check runs on Spark when it opens: a loaded machine's cold JVM may need > 30 s.
+    policy = dataclasses.replace(REGIONS_POLICY,
+                                 limits=dataclasses.replace(REGIONS_POLICY.limits, time_seconds=600))
+    backend = SparkBackend.open(spark, {"people": people, "regions": regions}, policy)
+    sql = backend.render(rewrite(PLANS[0]))
+    backend.check(sql)
+    assert "dpsql_regions" in sql and "dpsql_bounded_people" in sql
+
+
+def test_spark_renders_a_parent_join_through_its_copy_of_one_row_per_key(spark):
+    people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x", 1)],
+                                   "person_id long, state string, age long, income double, "
+                                   "sick boolean, note string, household_id long")
+    households = spark.createDataFrame(HOUSEHOLDS, "household_id long, area string, rooms long")
+    backend = SparkBackend.open(spark, {"people": people, "households": households}, PARENTS)
+    sql = backend.render(rewrite(PARENT_PLANS[0]))
+    backend.check(sql)
+    assert "dpsql_bounded_households" in sql
+
+
+def test_spark_renders_a_unit_join_through_both_bounded_copies(spark):
+    people = spark.createDataFrame([(1, "CA", 30, 1.0, True, "x")],
+                                   "person_id long, state string, age long, income double, "
+                                   "sick boolean, note string")
+    visits = spark.createDataFrame([(1, 3, True, "north")],
+                                   "person_id long, days long, urgent boolean, clinic string")
+    backend = SparkBackend.open(spark, {"people": people, "visits": visits}, UNITS)
+    sql = backend.render(rewrite(UNIT_PLANS[0]))
+    backend.check(sql)
+    assert "dpsql_bounded_visits" in sql and "dpsql_bounded_people" in sql
