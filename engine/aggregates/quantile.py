@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 
     from ..answer_table import NoisyCells
 
-    Cells = pd.DataFrame | NoisyCells
-    """The noisy values by column name: a frame, or the noisy cells an answer built without one
-    reads."""
-
 THRESHOLD_ALPHA = 0.05  # a bin counts towards the estimate when its noisy count beats the noise at this level
 _LARGEST = float(2**62)  # noisy counts are read within +-2**62 (the noise's own saturation)
 
@@ -289,7 +285,8 @@ class Quantile(Aggregate):
         return q
 
     def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
-                   frame: Cells, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
+                   frame: pd.DataFrame | NoisyCells, noise: Mapping[str, Accuracy],
+                   alpha: float) -> np.ndarray:
         """The largest distance from the released value to the ends of the bins the quantile can
         be in when the noise of each of the 2·bins − 1 sums of the first or last j counts is
         within its accuracy at alpha / (2·bins − 1) (all at once with probability >= 1 - alpha,
@@ -317,7 +314,7 @@ def parse_value_column(name: str) -> tuple[str, float] | None:
     return (counts, float(q)) if mark else None
 
 
-def values(frame: Cells, counts_name: str, operand: Operand, q: float,
+def values(frame: pd.DataFrame | NoisyCells, counts_name: str, operand: Operand, q: float,
            noise: Accuracy) -> np.ndarray:
     """Quantile q per group, from the noisy counts in `frame` (see `estimate`)."""
     counts, cut = _counts(frame, counts_name, operand)
@@ -391,8 +388,10 @@ def envelope(counts: np.ndarray, cut: Grid, q: float,
     return low, high
 
 
-def _counts(frame: Cells, counts_name: str, operand: Operand) -> tuple[np.ndarray, Grid]:
-    """The histogram's noisy counts in `frame` (groups x bins) and its bins."""
+def _counts(frame: pd.DataFrame | NoisyCells, counts_name: str,
+            operand: Operand) -> tuple[np.ndarray, Grid]:
+    """The histogram's noisy counts in `frame` (a frame, or the noisy cells of an answer built
+    without one; groups x bins) and its bins."""
     present = set(frame.columns)
     names: list[str] = []
     while f"{counts_name}_{len(names)}" in present:
@@ -401,7 +400,7 @@ def _counts(frame: Cells, counts_name: str, operand: Operand) -> tuple[np.ndarra
         raise KeyError(f"no counts of {counts_name} in the noisy table")
     counts = np.empty((len(frame), len(names)))
     for j, name in enumerate(names):
-        counts[:, j] = np.asarray(frame[name], dtype=float)
+        counts[:, j] = np.asarray(frame[name], dtype=np.float64)
     return counts, grid(operand, len(names))
 
 
