@@ -29,16 +29,19 @@ from benchmarks.generate import dataset
 from benchmarks.workload import EPSILON, POLICIES, TEMPLATES, applies, policy_dict
 
 
-def _ms(call: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _ms(call: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     call()
-    return (time.perf_counter() - start) * 1e3
+    return (clock() - start) * 1e3
 
 
 def measure(path: Path, policy: str, repeats: int, templates: dict[str, str] = TEMPLATES,
-            prepared: bool = False) -> list[tuple[str, float, float, float]]:
+            prepared: bool = False, clock: Callable[[], float] = time.perf_counter
+            ) -> list[tuple[str, float, float, float]]:
     """(template, plain ms, rewritten SQL ms, dpsql ms) for each template under `policy`, the
-    bounded copies read from the owner's prepared files when `prepared`."""
+    bounded copies read from the owner's prepared files when `prepared`, timed by `clock`
+    (wall time; `time.process_time` gives the process's CPU time, DuckDB's threads included,
+    which other processes on a loaded machine disturb less)."""
     parsed = parse_policy(policy_dict(policy))
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Path(tmp) / "ledger.sqlite"
@@ -47,22 +50,23 @@ def measure(path: Path, policy: str, repeats: int, templates: dict[str, str] = T
                 DuckDBBackend.prepare_copies(path, parsed, ledger, owner.ledger.hash_key)
         with PrivateDatabase.connect(path, parsed, ledger, create=not prepared,
                                      reuse=False) as db:  # timed again: charged
-            return _measure(db, path, parsed, repeats, templates, policy)
+            return _measure(db, path, parsed, repeats, templates, policy, clock)
 
 
 def _measure(db: PrivateDatabase, path: Path, parsed: Policy, repeats: int,
-             templates: dict[str, str], policy: str) -> list[tuple[str, float, float, float]]:
+             templates: dict[str, str], policy: str,
+             clock: Callable[[], float]) -> list[tuple[str, float, float, float]]:
     """`measure` on an open private database, against a plain connection to the same data."""
     plain = execute.open_data(path, parsed)
     try:
-        return [(name, *_template(db, plain, sql, repeats))
+        return [(name, *_template(db, plain, sql, repeats, clock))
                 for name, sql in templates.items() if applies(name, policy)]
     finally:
         plain.close()
 
 
 def _template(db: PrivateDatabase, plain: duckdb.DuckDBPyConnection, sql: str,
-              repeats: int) -> tuple[float, float, float]:
+              repeats: int, clock: Callable[[], float]) -> tuple[float, float, float]:
     """Medians of `repeats` runs of the plain SQL, the rewritten SQL on the engine's own
     locked-down connection and the private query, alternating, after one warm-up each (which
     makes the bounded copy under a per-unit policy)."""
@@ -76,7 +80,7 @@ def _template(db: PrivateDatabase, plain: duckdb.DuckDBPyConnection, sql: str,
     times: list[list[float]] = [[] for _ in calls]
     for _ in range(repeats):
         for spent, call in zip(times, calls, strict=True):
-            spent.append(_ms(call))
+            spent.append(_ms(call, clock))
     plain_ms, sql_ms, engine_ms = (statistics.median(spent) for spent in times)
     return plain_ms, sql_ms, engine_ms
 

@@ -2,8 +2,8 @@
 
 Runs in a separate in-memory DuckDB that sees nothing but the noisy table, so everything
 here is post-processing and costs no privacy. An answer that is nothing but group keys, noisy
-measurements as they are and AVG's clamped ratios skips it (`direct`): the same table, built
-without a query and without pandas (engine/answer_table.py).
+measurements as they are, quantiles read from a histogram and AVG's clamped ratios skips it
+(`direct`): the same table, built without a query and without pandas (engine/answer_table.py).
 """
 
 from __future__ import annotations
@@ -55,14 +55,8 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     rows = len(next(iter(noisy.values())))
     frame = pd.concat([pd.DataFrame(keys, columns=[c.name for c in plan.group_by], index=range(rows)),
                        pd.DataFrame(noisy, index=range(rows))], axis=1)
-    measurements = {m.name: m for m in plan.measurements}
-    derived = {}
-    for name, (counts, q) in read_from_cells(plan).items():
-        operand = measurements[counts].operand
-        if operand is None:
-            raise TypeError(f"{counts} has no operand to read quantiles of")
-        derived[name] = quantile.values(frame, counts, operand, q, mechanisms[counts])
-    frame = pd.concat([frame, pd.DataFrame(derived, index=frame.index)], axis=1)
+    frame = pd.concat([frame, pd.DataFrame(_read_values(plan, frame, mechanisms),
+                                           index=frame.index)], axis=1)
     groups = max(rows, 1)
     known = intervals.readings(plan, mechanisms)
     halfwidths = {}
@@ -71,6 +65,20 @@ def noisy_frame(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
         halfwidths[f"__cs{j}"] = _halfwidths(out, plan, frame, mechanisms, known, ALPHA / groups)
     frame = pd.concat([frame, pd.DataFrame(halfwidths, index=frame.index)], axis=1)
     return frame.astype({name: _DTYPES[kind] for name, kind in noisy_columns(plan)})
+
+
+def _read_values(plan: QueryPlan, frame: pd.DataFrame | NoisyCells,
+                 mechanisms: dict[str, Mechanism]) -> dict[str, np.ndarray]:
+    """Each value the plan reads from a measurement's noisy cells in `frame` (a quantile from
+    its histogram's counts, `read_from_cells`), one per group."""
+    measurements = {m.name: m for m in plan.measurements}
+    derived = {}
+    for name, (counts, q) in read_from_cells(plan).items():
+        operand = measurements[counts].operand
+        if operand is None:
+            raise TypeError(f"{counts} has no operand to read quantiles of")
+        derived[name] = quantile.values(frame, counts, operand, q, mechanisms[counts])
+    return derived
 
 
 def _halfwidths(out: OutputColumn, plan: QueryPlan, frame: pd.DataFrame | NoisyCells,
@@ -209,8 +217,9 @@ def finish(post: Post, plan: QueryPlan, sql: str,
 
 def answered_directly(plan: QueryPlan) -> bool:
     """Whether `direct` builds the answer (no post-processing query runs): every output is a
-    group key, one noisy measurement as it is, or a clamped ratio of two (AVG), and nothing is
-    filtered, ordered or cut. A function of the plan alone."""
+    group key, one noisy measurement as it is, a quantile read from one histogram, or a
+    clamped ratio of two measurements (AVG), and nothing is filtered, ordered or cut. A
+    function of the plan alone."""
     return _recipe(plan) is not None
 
 
@@ -239,11 +248,13 @@ def _sources(plan: QueryPlan) -> list[Source] | None:
     types = dict(noisy_columns(plan))
     key_names = {col.name for col in plan.group_by}
     measured = {cell for m in plan.measurements for cell in m.cells}
+    read = {name: (counts,) for name, (counts, _) in read_from_cells(plan).items()}
     sources: list[Source] = []
     for out in plan.outputs:
         name = out.expression.name if isinstance(out.expression, exp.Column) else None
-        if name is not None and name in types \
-                and (name in key_names or (name in measured and out.measurements == (name,))):
+        if name is not None and name in types and (
+                name in key_names or (name in measured and out.measurements == (name,))
+                or (name in read and out.measurements == read[name])):
             sources.append(name)
         elif name is None and _is_ratio(out.expression, measured - key_names):
             sources.append(out.expression)
@@ -260,10 +271,12 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
     if recipe is None:
         return None
     sources, types = recipe
-    columns: dict[str, list] = {col.name: [key[i] for key in keys]
-                                for i, col in enumerate(plan.group_by)}
+    columns: dict[str, Values] = {col.name: [key[i] for key in keys]
+                                  for i, col in enumerate(plan.group_by)}
     columns.update(noisy)
     rows = len(keys) if plan.group_by else len(next(iter(noisy.values())))
+    measured = NoisyCells(noisy, rows)
+    columns.update(_read_values(plan, measured, mechanisms))
     values: dict[str, Values] = {out.name: columns[source] if isinstance(source, str) else _ratio(source, noisy)
               for out, source in zip(plan.outputs, sources, strict=True)}
     kinds = {out.name: kind for out, kind in zip(plan.outputs, types, strict=True)}
@@ -271,7 +284,6 @@ def direct(plan: QueryPlan, keys: list[tuple], noisy: dict[str, list],
         answer = _keys_with_null(values, kinds, rows)  # a NULL key: pandas' own conversion
     else:
         answer = Table.of_columns(values, kinds, rows)
-    measured = NoisyCells(noisy, rows)
     groups = max(rows, 1)
     known = intervals.readings(plan, mechanisms)
     per_cell, simultaneous = (

@@ -27,6 +27,9 @@ DIRECT = [
     "SELECT state, AVG(income) AS mean, COUNT(*) AS n FROM people GROUP BY state",
     "SELECT sick, state, AVG(age), SUM(age), AVG(income) FROM people GROUP BY sick, state",
     "SELECT LEAST(AVG(income), 50) AS capped FROM people",
+    "SELECT MEDIAN(income) FROM people",
+    "SELECT state, QUANTILE_CONT(income, 0.9) AS p90, MIN(age), MAX(age) FROM people GROUP BY state",
+    "SELECT sick, COUNT(*) AS n, MEDIAN(age) AS m, AVG(income), MAX(income) FROM people GROUP BY sick",
 ]
 NEEDS_QUERY = [
     "SELECT AVG(income) + 1 AS shifted FROM people",
@@ -37,6 +40,8 @@ NEEDS_QUERY = [
     "SELECT state, COUNT(*) AS n FROM people GROUP BY state HAVING COUNT(*) > 3",
     "SELECT COUNT(*) * 2 AS twice FROM people",
     "SELECT state, COUNT(*) FROM people GROUP BY state LIMIT 2",
+    "SELECT MEDIAN(income) + 1 AS shifted FROM people",
+    "SELECT state, MEDIAN(income) AS m FROM people GROUP BY state ORDER BY m",
 ]
 
 
@@ -52,8 +57,9 @@ def conn(tmp_path_factory):
 
 def _noisy(plan, rng: np.random.Generator) -> dict[str, list]:
     rows = plan.group_count if plan.group_by else 1
-    return {m.name: (rng.integers(-50, 500, rows).tolist() if m.integer
-                     else rng.normal(100.0, 300.0, rows).tolist()) for m in plan.measurements}
+    return {cell: (rng.integers(-50, 500, rows).tolist() if m.integer
+                   else rng.normal(100.0, 300.0, rows).tolist())
+            for m in plan.measurements for cell in m.cells}
 
 
 @pytest.mark.parametrize("sql", DIRECT)
@@ -74,7 +80,8 @@ def test_the_direct_answer_is_the_post_processing_querys(conn, sql):
 @pytest.mark.parametrize("sql", [q for q in DIRECT if "AVG" in q])
 def test_avg_computed_directly_matches_the_query_at_extreme_noisy_values(conn, sql):
     """Noisy counts at 0, negative or near 2**63 and totals near the largest DOUBLE: the
-    DOUBLE conversions, the GREATEST(count, 1) floor and the clamp give the query's bits."""
+    DOUBLE conversions, the GREATEST(count, 1) floor and the clamp give the query's bits (and
+    a histogram's quantile beside it is read as the query reads it)."""
     prepared = conn._preparer.prepare(sql, 1.0, None)
     plan, mechanisms = prepared.plan, prepared.mechanisms
     rows = plan.group_count if plan.group_by else 1
@@ -82,8 +89,9 @@ def test_avg_computed_directly_matches_the_query_at_extreme_noisy_values(conn, s
              False: [0.0, -1e308, 1e308, 5e-324, -0.0, 123.456, 1e17 + 1.0]}
     keys = _all_keys(plan)
     for shift in range(7):
-        noisy = {m.name: [picks[m.integer][(shift + i + j) % 7] for i in range(rows)]
-                 for j, m in enumerate(plan.measurements)}
+        cells = [(cell, m.integer) for m in plan.measurements for cell in m.cells]
+        noisy = {cell: [picks[integer][(shift + i + j) % 7] for i in range(rows)]
+                 for j, (cell, integer) in enumerate(cells)}
         fast = postprocess.direct(plan, keys, noisy, mechanisms)
         assert fast is not None
         frame = postprocess.noisy_frame(plan, keys, noisy, mechanisms)

@@ -130,3 +130,21 @@ def test_the_branch_free_bin_is_used_only_where_the_guess_is_within_one_bin(boun
     assert list(whole) == _expected(values, cut, *bounds)
     searched = rewrite(plan).sql("duckdb").count('_row" < CAST(') >= 63  # a test per edge
     assert searched != near
+
+
+@pytest.mark.parametrize("bounds", [(1 / 3, 2 / 3), (-0.0, 1e-3), (5e-324, 1e-300),
+                                    (-7.000000000000001, 1e12 + 0.1), (123456789.123, 123456789.9),
+                                    (0.30000000000000004, 0.7), (134.36424411240122, 847.4337369372327),
+                                    (-255.06044601142084, 495.435087091941)])
+def test_values_at_and_below_the_lower_bound_are_in_the_first_bin(bounds):
+    """The guess is capped only at the top: a clamped value is never below the first edge, for
+    bounds whose SQL literals and grid edges are written differently (decimals of up to 17
+    digits, which DuckDB reads as DECIMAL and converts to the same double; subnormals; a negative
+    zero), so everything at or below the lower bound is counted in bin 0."""
+    cut = grid(_operand("x", 64, bounds), 64)
+    below = [v for v in (bounds[0], math.nextafter(bounds[0], -math.inf), bounds[0] - 1.0,
+                         -1e308, -math.inf, -0.0) if v <= bounds[0]]
+    rows = [("a", v, 0) for v in below + [None, math.nan, bounds[1]]]
+    (whole,), _ = _run(64, "SELECT MEDIAN(x) FROM t", rows, bounds)
+    assert list(whole) == _expected([v for _, v, _ in rows], cut, *bounds)
+    assert whole[0] == len(below) and sum(whole) == len(below) + 2

@@ -29,6 +29,8 @@ from .sum import clamped
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..answer_table import NoisyCells
+
 THRESHOLD_ALPHA = 0.05  # a bin counts towards the estimate when its noisy count beats the noise at this level
 _LARGEST = float(2**62)  # noisy counts are read within +-2**62 (the noise's own saturation)
 
@@ -96,15 +98,15 @@ class Histogram(Measured):
         return exp.cast(clamped(_operand(operand)), "DOUBLE")
 
     def guess_sql(self, operand: Operand | None, row: exp.Expr) -> exp.Expr:
-        """The bin arithmetic puts the row's clamped value `row` in: floor((v - lower) / width)
-        within 0..bins-1, as DOUBLE (rounding can leave it one bin off near an edge)."""
+        """The bin arithmetic puts the row's clamped value `row` in: floor((v - lower) / width),
+        at most bins-1, as DOUBLE (rounding can leave it one bin off near an edge). The clamped
+        value is never below `lower` (its bounds' lower end, or half a whole number under it),
+        so the floor is never below 0 and only its top is capped; NULL stays NULL."""
         cut = grid(_operand(operand), self.bins)
-        offset = exp.Sub(this=row.copy(), expression=_double(cut.lower))
-        ratio = exp.Div(this=exp.Paren(this=offset), expression=_double(cut.width))
-        floor = exp.Floor(this=ratio)
-        # DuckDB's own GREATEST and LEAST (a NULL value stays NULL: no bin)
-        highest = exp.Anonymous(this="GREATEST", expressions=[floor, _double(0.0)])
-        return exp.Anonymous(this="LEAST", expressions=[highest, _double(float(cut.bins - 1))])
+        last = _double(float(cut.bins - 1))
+        floor = exp.Floor(this=exp.Div(this=_shifted(row, cut.lower), expression=_double(cut.width)))
+        return exp.Case(ifs=[exp.If(this=exp.GT(this=floor, expression=last), true=last.copy())],
+                        default=floor.copy())
 
     def bin_sql(self, operand: Operand | None, row: exp.Expr, guess: exp.Expr) -> exp.Expr:
         """The bin of the row's clamped value `row` (NULL for NULL): bin i holds edge_i <= v <
@@ -115,11 +117,11 @@ class Histogram(Measured):
         edges. Either way a bin is returned only if it is the bin of the definition."""
         cut = grid(_operand(operand), self.bins)
         last = float(cut.bins - 1)
-        known = exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
 
         def edge(i: exp.Expr) -> exp.Expr:
-            return exp.Paren(this=exp.Add(this=_double(cut.lower), expression=exp.Mul(
-                this=_double(cut.width), expression=exp.Paren(this=i))))
+            scaled = exp.Mul(this=_double(cut.width), expression=exp.Paren(this=i))
+            return exp.Paren(this=scaled if _zero(cut.lower) else exp.Add(
+                this=_double(cut.lower), expression=scaled))
 
         def holds(i: exp.Expr) -> exp.Expr:  # v is in bin i (i within 0..bins-1)
             above = exp.or_(exp.EQ(this=i.copy(), expression=_double(0.0)),
@@ -132,13 +134,13 @@ class Histogram(Measured):
         before = exp.Sub(this=guess.copy(), expression=_double(1.0))
         after = exp.Add(this=guess.copy(), expression=_double(1.0))
         if within_one(cut.lower, cut.width, cut.bins):  # the guess moved by at most one bin,
-            down = exp.and_(exp.GT(this=guess.copy(), expression=_double(0.0)),  # branch-free
+            # branch-free; a NULL value's guess is NULL, and so is everything computed from it
+            down = exp.and_(exp.GT(this=guess.copy(), expression=_double(0.0)),
                             exp.LT(this=row.copy(), expression=edge(guess.copy())), copy=False)
             up = exp.and_(exp.LT(this=guess.copy(), expression=_double(last)),
                           exp.GTE(this=row.copy(), expression=edge(after.copy())), copy=False)
-            moved = exp.Add(this=exp.Sub(this=guess.copy(), expression=exp.cast(
+            return exp.Add(this=exp.Sub(this=guess.copy(), expression=exp.cast(
                 exp.Paren(this=down), "DOUBLE")), expression=exp.cast(exp.Paren(this=up), "DOUBLE"))
-            return exp.Case(ifs=[exp.If(this=known, true=moved)])
         found = exp.Case(ifs=[
             exp.If(this=holds(guess), true=guess.copy()),
             exp.If(this=exp.and_(exp.GT(this=guess.copy(), expression=_double(0.0)),
@@ -146,6 +148,7 @@ class Histogram(Measured):
             exp.If(this=exp.and_(exp.LT(this=guess.copy(), expression=_double(last)),
                                  holds(after), copy=False), true=after.copy()),
         ], default=self._search(cut, row))
+        known = exp.Not(this=exp.Is(this=row.copy(), expression=exp.Null()))
         return exp.Case(ifs=[exp.If(this=known, true=found)])
 
     @staticmethod
@@ -165,8 +168,9 @@ class Histogram(Measured):
 
 @functools.lru_cache(maxsize=1024)
 def within_one(lower: float, width: float, bins: int) -> bool:
-    """Whether, for every double v, the bin `guess_sql` computes (floor((v - lower) / width)
-    within 0..bins-1) is at most one bin from v's bin by the definition (the count of the edges
+    """Whether, for every double v, the bin guessed as floor((v - lower) / width) within
+    0..bins-1 (`guess_sql`'s guess wherever v >= lower, as a clamped value always is) is at most
+    one bin from v's bin by the definition (the count of the edges
     lower + width * i, i = 1..bins-1 in doubles, at most v); `bin_sql` then moves the guess by
     one comparison with each of its bin's edges, with no search. Both are non-decreasing step
     functions of v, so this holds exactly when the guess reaches each bin j + 1 no sooner than
@@ -202,6 +206,19 @@ def _double_at(place: int) -> float:
     bits = place if place >= 0 else (-place) | -0x8000000000000000
     (value,) = struct.unpack("<d", struct.pack("<q", bits))
     return value
+
+
+def _shifted(row: exp.Expr, lower: float) -> exp.Expr:
+    """v - lower, written as v itself when lower is +0.0 (the same double for every v)."""
+    if _zero(lower):
+        return row.copy()
+    return exp.Paren(this=exp.Sub(this=row.copy(), expression=_double(lower)))
+
+
+def _zero(value: float) -> bool:
+    """Whether `value` is +0.0: v - 0.0 and 0.0 + v equal v for every double v, so the
+    arithmetic with it can be left out."""
+    return value == 0.0 and math.copysign(1.0, value) > 0
 
 
 def _double(value: float) -> exp.Expr:
@@ -268,7 +285,8 @@ class Quantile(Aggregate):
         return q
 
     def halfwidths(self, measurements: tuple[str, ...], operand: Operand | None,
-                   frame: pd.DataFrame, noise: Mapping[str, Accuracy], alpha: float) -> np.ndarray:
+                   frame: pd.DataFrame | NoisyCells, noise: Mapping[str, Accuracy],
+                   alpha: float) -> np.ndarray:
         """The largest distance from the released value to the ends of the bins the quantile can
         be in when the noise of each of the 2·bins − 1 sums of the first or last j counts is
         within its accuracy at alpha / (2·bins − 1) (all at once with probability >= 1 - alpha,
@@ -296,7 +314,7 @@ def parse_value_column(name: str) -> tuple[str, float] | None:
     return (counts, float(q)) if mark else None
 
 
-def values(frame: pd.DataFrame, counts_name: str, operand: Operand, q: float,
+def values(frame: pd.DataFrame | NoisyCells, counts_name: str, operand: Operand, q: float,
            noise: Accuracy) -> np.ndarray:
     """Quantile q per group, from the noisy counts in `frame` (see `estimate`)."""
     counts, cut = _counts(frame, counts_name, operand)
@@ -370,14 +388,20 @@ def envelope(counts: np.ndarray, cut: Grid, q: float,
     return low, high
 
 
-def _counts(frame: pd.DataFrame, counts_name: str, operand: Operand) -> tuple[np.ndarray, Grid]:
-    """The histogram's noisy counts in `frame` (groups x bins) and its bins."""
+def _counts(frame: pd.DataFrame | NoisyCells, counts_name: str,
+            operand: Operand) -> tuple[np.ndarray, Grid]:
+    """The histogram's noisy counts in `frame` (a frame, or the noisy cells of an answer built
+    without one; groups x bins) and its bins."""
+    present = set(frame.columns)
     names: list[str] = []
-    while f"{counts_name}_{len(names)}" in frame.columns:
+    while f"{counts_name}_{len(names)}" in present:
         names.append(f"{counts_name}_{len(names)}")
     if not names:
         raise KeyError(f"no counts of {counts_name} in the noisy table")
-    return frame[names].to_numpy(dtype=float).reshape(len(frame), len(names)), grid(operand, len(names))
+    counts = np.empty((len(frame), len(names)))
+    for j, name in enumerate(names):
+        counts[:, j] = np.asarray(frame[name], dtype=np.float64)
+    return counts, grid(operand, len(names))
 
 
 def _operand(operand: Operand | None) -> Operand:
