@@ -19,10 +19,11 @@ SPARK_FILES = "test_spark_*.py"
 # Under pytest-xdist (pyproject's addopts: --dist loadfile --no-loadscope-reorder) the workers
 # take units in collection order, so these start first and no long unit is left for the end
 # on one worker (a unit is not split: test_readme.py is one 60 s test).
-LONGEST_FILES = (SPARK_FILES, "test_readme.py", "test_differential_fuzz.py", "test_attacks.py",
-                 "test_joins.py", "test_hostile_corpus.py", "test_sensitivity.py",
-                 "test_audit_blackbox.py", "test_dates.py", "test_typecheck.py", "test_quantile.py",
-                 "test_service_load.py", "test_model_household.py", "test_service.py")
+LONGEST_FILES = (SPARK_FILES, "test_hostile_corpus.py", "test_attacks.py", "test_readme.py",
+                 "test_sensitivity.py", "test_differential_fuzz.py", "test_joins.py",
+                 "test_typecheck.py", "test_quantile.py", "test_oracle.py", "test_audit_blackbox.py",
+                 "test_spending.py", "test_rewrite_bounding.py", "test_service.py", "test_workload.py",
+                 "test_join_forms.py")
 
 
 def _unit(path: Path) -> str:
