@@ -6,7 +6,6 @@ import importlib.util
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import duckdb
@@ -52,10 +51,8 @@ def test_the_generator_follows_the_declared_chain(example, tmp_path) -> None:
 
 
 def test_readme_quotes_the_example_output(tmp_path) -> None:
-    started = time.monotonic()
     run = subprocess.run([sys.executable, str(EXAMPLE), "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120, check=True)
-    assert time.monotonic() - started < 30
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Model-exact calibration"):]
     quoted = re.search(r"```\n(noise scale of each daily count.*?)```", section, re.S).group(1)
