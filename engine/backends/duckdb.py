@@ -114,4 +114,5 @@ class DuckDBBackend:
 
     def close(self) -> None:
         self._gate.close()
+        execute.release(self.conn)
         self.conn.close()

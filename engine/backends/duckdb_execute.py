@@ -57,6 +57,37 @@ class _Guard:
 
 
 _GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Data file (resolved) -> the open connections to it and the policy each was opened under
+_OPEN: dict[Path, weakref.WeakKeyDictionary] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _share_instance(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy) -> None:
+    """Refuse a second connection to a data file this process has open under another policy.
+
+    DuckDB keeps one instance per file in a process (a second ATTACH of it is refused too), and
+    the bounded copies live in that instance's catalog: connections under two policies would
+    replace each other's copies, and a query would read rows bounded by the other policy's
+    bound. Under one policy the copies are the same rows either way. Depends on this process's
+    open connections only, never on the data."""
+    key = path.resolve()
+    with _OPEN_LOCK:
+        opened = _OPEN.setdefault(key, weakref.WeakKeyDictionary())
+        if any(other != policy for other in opened.values()):
+            conn.close()
+            raise InputError(
+                f"data file {path} is already open in this process under another policy: DuckDB "
+                "shares one instance of a file within a process, so the two policies' bounded "
+                "copies would replace each other; close the other connection to it first, or "
+                "open a copy of the file", path=str(path))
+        opened[conn] = policy
+
+
+def release(conn: duckdb.DuckDBPyConnection) -> None:
+    """Forget `conn` as an open connection to its data file (it is being closed)."""
+    with _OPEN_LOCK:
+        for opened in _OPEN.values():
+            opened.pop(conn, None)
 
 
 def open_data(path: str | Path, policy: Policy, store: Path | None = None,
@@ -85,6 +116,7 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
                              [str(path)])
         else:
             conn = duckdb.connect(str(path), read_only=True, config=config)
+            _share_instance(conn, path, policy)
         _load_public(conn, policy)
         copies = {} if store is None or hash_key is None else \
             _attach_copies(conn, path, policy, store, hash_key)
