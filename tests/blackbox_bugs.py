@@ -66,7 +66,11 @@ def _no_split(mp):
 
 
 def _no_clamp(mp):
+    """Values summed as they are: neither the query's per-row clamp nor the clamped value a
+    bounded copy stores (docs/theory.md §34) bounds them."""
     mp.setattr(sum_aggregate, "clamped", lambda operand: sum_aggregate.number(operand))
+    mp.setattr(bounding, "clamp_of", lambda column, value: value)
+    mp.setattr(duckdb_execute, "_COPY_SQL", {})  # statements rendered before the bug: not reused
 
 
 def _clamp_after_sum(mp):
@@ -160,9 +164,9 @@ def _charges(keep):
     real = Ledger.charge
     count = itertools.count()
 
-    def charge(self, settle):
+    def charge(self, settle, analyst=None):
         if keep(next(count)):
-            return real(self, settle)
+            return real(self, settle, analyst)
         return 0, settle(self.state())[1]
 
     return lambda mp: mp.setattr(Ledger, "charge", charge)
@@ -171,13 +175,13 @@ def _charges(keep):
 def _half_charge(mp):
     real = Ledger.charge
 
-    def charge(self, settle):
+    def charge(self, settle, analyst=None):
         def cheaper(*args):
             made, result = settle(*args)
             cost = dataclasses.replace(made.cost, epsilon_dp=made.cost.epsilon_dp / 2)
             return dataclasses.replace(made, cost=cost), result
 
-        return real(self, cheaper)
+        return real(self, cheaper, analyst)
 
     mp.setattr(Ledger, "charge", charge)
 

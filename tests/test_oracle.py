@@ -21,7 +21,7 @@ from dpsql.engine.backends.duckdb_gate import SchemaGate, total_cast
 from dpsql.engine.commands import exit_code
 from dpsql.engine.errors import EngineHalted
 from dpsql.engine.policy_yaml import parse_policy
-from dpsql.engine.rewrite import copies_read, rewrite
+from dpsql.engine.rewrite import copies_read, readable_tables, rewrite
 from dpsql.engine.sql.bind import build_plan
 from dpsql.engine.sql.parse import parse_select
 
@@ -385,8 +385,8 @@ def test_gate_accepts_ordinary_queries_over_every_column_type(age_type, income_t
     accepts a constant the type holds, so ordinary queries run whatever the data's types."""
     columns = [("person_id", "BIGINT"), ("age", age_type), ("income", income_type),
                ("note", "VARCHAR"), ("sick", "BOOLEAN"), ("state", "VARCHAR")]
-    gate = SchemaGate({("people",): columns, ("dpsql_bounded", "main", "people"): columns})
     policy = parse_policy(BASE_POLICY)
+    gate = SchemaGate(readable_tables(policy, {"people": dict(columns)}))  # as a backend's gate
     for sql in ["SELECT COUNT(*), SUM(age), AVG(income), COUNT(DISTINCT person_id) FROM people "
                 "WHERE age > 3 AND age < 300 AND income < 2.5 AND age IN (1, 2) AND sick",
                 "SELECT state, sick, SUM(age), SUM(income) FROM people WHERE age BETWEEN 1 AND "
