@@ -46,7 +46,7 @@ def test_a_second_policy_on_an_open_file_is_refused_and_the_first_keeps_its_boun
         assert abs(_count(first) - UNITS * BOUND) < 3  # noise scale 3/50
         with pytest.raises(InputError) as refused:
             PrivateDatabase.connect(path, loose, tmp_path / "b.sqlite", create=True)
-        assert "already open in this process under another policy" in str(refused.value)
+        assert "already open in this process under a policy with other bounds" in str(refused.value)
         assert refused.value.path == str(path)
         assert "\n" not in str(refused.value)
         # The first connection still reads rows bounded by its own policy, and was charged

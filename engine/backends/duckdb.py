@@ -114,5 +114,4 @@ class DuckDBBackend:
 
     def close(self) -> None:
         self._gate.close()
-        execute.release(self.conn)
         self.conn.close()

@@ -57,37 +57,54 @@ class _Guard:
 
 
 _GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# Data file (resolved) -> the open connections to it and the policy each was opened under
-_OPEN: dict[Path, weakref.WeakKeyDictionary] = {}
-_OPEN_LOCK = threading.Lock()
+_POLICIES: list[tuple] = []  # each distinct bounding (`_bounding`) a file was opened under
+_POLICIES_LOCK = threading.Lock()
+_OPENED_UNDER = f"{BOUNDED_CATALOG}.main.__opened_under"
+
+
+def _bounding(policy: Policy) -> tuple:
+    """What a policy's bounded copies are made of: each private table's unit, bound, chain and
+    columns with their types, bounds and lists, and its parent tables (not the dependence
+    settings, which calibrate the noise but make no copy)."""
+    tables = tuple(sorted(
+        (name, table.unit, table.max_rows_per_unit, table.chain,
+         tuple(sorted((c.name, c.type, c.lower, c.upper, c.domain, c.span, c.item_list)
+                      for c in table.columns.values())))
+        for name, table in policy.tables.items() if table.privacy_unit is not None))
+    return tables, tuple(sorted(policy.parent_tables.items()))
 
 
 def _share_instance(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy) -> None:
-    """Refuse a second connection to a data file this process has open under another policy.
+    """Refuse a second connection to a data file this process has open under a policy whose
+    bounded copies differ.
 
-    DuckDB keeps one instance per file in a process (a second ATTACH of it is refused too), and
+    DuckDB keeps one instance of a file per process (a second ATTACH of it is refused too), and
     the bounded copies live in that instance's catalog: connections under two policies would
     replace each other's copies, and a query would read rows bounded by the other policy's
-    bound. Under one policy the copies are the same rows either way. Depends on this process's
-    open connections only, never on the data."""
-    key = path.resolve()
-    with _OPEN_LOCK:
-        opened = _OPEN.setdefault(key, weakref.WeakKeyDictionary())
-        if any(other != policy for other in opened.values()):
+    bound. The instance records which bounding it is open under (it forgets with its last
+    connection); policies that differ only in their dependence settings (a tightened `eta` or
+    model) make the same copies, up to which rows the ledger's hash key keeps, all within the
+    one bound. Depends on this process's open connections only, never on the data."""
+    bounding = _bounding(policy)
+    with _POLICIES_LOCK:
+        index = next((i for i, known in enumerate(_POLICIES) if known == bounding), None)
+        if index is None:
+            _POLICIES.append(bounding)
+            index = len(_POLICIES) - 1
+        conn.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {_OPENED_UNDER} (policy INTEGER)")
+        others = {row[0] for row in conn.execute(f"SELECT DISTINCT policy FROM {_OPENED_UNDER}")
+                  .fetchall()} - {index}
+        if others:
             conn.close()
             raise InputError(
-                f"data file {path} is already open in this process under another policy: DuckDB "
-                "shares one instance of a file within a process, so the two policies' bounded "
-                "copies would replace each other; close the other connection to it first, or "
-                "open a copy of the file", path=str(path))
-        opened[conn] = policy
-
-
-def release(conn: duckdb.DuckDBPyConnection) -> None:
-    """Forget `conn` as an open connection to its data file (it is being closed)."""
-    with _OPEN_LOCK:
-        for opened in _OPEN.values():
-            opened.pop(conn, None)
+                f"data file {path} is already open in this process under a policy with other "
+                "bounds (privacy units, rows per unit or column bounds): DuckDB shares one "
+                "instance of a file within a process, so the two policies' bounded copies would "
+                "replace each other; close the other connection to it first, or open a copy of "
+                "the file", path=str(path))
+        conn.execute(f"INSERT INTO {_OPENED_UNDER} SELECT ? WHERE NOT EXISTS "
+                     f"(SELECT 1 FROM {_OPENED_UNDER} WHERE policy = ?)", [index, index])
 
 
 def open_data(path: str | Path, policy: Policy, store: Path | None = None,
