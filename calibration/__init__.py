@@ -6,14 +6,12 @@ for records that depend on each other within groups of at most k (docs/theory.md
 
 from __future__ import annotations
 
-import importlib
+from dpsql.lazy_names import first_use
 
 # typing is not imported at run time (type checkers read the name TYPE_CHECKING as true).
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from .audit import Audit, exact_audit, exact_audit_vector
     from .columns import Column, Factor, HouseholdColumns, column_set_eta
     from .composition import (
@@ -65,13 +63,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dpsql.calibration' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = first_use(__name__, globals(), _HOMES)
 
 
 def __dir__() -> list[str]:

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-import importlib
+from .lazy_names import first_use
 
 # typing is not imported at run time: `dpsql --version` loads this module and nothing heavier
 # (type checkers read the name TYPE_CHECKING as true).
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from .calibration import (
         MODES,
         Audit,
@@ -69,18 +67,12 @@ _HOMES = {
                      "Policy", "PolicyError", "PrivateDatabase", "QueryRefused", "QueryResult",
                      "Report", "ReportTotals", "load_policy"), ".engine"),
     "connect": ".engine.service",
+    "engine": ".engine",
+    "calibration": ".calibration",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("engine", "calibration"):
-        return importlib.import_module(f".{name}", __name__)
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dpsql' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = first_use(__name__, globals(), _HOMES)
 
 
 def __dir__() -> list[str]:

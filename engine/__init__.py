@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
+from dpsql.lazy_names import first_use
 
 # typing is not imported at run time: `dpsql --version` loads this module and nothing heavier
 # (type checkers read the name TYPE_CHECKING as true).
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from .database import PrivateDatabase
     from .errors import (
         AccessDenied,
@@ -43,13 +41,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dpsql.engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = first_use(__name__, globals(), _HOMES)
 
 
 __all__ = [
