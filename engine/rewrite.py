@@ -122,9 +122,10 @@ def bounded_table_path(table: TableSpec, columns: Collection[str] | None = None
 
 def copy_scope(table: TableSpec, columns: Collection[str] | None) -> frozenset[str] | None:
     """The column set whose rule bounds a query reading `columns` of `table`: None for every
-    column (also when `columns` holds them all, and on a table whose calibration no column set
-    changes), else those columns."""
-    if columns is None or not table.scoped:
+    column (also when `columns` holds them all, on a table whose calibration no column set
+    changes, and on a table without a privacy unit, whose one copy keeps every row), else
+    those columns."""
+    if columns is None or not table.scoped or table.privacy_unit is None:
         return None
     scope = frozenset(columns)
     unknown = sorted(scope - set(table.columns))
@@ -137,7 +138,7 @@ def copy_of(policy: Policy, name: str) -> tuple[TableSpec, frozenset[str] | None
     """The table and column set (None: every column) of the bounded copy named `name` in
     `BOUNDED_CATALOG`; None for a name that is no copy of a policy table."""
     table = policy.tables.get(name)
-    if table is not None and table.privacy_unit is not None:
+    if table is not None:
         return table, None
     head, bracket, _ = name.partition("[")
     table = policy.tables.get(head)
@@ -189,9 +190,6 @@ def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
             table = parent.one_per_key()
             tables[bounded_table_path(table)] = _copy_columns(table, types[name])
     for name, table in policy.tables.items():
-        if table.privacy_unit is None:
-            tables[(name,)] = [(col, types[name][col]) for col in sorted(table.columns)]
-            continue
         tables[(name,)] = [(col, types[name][col]) for col in bounded_columns(table)]
         tables[bounded_table_path(table)] = _copy_columns(table, types[name])
     return tables
@@ -199,8 +197,9 @@ def readable_tables(policy: Policy, types: Mapping[str, Mapping[str, str]]
 
 def _copy_columns(table: TableSpec, types: Mapping[str, str],
                   columns: Collection[str] | None = None) -> list[tuple[str, str]]:
-    """(column, data type) of the bounded copy for a query reading `columns`: the unit and those
-    policy columns, then the stored clamped values of the bounded numeric ones (§34)."""
+    """(column, data type) of the bounded copy for a query reading `columns`: the unit (if the
+    table has one) and those policy columns, then the stored clamped values of the bounded
+    numeric ones (§34)."""
     scope = copy_scope(table, columns)
     return [(col, types[col]) for col in bounded_columns(table, scope)] + \
         companion_types(table, types, scope)
@@ -208,9 +207,11 @@ def _copy_columns(table: TableSpec, types: Mapping[str, str],
 
 def bounded_columns(table: TableSpec, columns: Collection[str] | None = None) -> list[str]:
     """The columns of the bounded copy for a query reading `columns` (None: every column): the
-    privacy unit, then those policy columns, sorted."""
+    privacy unit (a table whose rows are each an individual has none), then those policy
+    columns, sorted."""
     scope = copy_scope(table, columns)
-    return [table.unit] + sorted(table.columns if scope is None else scope)
+    own = sorted(table.columns if scope is None else scope)
+    return own if table.privacy_unit is None else [table.unit] + own
 
 
 def read_columns(plan: QueryPlan) -> frozenset[str]:
@@ -235,7 +236,7 @@ def copies_to_bound(plan: QueryPlan) -> tuple[tuple[TableSpec, frozenset[str] | 
 
 def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select:
     """Filtered rows of the bounded copy for the columns read, `columns` (None: of every
-    column), or of the table, when each row is an individual.
+    column); a table whose rows are each an individual has one copy, of every row (§34).
 
     Rows whose group key is outside the public domain form groups that the domain join
     leaves out; bounding happened before, on the whole table, so they cannot displace
@@ -258,8 +259,7 @@ def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select
         items.append(exp.column(table.unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
-    source_table: exp.Expression = bounded_table(table, columns) if table.privacy_unit is not None \
-        else exp.to_table(table.name, quoted=True)
+    source_table: exp.Expression = bounded_table(table, columns)
     if plan.inner is not None:  # a two-level query reads its per-unit rows (docs/theory.md §29)
         source_table = plan.inner.rows(source_table)
     if plan.unnest is not None:  # one row per item of the bounded rows' list (docs/theory.md §31)

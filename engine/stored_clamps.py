@@ -43,10 +43,10 @@ def clamped_columns(table: TableSpec, scope: Collection[str] | None = None) -> t
     whose clamped value the copy stores: each int or float policy column with bounds, in name
     order, unless its companion's name is another column's (then it has none)."""
     names = sorted(table.columns if scope is None else scope)
-    taken = {*table.columns, table.unit}
+    taken = {*table.columns, table.privacy_unit}
     return tuple(col for col in (table.columns[name] for name in names)
                  if col.type in (SqlType.INT, SqlType.FLOAT) and col.bounded and not col.link_only
-                 and col.name != table.unit and companion(col.name) not in taken)
+                 and col.name != table.privacy_unit and companion(col.name) not in taken)
 
 
 def clamp_of(column: ColumnSpec, value: exp.Expression) -> exp.Expr:
@@ -68,7 +68,7 @@ def stored(plan: QueryPlan) -> QueryPlan:
     unnesting query, whose rows are items, and a table read as it is are left alone). For
     the SQL only: the plan's labels, columns and sensitivities are the original's."""
     table = plan.table
-    if table.privacy_unit is None or plan.unnest is not None:
+    if plan.unnest is not None:
         return plan
     if plan.inner is not None:
         values = tuple(dataclasses.replace(v, operand=_stored(v.operand, table))

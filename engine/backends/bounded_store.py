@@ -15,6 +15,12 @@ secret hash key, the bounding rule and the DuckDB version. A connection attaches
 matches, so after a change to any of them the engine bounds in memory again, as before, until
 the owner prepares anew: a stale copy is never used. The files hold private rows and are as
 private as the data (mode 0600 in a 0700 directory).
+
+A table without a privacy unit keeps every row, so it needs no bounding; but its copy stores
+each bounded numeric column's clamped value (docs/theory.md §34), which queries otherwise
+compute on every row. `prepare` writes that copy (every row, the policy's columns and their
+clamped values) too, under the same fingerprint, for each such table with a bounded numeric
+column; without it a query reads a view that clamps as it reads.
 """
 
 from __future__ import annotations
@@ -73,9 +79,18 @@ def prepared_scopes(policy: Policy, table: TableSpec) -> tuple[frozenset[str] | 
     return tuple(scopes)
 
 
+def worth_preparing(table: TableSpec) -> bool:
+    """Whether `prepare` writes copies of `table`: a table with a privacy unit (its bounded
+    rows), or one without that has bounded numeric columns (every row, with their stored
+    clamped values: the one thing such a copy saves a query)."""
+    return table.privacy_unit is not None or bool(clamped_columns(table))
+
+
 def unit_is_float(table: TableSpec, types: dict[str, str]) -> bool:
-    """Whether the data stores `table`'s privacy unit as a floating or decimal number."""
-    return types.get(table.unit, "").split("(")[0].upper() in FLOAT_TYPES
+    """Whether the data stores `table`'s privacy unit as a floating or decimal number (False
+    for a table without one)."""
+    return table.privacy_unit is not None and \
+        types.get(table.unit, "").split("(")[0].upper() in FLOAT_TYPES
 
 
 def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
@@ -85,10 +100,10 @@ def copy_path(store: Path, data: Path, table: TableSpec, hash_key: str,
     stat = data.stat()
     facts = {
         "data": str(data.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-        "inode": stat.st_ino, "device": stat.st_dev, "table": table.name, "unit": table.unit,
+        "inode": stat.st_ino, "device": stat.st_dev, "table": table.name, "unit": table.privacy_unit,
         "max_rows_per_unit": table.max_rows_per_unit,
         "columns": sorted([name, col.type, types.get(name, "")] for name, col in table.columns.items()),
-        "unit_type": types.get(table.unit, ""), "hash_key": hash_key, "rule": RULE_VERSION,
+        "unit_type": types.get(table.privacy_unit or "", ""), "hash_key": hash_key, "rule": RULE_VERSION,
         "chain": [[link.column, link.table, link.key] for link in table.chain],
         "read_columns": None if scope is None else sorted(scope),
         "clamped": [[col.name, col.type, col.lower, col.upper] for col in clamped_columns(table, scope)],

@@ -74,6 +74,12 @@ def kept_rows(table: TableSpec, hash_key: str, source: exp.Expression, unit_is_f
     return exp.union(light, kept, distinct=False)
 
 
+def own_rows(table: TableSpec, source: exp.Expression) -> exp.Select:
+    """Every row of `source`, `table`'s policy columns: the copy of a table without a privacy
+    unit (each row an individual, so no row is dropped) before its stored clamped values."""
+    return exp.select(*(_column(name) for name in bounded_columns(table))).from_(source.copy())
+
+
 def with_clamps(rows: exp.Expression, table: TableSpec, columns: Collection[str] | None = None,
                 cast: Mapping[SqlType, str] | None = None) -> exp.Expression:
     """The bounded copy's rows: `rows` (the kept rows of `table` for queries reading `columns`)

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from ..errors import PolicyError
 from ..policy import Policy, TableSpec, UnitLink
-from .bounding import kept_rows
+from .bounding import kept_rows, own_rows
 
 SOURCE = "dpsql_chain_units"
 """The CTE holding a chained table's rows with their derived unit, which bounding reads."""
@@ -74,7 +74,10 @@ def bounded_rows(policy: Policy, table: TableSpec, hash_key: str, locate: Locate
                  unit_is_float: bool, columns: Collection[str] | None = None) -> exp.Expression:
     """The rows of `table` each unit keeps under the bound for a query reading the policy
     columns `columns` (None: every column; engine/backends/bounding.py, docs/theory.md §28), for
-    a chained table over its rows with their derived unit."""
+    a chained table over its rows with their derived unit; every row of a table without a
+    privacy unit."""
+    if table.privacy_unit is None:
+        return own_rows(table, locate(table.name))
     if not table.chain:
         return kept_rows(table, hash_key, locate(table.name), unit_is_float, columns)
     rows = kept_rows(table, hash_key, exp.to_table(SOURCE, quoted=True), unit_is_float, columns)

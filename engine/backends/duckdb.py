@@ -102,8 +102,6 @@ class DuckDBBackend:
     def bound(self, table: TableSpec, hash_key: str, columns: Collection[str] | None = None) -> None:
         """The bounded copy for the columns read is made on the first query reading them (never
         for explain): the data is read-only, so it stays valid for the connection."""
-        if table.privacy_unit is None:
-            return
         key = (table.name, copy_scope(table, columns))
         if key not in self._bounded:
             execute.bound_units(self.conn, table, hash_key, key[1])

@@ -26,7 +26,7 @@ from ..policy import Limits, Policy, TableSpec
 from ..rewrite import BOUNDED_CATALOG, bounded_table, copy_scope
 from ..watchdog import WATCHDOG
 from . import bounded_store
-from .bounding import kept_rows, with_clamps
+from .bounding import kept_rows, own_rows, with_clamps
 from .chain_units import bounded_rows, link_columns, unit_column
 from .duckdb_schema import (
     DECLARED_TYPES,
@@ -64,13 +64,14 @@ _OPENED_UNDER = f"{BOUNDED_CATALOG}.main.__opened_under"
 
 def _bounding(policy: Policy) -> tuple:
     """What a policy's bounded copies are made of: each private table's unit, bound, chain and
-    columns with their types, bounds and lists, and its parent tables (not the dependence
-    settings, which calibrate the noise but make no copy)."""
+    columns with their types, bounds and lists (a table without a unit too: its copy stores
+    clamped values), and its parent tables (not the dependence settings, which calibrate the
+    noise but make no copy)."""
     tables = tuple(sorted(
-        (name, table.unit, table.max_rows_per_unit, table.chain,
+        (name, table.privacy_unit, table.max_rows_per_unit, table.chain,
          tuple(sorted((c.name, c.type, c.lower, c.upper, c.domain, c.span, c.item_list)
                       for c in table.columns.values())))
-        for name, table in policy.tables.items() if table.privacy_unit is not None))
+        for name, table in policy.tables.items()))
     return tables, tuple(sorted(policy.parent_tables.items()))
 
 
@@ -387,7 +388,9 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
     The copy is made whether or not any unit is over the bound, so that nothing observable
     says whether one is. It goes into an in-memory catalog that DuckDB compresses on
     checkpoint, so it costs less memory than the rows it holds and scans as fast as the table
-    itself. Backends call this once per (table, column set) and connection."""
+    itself. A table without a privacy unit keeps every row: its copy is a view of its policy
+    columns and their clamped values, or of the owner's prepared copy holding them (§34).
+    Backends call this once per (table, column set) and connection."""
     scope = copy_scope(table, columns)
     try:
         conn.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
@@ -402,6 +405,11 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
                          f"SELECT *{replaced} FROM "
                          f"{exp.table_(table.name, 'main', copy, quoted=True).sql('duckdb')}")
             return
+        if table.privacy_unit is None:
+            rows = own_rows(table, _read_as(conn, table.name))
+            conn.execute(f"CREATE OR REPLACE VIEW {bounded_table(table).sql('duckdb')} AS "
+                         f"{with_clamps(rows, table).sql('duckdb')}")
+            return
         policy = None if guard is None else guard.policy
         unit_type = _unit_type(conn, table).split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
@@ -412,6 +420,16 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
         if cancelled is not None:
             raise cancelled from None
         raise DataFailure("bounding rows per privacy unit failed on the data") from None
+
+
+def _read_as(conn: duckdb.DuckDBPyConnection, name: str) -> exp.Table:
+    """Table `name` as queries read it, qualified so that a view in another catalog reads the
+    same: the temporary view casting it to the declared types, if one was made, else the table
+    in the data's catalog."""
+    cast = conn.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND "
+                        "lower(view_name) = ?", [name]).fetchall()[0][0]
+    catalog = "temp" if cast else conn.execute("SELECT current_database()").fetchall()[0][0]
+    return exp.table_(name, "main", catalog, quoted=True)
 
 
 def _unit_type(conn: duckdb.DuckDBPyConnection, table: TableSpec) -> str:
@@ -429,10 +447,11 @@ def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, 
     fingerprint matches (only file facts and the schema are read); (table, set) -> catalog."""
     copies = {}
     for name, table in policy.tables.items():
-        if table.privacy_unit is None:
+        if not bounded_store.worth_preparing(table):
             continue
         try:
-            types = {**columns(conn, name), table.unit: _unit_type(conn, table)}
+            types = columns(conn, name) if table.privacy_unit is None else \
+                {**columns(conn, name), table.unit: _unit_type(conn, table)}
         except KeyError:  # a table or unit column missing: the schema check names it next
             continue
         for number, scope in enumerate(bounded_store.prepared_scopes(policy, table)):
@@ -446,15 +465,17 @@ def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, 
 def prepare_copies(path: str | Path, policy: Policy, hash_key: str,
                    store: Path) -> tuple[bounded_store.PreparedCopy, ...]:
     """The owner's act: write the bounded copies of every table with a privacy unit (of every
-    column and of each column set its eta_by_columns names), for later connections to this
-    data under this policy and ledger (engine/backends/bounded_store.py)."""
+    column and of each column set its eta_by_columns names) and the copy of every row with the
+    stored clamped values of each table without one that has bounded numeric columns, for
+    later connections to this data under this policy and ledger (engine/backends/bounded_store.py)."""
     path = Path(path)
     open_data(path, policy).close()  # the data is readable and matches the policy
     bounded_store.check_store(store)
     loader = _reader(path, policy) if path.suffix.lower() in _LOADED else None
     copies = []
     for table in policy.tables.values():
-        if table.privacy_unit is None or (loader is not None and table.name != path.stem.lower()):
+        if not bounded_store.worth_preparing(table) or \
+                (loader is not None and table.name != path.stem.lower()):
             continue
         written = []
         for scope in bounded_store.prepared_scopes(policy, table):

@@ -82,8 +82,7 @@ class SparkBackend:
                 raise refusal
         for name, table in policy.tables.items():
             self._types[name] = with_unit_type(table, self._types)
-            if table.privacy_unit is not None:
-                self._empty_copy(name, table, None)
+            self._empty_copy(name, table, None)
         for name, parent in policy.parent_tables.items():
             self._empty_copy(name, parent.one_per_key(), None)
         self._gate = SchemaGate(self._gate_tables())
@@ -162,17 +161,20 @@ class SparkBackend:
     def bound(self, table: TableSpec, hash_key: str, columns: Collection[str] | None = None) -> None:
         """Make the bounded rows of `table` for queries reading `columns` (None: every column)
         once (kept in Spark's memory, spilling to disk) and register them as the view the
-        rendered SQL reads: the same rule as DuckDB's, over the same columns."""
-        if table.privacy_unit is None:
-            return
+        rendered SQL reads: the same rule as DuckDB's, over the same columns. A table without
+        a privacy unit keeps every row: its copy is a view that clamps as it is read."""
         scope = copy_scope(table, columns)
         name = bounded_table_path(table, scope)[2]
         if name in self._bounded:
             return
         types = self._types.get(table.name) or self._lookups[table.name]  # a parent's own
-        unit_is_float = tables.family(types[table.unit]) in _FLOATS
+        unit_is_float = table.privacy_unit is not None and tables.family(types[table.unit]) in _FLOATS
         sql = with_clamps(bounded_rows(self._policy, table, hash_key, _located, unit_is_float, scope),
                           table, scope).sql(self.dialect)
+        if table.privacy_unit is None:
+            self._spark.sql(sql).createOrReplaceTempView(_bounded_view(name))
+            self._bounded.add(name)
+            return
         from pyspark import StorageLevel
 
         def make() -> Any:
