@@ -69,7 +69,8 @@ def ledger_init(path, policy_path) -> None:
 
 
 @click.command(help="Owner: bound every table with a privacy unit once and keep the kept rows beside "
-             "the ledger, so later queries skip that step; redo it after the data, the policy's "
+             "the ledger, so later queries skip that step (a table without one: every row, "
+             "with each bounded number's clamped value stored); redo it after the data, the policy's "
              "bounds or the ledger change (a stale copy is never used). The files are as private "
              "as the data.")
 @click.option("--db", required=True, help="DuckDB, CSV or Parquet file with the private data.")
@@ -92,7 +93,8 @@ def prepare(db, policy_path, path) -> None:
     for c in copies:
         table.add_row(Text(visible(c.table)), f"{c.rows:,}", f"{c.bytes / 2**20:,.1f} MB",
                       f"{c.seconds:.2f}", Text(visible(str(c.path))))
-    terminal().print(table if copies else "no table has a privacy unit: nothing to prepare")
+    terminal().print(table if copies else "no table has a privacy unit or a bounded numeric "
+                     "column: nothing to prepare")
 
 
 @ledger_group.command(name="verify", help="Check a ledger's hash chain and re-derive each "

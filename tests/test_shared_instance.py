@@ -66,3 +66,28 @@ def test_one_policy_may_open_a_file_twice(data, tmp_path):
                                     reuse=False) as second:
         for db in (first, second, first):
             assert abs(_count(db) - UNITS * BOUND) < 3
+
+
+def test_row_level_policies_with_other_bounds_are_refused_too(data, tmp_path):
+    """A table without a privacy unit is read through a copy of its own that clamps to the
+    policy's bounds, in the same catalog: a second policy with other bounds would replace it,
+    and the first connection's SUM would read values clamped to the other's."""
+    path, _ = data
+    policies = []
+    for upper in (10, 100):
+        policy = tmp_path / f"upper{upper}.yaml"
+        policy.write_text(yaml.safe_dump({
+            "tables": {"people": {"columns": {"age": {"type": "int", "lower": 0, "upper": upper}}}},
+            "budget": {"epsilon": 1000.0}, "dependence": {"k": 1, "eta": 0.0}}))
+        policies.append(policy)
+
+    def total(db: PrivateDatabase) -> float:
+        return float(db.query("SELECT SUM(age) AS s FROM people", epsilon=50.0).df.iloc[0, 0])
+
+    with PrivateDatabase.connect(path, policies[0], tmp_path / "a.sqlite", create=True,
+                                 reuse=False) as first:
+        assert total(first) <= ROWS * 10 + 10  # every value clamped to at most 10
+        with pytest.raises(InputError) as refused:
+            PrivateDatabase.connect(path, policies[1], tmp_path / "b.sqlite", create=True)
+        assert refused.value.path == str(path)
+        assert total(first) <= ROWS * 10 + 10

@@ -150,13 +150,53 @@ def test_an_aggregate_of_an_expression_or_distinct_values_clamps_in_the_query(sq
     assert companion("age") not in rendered and companion("income") not in rendered
 
 
-def test_a_row_level_table_is_read_as_it_is():
-    policy = parse_policy({**BASE_POLICY, "tables": {"people": {
-        key: value for key, value in BASE_POLICY["tables"]["people"].items()
-        if key not in ("privacy_unit", "max_rows_per_unit")}}})
+ROW_LEVEL = parse_policy({**BASE_POLICY, "tables": {"people": {
+    key: value for key, value in BASE_POLICY["tables"]["people"].items()
+    if key not in ("privacy_unit", "max_rows_per_unit")}}})
+
+
+def test_a_row_level_table_is_read_through_its_own_copy():
     sql = "SELECT SUM(income), AVG(age) FROM people"
-    rendered = rewrite(build_plan(parse_select(sql), policy, sql)).sql("duckdb")
-    assert "CASE WHEN" in rendered and companion("income") not in rendered
+    rendered = rewrite(_plan(sql, ROW_LEVEL)).sql("duckdb")
+    assert 'FROM dpsql_bounded.main."people"' in rendered
+    assert companion("income") in rendered and companion("age") in rendered
+    assert "CASE WHEN" not in rendered
+
+
+@pytest.mark.parametrize("stored_as", ["BIGINT, income DOUBLE", "INTEGER, income REAL"])
+def test_a_row_level_tables_copy_gives_the_exact_answers_of_clamping_each_row(
+        tmp_path, stored_as, monkeypatch):
+    """Every row of a table without a privacy unit is read, from the view that clamps as it
+    reads and from the copy `prepare` writes, and every exact answer is the one clamping each
+    row in the query gives, whatever type of the family the file stores."""
+    db = _data(tmp_path / "people.duckdb", f"person_id BIGINT, state VARCHAR, age {stored_as}, "
+                                           "sick BOOLEAN, note VARCHAR")
+    ledger = tmp_path / "ledger.sqlite"
+    written = DuckDBBackend.prepare_copies(db, ROW_LEVEL, ledger, KEY)
+    assert [(c.table, c.rows) for c in written] == [("people", len(_rows()))]
+    in_process = DuckDBBackend.open(shutil.copy(db, tmp_path / "same.duckdb"), ROW_LEVEL)
+    prepared = DuckDBBackend.open(db, ROW_LEVEL, ledger, KEY)
+    try:
+        for sql in STORED[:4] + CLAMPED_IN_QUERY:
+            exact = _exact(in_process, sql, False, monkeypatch, ROW_LEVEL)
+            assert _same(_exact(in_process, sql, True, monkeypatch, ROW_LEVEL), exact), sql
+            assert _same(_exact(prepared, sql, True, monkeypatch, ROW_LEVEL), exact), sql
+        copy = rewriting.bounded_table(ROW_LEVEL.tables["people"]).sql("duckdb")
+        views = dict(prepared.conn.execute(
+            "SELECT database_name, sql FROM duckdb_views() WHERE view_name = 'people' "
+            "AND NOT temporary").fetchall())
+        assert bounded_store.COPY_CATALOG + "people_0" in views["dpsql_bounded"]
+        assert prepared.conn.execute(f"SELECT COUNT(*) FROM {copy}").fetchall()[0][0] == len(_rows())
+    finally:
+        in_process.close()
+        prepared.close()
+
+
+def test_prepare_skips_a_row_level_table_without_a_bounded_number(tmp_path, data):
+    """Such a table's copy would store nothing a query reads: no file is written for it."""
+    policy = parse_policy({**BASE_POLICY, "tables": {"people": {"columns": {
+        "state": BASE_POLICY["tables"]["people"]["columns"]["state"]}}}})
+    assert DuckDBBackend.prepare_copies(data, policy, tmp_path / "ledger.sqlite", KEY) == ()
 
 
 def test_the_copy_stores_the_clamp_of_every_bounded_numeric_column(data):
@@ -212,3 +252,25 @@ def test_a_prepared_copy_is_named_by_the_bounds_it_clamps_to(tmp_path, data):
             "income": {"type": "float", "lower": 0.0, "upper": 2000.0}}}}}).tables["people"]
     assert bounded_store.copy_path(tmp_path, data, table, KEY, types) != \
         bounded_store.copy_path(tmp_path, data, wider, KEY, types)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT SUM(__clamped_income) FROM people",
+    "SELECT COUNT(*) FROM people WHERE \"__clamped_age\" > 50",
+    "SELECT state, SUM(age) FROM people GROUP BY state, __clamped_age",
+    "SELECT SUM(income) FROM dpsql_bounded.main.people",
+])
+def test_a_row_level_copys_names_are_not_the_analysts(tmp_path, data, sql):
+    """The copy of a table without a privacy unit is read by the rewrite only: naming its
+    stored values or the copy itself is refused before any data is read, and charges nothing."""
+    from dpsql.engine import PrivateDatabase
+    from dpsql.engine.errors import QueryRefused
+
+    from tests.support import charge_count
+
+    ledger = tmp_path / "ledger.sqlite"
+    with PrivateDatabase.connect(data, ROW_LEVEL, ledger, create=True) as db:
+        with pytest.raises(QueryRefused) as refused:
+            db.query(sql, 1.0)
+    assert "\n" not in str(refused.value)
+    assert charge_count(ledger) == 0

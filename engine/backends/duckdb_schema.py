@@ -41,10 +41,13 @@ def duckdb_identifier(name: str) -> str:
 
 
 def check_schema(conn: duckdb.DuckDBPyConnection, policy: Policy) -> None:
-    """Every policy table must be a base table with the listed columns of compatible types."""
+    """Every policy table must be a base table with the listed columns of compatible types.
+    Only the data's own catalog and the connection's temporary one are read: another
+    connection to the same file in this process shares the bounded copies' catalog, whose
+    copies (views among them) carry the tables' names."""
     rows = conn.execute(
         "SELECT lower(table_name), table_type FROM information_schema.tables "
-        "WHERE table_schema = 'main'"
+        "WHERE table_schema = 'main' AND table_catalog IN (current_database(), 'temp')"
     ).fetchall()
     kinds = dict(rows)
     for name, table in policy.tables.items():
