@@ -12,6 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 from dpsql.engine.aggregates.quantile import grid, within_one
+from dpsql.engine.backends.duckdb_execute import bound_units
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import rewrite
 from dpsql.engine.sql.bind import build_plan
@@ -44,6 +45,7 @@ def _run(bins: int, sql: str, rows: list[tuple],
         conn.execute("CREATE TABLE t (g VARCHAR, x DOUBLE, n BIGINT)")
         if rows:
             conn.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+        bound_units(conn, plan.table, "key")  # the table's own copy: every row
         return conn.execute(rewrite(plan).sql("duckdb")).fetchall(), plan
 
 
