@@ -148,7 +148,7 @@ def write(conn: sqlite3.Connection, analyst: str, before: Totals, mine: Totals, 
             for name, totals in ((WHOLE, before), (ANALYST + analyst, mine))]
     conn.execute(_UPSERT_TWO, [value for row in rows for value in row])
     conn.execute("UPDATE meta SET value = 'current' WHERE key = 'totals'")
-    return {scope: rest for scope, *rest in rows}
+    return {row[0]: row[1:] for row in rows}
 
 
 def rebuild(conn: sqlite3.Connection, path: Path) -> None:
