@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from opendp.accuracy import discrete_laplacian_scale_to_accuracy, laplacian_scale_to_accuracy
 from opendp.domains import atom_domain, vector_domain
 from opendp.measurements import make_laplace
-from opendp.metrics import l1_distance
+from opendp.metrics import absolute_distance, l1_distance
 from opendp.mod import Measurement as OpenDPMeasurement
 from opendp.mod import enable_features
 
@@ -54,6 +54,19 @@ class Mechanism:
     @property
     def ci95(self) -> float:
         return self.accuracy(0.05)
+
+    @functools.cached_property
+    def opendp_scalar(self) -> OpenDPMeasurement | None:
+        """The same noise as an OpenDP measurement of one value (an atom domain under the
+        absolute distance, its privacy map checked as the vector's is), which releases a single
+        cell for a third less Python around OpenDP's sampler; made on the first single value and
+        kept with the mechanism. None if its map would exceed the epsilon (the vector is used)."""
+        integer = self.mechanism == NoiseKind.DISCRETE_LAPLACE
+        domain = atom_domain(T="i64") if integer else atom_domain(T=float, nan=False)
+        meas = make_laplace(domain, absolute_distance(T="i64" if integer else float),
+                            scale=self.scale)
+        d_in = int(self.sensitivity) if integer else float(self.sensitivity)
+        return meas if meas.map(d_in) <= self.epsilon else None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -123,10 +136,13 @@ def release_cells(mechanism: Mechanism, exact: Mapping[str, list]) -> dict[str, 
 
 
 def release(mechanism: Mechanism, exact: list) -> list:
-    """Add noise to one measurement's exact values (one per group)."""
+    """Add noise to one measurement's exact values (one per group): one value by the scalar
+    measurement, several as one vector, the one its sensitivity is stated for."""
     values: list[int] | list[float]
     if mechanism.mechanism == NoiseKind.DISCRETE_LAPLACE:
         values = [max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in exact]
     else:
         values = [float(v) for v in exact]
+    if len(values) == 1 and (scalar := mechanism.opendp_scalar) is not None:
+        return [scalar(values[0])]
     return list(mechanism.opendp_measurement(values))

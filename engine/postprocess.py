@@ -110,9 +110,11 @@ def interval_notes(plan: QueryPlan, mechanisms: dict[str, Mechanism]
     return ranges, missing
 
 
+@per_plan
 def read_from_cells(plan: QueryPlan) -> dict[str, tuple[str, float]]:
     """The values post-processing reads from a measurement's noisy cells (a quantile from a
-    histogram's counts) that the plan's expressions use: column -> (measurement, q)."""
+    histogram's counts) that the plan's expressions use: column -> (measurement, q); a function
+    of the plan, walked once per plan (every answer asks it)."""
     histograms = {m.name for m in plan.measurements if isinstance(m.kind, quantile.Histogram)}
     clauses = [out.expression for out in plan.outputs] + list(plan.order) \
         + ([plan.having] if plan.having is not None else [])

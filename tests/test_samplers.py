@@ -57,6 +57,28 @@ def test_discrete_laplace_matches_its_scale(epsilon):
     assert _discrete_laplace_pvalue(noise, mechanism.scale / WRONG) < ALPHA
 
 
+@pytest.mark.parametrize("measurement, sensitivity", [(COUNT, 1), (FLOAT_SUM, 10.0)])
+def test_single_values_are_released_by_the_scalar_measurement_at_the_same_scale(measurement,
+                                                                                sensitivity):
+    """A query's one noisy cell goes through OpenDP's measurement of one value: its privacy
+    map checked at the share, and its draws (one release each) fit the declared scale and
+    reject a scale 25% off, as the vector's do."""
+    mechanism = build_mechanism(measurement, sensitivity, 0.5)
+    assert mechanism.opendp_scalar is not None
+    assert mechanism.opendp_scalar.map(sensitivity) <= 0.5
+    exact = 1234
+    noise = np.array([release(mechanism, [exact])[0] for _ in range(DRAWS)]) - exact
+    if mechanism.mechanism == "discrete_laplace":
+        assert noise.dtype.kind == "i"
+        pvalue = _discrete_laplace_pvalue
+    else:
+        def pvalue(noise, scale):
+            return stats.kstest(noise, stats.laplace(scale=scale).cdf).pvalue
+    assert pvalue(noise, mechanism.scale) > ALPHA
+    assert pvalue(noise, mechanism.scale * WRONG) < ALPHA
+    assert pvalue(noise, mechanism.scale / WRONG) < ALPHA
+
+
 @pytest.mark.parametrize("epsilon", [0.2, 1.0])
 def test_laplace_matches_its_scale(epsilon):
     mechanism = build_mechanism(FLOAT_SUM, 10.0, epsilon)
@@ -87,10 +109,18 @@ def test_release_returns_opendp_output_untouched():
             seen.append(values)
             return [marker]
 
+        def fake_scalar(value, seen=seen):
+            seen.append(value)
+            return marker
+
         patched = dataclasses.replace(mechanism, opendp_measurement=fake)
-        released = release(patched, [7])
+        vars(patched)["opendp_scalar"] = fake_scalar  # the one value's measurement, kept
+        released = release(patched, [7, 8])
         assert len(released) == 1 and released[0] is marker
-        assert seen == [[7]] or seen == [[7.0]]
+        assert seen == [[7, 8]] or seen == [[7.0, 8.0]]
+        released = release(patched, [7])
+        assert released == [marker] and released[0] is marker
+        assert seen[1:] == [7] or seen[1:] == [7.0]
 
 
 def test_huge_exact_counts_saturate_instead_of_overflowing():

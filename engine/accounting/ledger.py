@@ -90,6 +90,7 @@ class Ledger(AnalystsTable):
         self.binding = binding
         self.on_write: Callable[[float], None] | None = None  # seconds each charge's write took
         self._charging: ledger_snapshot.Snapshot | None = None  # what the charge under way read
+        self._kept: ledger_snapshot.Kept | None = None  # what this connection's last charge left
         if self.path.is_dir():
             raise LedgerError(f"ledger path {self.path} is a directory; expected a file path")
         if create:
@@ -317,7 +318,7 @@ class Ledger(AnalystsTable):
         totals must be recomputed)."""
         conn = self._conn
         try:
-            snapshot = ledger_snapshot.read(conn)
+            snapshot = self._read(None)
             if snapshot.current:
                 return LedgerState(snapshot.binding(self.path),
                                    snapshot.totals(self.path).books(self.path), snapshot.halted)
@@ -330,6 +331,13 @@ class Ledger(AnalystsTable):
                 conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read ledger {self.path}: {exc}") from None
+
+    def _read(self, analyst: str | None) -> ledger_snapshot.Snapshot:
+        """The ledger as one statement reads it, or as this connection's last charge left it
+        while nothing else has changed it since (`ledger_snapshot.Kept`)."""
+        kept = self._kept
+        return ledger_snapshot.read(self._conn, analyst) if kept is None \
+            else kept.read(self._conn, analyst)
 
     def charge(self, settle: Callable[[LedgerState], tuple[Charge, T]],
                analyst: str | None = None) -> tuple[int, T]:
@@ -345,7 +353,8 @@ class Ledger(AnalystsTable):
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                snapshot = ledger_snapshot.read(conn, analyst)
+                snapshot = self._read(analyst)
+                self._kept = None  # kept again once this charge commits
                 if snapshot.halted is not None:  # another process halted the engine meanwhile
                     raise EngineHalted
                 stored = snapshot.binding(self.path)
@@ -382,9 +391,11 @@ class Ledger(AnalystsTable):
                         reuse_index.record(conn, charge.analyst, charge.reuse_key,
                                            cost.epsilon_dp, ident)
                 chain.append(conn, ident, snapshot.chain_key())
-                ledger_totals.write(conn, charge.analyst, totals, mine, cost.epsilon_dp,
-                                    charge.columns, charge.times)
+                written = ledger_totals.write(conn, charge.analyst, totals, mine,
+                                              cost.epsilon_dp, charge.columns, charge.times)
                 conn.execute("COMMIT")
+                self._kept = ledger_snapshot.Kept.after_charge(conn, snapshot, charge.analyst,
+                                                               written)
                 if self.on_write is not None:  # the inserts, the totals and the synced commit
                     self.on_write(time.perf_counter() - writing)
             except BaseException:

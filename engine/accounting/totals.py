@@ -140,13 +140,15 @@ def _decoded(columns: str | None, times: str | None) -> tuple[
 
 
 def write(conn: sqlite3.Connection, analyst: str, before: Totals, mine: Totals, eps_dp: float,
-          columns: frozenset[str] | None, points: tuple[int, ...] | None) -> None:
+          columns: frozenset[str] | None, points: tuple[int, ...] | None) -> dict[str, tuple]:
     """Add one charge to the current totals of the ledger and of its analyst (inside the
-    charge's transaction, after its insert) and mark them current again."""
+    charge's transaction, after its insert) and mark them current again; returns the rows
+    written, (spent, read, times) by scope, as a read gives them back."""
     rows = [_row(name, totals.add(eps_dp, columns, points))
             for name, totals in ((WHOLE, before), (ANALYST + analyst, mine))]
     conn.execute(_UPSERT_TWO, [value for row in rows for value in row])
     conn.execute("UPDATE meta SET value = 'current' WHERE key = 'totals'")
+    return {row[0]: row[1:] for row in rows}
 
 
 def rebuild(conn: sqlite3.Connection, path: Path) -> None:

@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(p.age) FROM people AS p WHERE p.sick
 -- rewritten
-SELECT COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT COUNT("age") AS "__m0" FROM (SELECT "age" FROM dpsql_bounded.main."people" WHERE "sick") AS rows) AS agg
+SELECT COUNT("age") AS "__m0" FROM (SELECT "age" FROM dpsql_bounded.main."people" WHERE "sick") AS rows
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

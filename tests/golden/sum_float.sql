@@ -1,7 +1,7 @@
 -- query
 SELECT SUM(income) AS total FROM people
 -- rewritten
-SELECT COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT SUM("__clamped_income") AS "__m0" FROM (SELECT "income", "__clamped_income" FROM dpsql_bounded.main."people") AS rows) AS agg
+SELECT COALESCE(SUM("__clamped_income"), 0) AS "__m0" FROM (SELECT "income", "__clamped_income" FROM dpsql_bounded.main."people") AS rows
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns
