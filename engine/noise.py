@@ -59,7 +59,7 @@ class Mechanism:
     def opendp_scalar(self) -> OpenDPMeasurement | None:
         """The same noise as an OpenDP measurement of one value (an atom domain under the
         absolute distance, its privacy map checked as the vector's is), which releases a single
-        cell for a third less Python around OpenDP's sampler; made on the first single value and
+        cell with less Python around OpenDP's sampler; made on the first single value and
         kept with the mechanism. None if its map would exceed the epsilon (the vector is used)."""
         integer = self.mechanism == NoiseKind.DISCRETE_LAPLACE
         domain = atom_domain(T="i64") if integer else atom_domain(T=float, nan=False)
