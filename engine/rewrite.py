@@ -21,7 +21,7 @@ from .plan import GroupKey, JoinTree, Measurement, QueryPlan
 from .plan_memo import per_plan
 from .policy import Policy, TableSpec
 from .sql.join import joined_column
-from .stored_clamps import companion_types, stored
+from .stored_clamps import companion_types, reads_stored, stored
 
 
 def rewrite(plan: QueryPlan) -> exp.Select:
@@ -248,7 +248,8 @@ def copies_to_bound(plan: QueryPlan) -> tuple[tuple[TableSpec, frozenset[str] | 
 
 def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select:
     """Filtered rows of the bounded copy for the columns read, `columns` (None: of every
-    column); a table whose rows are each an individual has one copy, of every row (§34).
+    column); a table whose rows are each an individual has one copy, of every row, read when an
+    aggregate reads a stored clamped value, the table itself otherwise (§34).
 
     Rows whose group key is outside the public domain form groups that the domain join
     leaves out; bounding happened before, on the whole table, so they cannot displace
@@ -271,7 +272,8 @@ def _bounded_rows(plan: QueryPlan, columns: frozenset[str] | None) -> exp.Select
         items.append(exp.column(table.unit, quoted=True))
     if not items:
         items.append(exp.Literal.number(1))
-    source_table: exp.Expression = bounded_table(table, columns)
+    source_table: exp.Expression = bounded_table(table, columns) \
+        if table.privacy_unit is not None or reads_stored(plan) else exp.to_table(table.name, quoted=True)
     if plan.inner is not None:  # a two-level query reads its per-unit rows (docs/theory.md §29)
         source_table = plan.inner.rows(source_table)
     if plan.unnest is not None:  # one row per item of the bounded rows' list (docs/theory.md §31)

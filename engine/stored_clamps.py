@@ -80,6 +80,12 @@ def stored(plan: QueryPlan) -> QueryPlan:
     return dataclasses.replace(plan, measurements=measurements)
 
 
+def reads_stored(plan: QueryPlan) -> bool:
+    """Whether an aggregate of `plan` (as `stored` made it) reads a stored clamped value: a
+    table without a privacy unit is then read through its copy, else as it is."""
+    return any(isinstance(m.operand, Stored) for m in plan.measurements)
+
+
 def _stored(operand: Operand | None, table: TableSpec) -> Operand | None:
     """The operand read as its column's stored clamped value, when it is a bare bounded column
     of `table` clamped to that column's own bounds; else the operand itself. It still names the

@@ -161,6 +161,8 @@ def test_a_row_level_table_is_read_through_its_own_copy():
     assert 'FROM dpsql_bounded.main."people"' in rendered
     assert companion("income") in rendered and companion("age") in rendered
     assert "CASE WHEN" not in rendered
+    for other in ("SELECT COUNT(*) FROM people WHERE age > 3", "SELECT SUM(age * 2) FROM people"):
+        assert 'FROM people' in rewrite(_plan(other, ROW_LEVEL)).sql("duckdb")  # nothing stored read
 
 
 @pytest.mark.parametrize("stored_as", ["BIGINT, income DOUBLE", "INTEGER, income REAL"])
