@@ -2,7 +2,8 @@
 (engine/backends/duckdb_catalog.py): the kept catalog is what DuckDB reports once the data is
 open, whatever type each column is stored as (the casting views included); it is the data's own
 schema, never the engine's bookkeeping or the owner's prepared copies, which share the DuckDB
-instance; and a stored integer type BIGINT always holds is not scanned for values it cannot."""
+instance; it is read in two statements, whatever asks it afterwards; and a stored integer type
+BIGINT always holds is not scanned for values it cannot."""
 
 from __future__ import annotations
 
@@ -103,6 +104,27 @@ def test_only_a_stored_integer_type_bigint_may_not_hold_is_scanned_when_opened(
     finally:
         conn.close()
     assert any("TRY_CAST" in sql for sql in executed) is scanned, executed
+
+
+def test_opening_the_data_reads_its_catalog_twice_whatever_asks_it(tmp_path, monkeypatch):
+    """The schema check, the declared types, the prepared copies' fingerprints, the gate and the
+    plan's column names all read the one catalog kept as the data was opened: two catalog
+    statements for a backend, where each used to ask DuckDB again."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    people = make_people(tmp_path / "people.duckdb")
+    executed: list[str] = []
+    real = duckdb.connect
+    monkeypatch.setattr(duckdb_execute.duckdb, "connect",
+                        lambda *args, **kwargs: _Recorder(real(*args, **kwargs), executed))
+    backend = DuckDBBackend.open(people, load_policy(policy))
+    try:
+        assert set(backend.data_columns()) == {"people"}
+    finally:
+        backend.close()
+    catalog = [sql for sql in executed
+               if any(name in sql for name in ("duckdb_columns", "information_schema", "duckdb_tables",
+                                               "current_database"))]
+    assert len(catalog) == 2, catalog
 
 
 class _Recorder:
