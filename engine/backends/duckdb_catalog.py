@@ -3,7 +3,7 @@ by everything that asks it afterwards (the schema check, the declared types, the
 copies' fingerprints, the gate, the plan's column names).
 
 Opening the data used to ask the catalog a dozen questions, each a statement DuckDB parses,
-binds and runs (about a tenth of a one-shot query process, issue 26). The data is opened
+binds and runs, in every one-shot query process (issue 26). The data is opened
 read-only and only the engine's own statements change what a connection sees (the casting
 views of `read_as_declared`, which `with_views` adds without asking again), so one reading
 holds for the connection's life. It holds the data's own catalog and the connection's
