@@ -5,7 +5,9 @@ the package's own modules are compiled on every start) and as a user's machine d
 written once and then read). The same rounds time `dpsql --version` and an interpreter that
 does nothing, and `python -X importtime` gives what a query process's imports cost by package.
 `--compare DIR` also times the query process of another checkout (e.g. an older commit from
-`git archive`) on the same prepared copy, alternating, and gives its imports beside.
+`git archive`) on the same prepared copy, alternating, and gives its imports beside. Each
+process's CPU time (user + system, from wait4) is given beside its wall time: on a busy machine
+a process waits for a core, and its CPU time says what it costs more steadily.
 
 Run: `python -m benchmarks.cli_prepared --rows 20000000 [--repeats 10] [--compare DIR]`. Prints
 a Markdown section for benchmarks/RESULTS.md.
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -38,9 +41,16 @@ CLI = "from dpsql.engine.cli import main; main()"  # a checkout's command line, 
 TOP = 10  # packages listed by import time
 
 
-def _timed(command: list[str], bytecode: bool = False,
-           tree: Path | None = None) -> tuple[float, float]:
-    """Wall seconds of one process, and its peak resident memory in MB (from wait4); with
+class Timing(NamedTuple):
+    """One process: wall seconds, CPU seconds (user + system) and peak resident memory in MB."""
+
+    seconds: float
+    cpu: float
+    mb: float
+
+
+def _timed(command: list[str], bytecode: bool = False, tree: Path | None = None) -> Timing:
+    """Wall and CPU seconds of one process, and its peak resident memory (from wait4); with
     `bytecode`, Python may write and read the package's compiled modules; `tree` is a checkout's
     `layout` to import (the installed checkout if None)."""
     env = environment(tree, bytecode)
@@ -52,7 +62,7 @@ def _timed(command: list[str], bytecode: bool = False,
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{proc.stderr.read().decode() if proc.stderr else ''}")
-    return seconds, usage.ru_maxrss / 1024
+    return Timing(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
 def main() -> None:
@@ -79,12 +89,13 @@ def main() -> None:
                        check=True, capture_output=True)
         paths = ["--db", str(data_path), "--policy", str(policy), "--ledger", str(ledger)]
         first_sql = QUERIES["grouped_count"]
-        unprepared, unprepared_mb = _timed([dpsql, "query", first_sql, "--epsilon", "1", "--format",
-                                            "json", "--no-reuse", *paths])
-        prepared_s, prepare_mb = _timed([dpsql, "prepare", *paths])
+        unprepared, _, unprepared_mb = _timed([dpsql, "query", first_sql, "--epsilon", "1",
+                                               "--format", "json", "--no-reuse", *paths])
+        prepared_s, _, prepare_mb = _timed([dpsql, "prepare", *paths])
         store = ledger.with_name(ledger.name + ".bounded")
         disk = sum(f.stat().st_size for f in store.glob("*.duckdb")) / 2**20
-        rows, compared, starts = [], [], {"python -c pass": [], "dpsql --version": []}
+        rows, compared = [], []
+        starts: dict[str, list[float]] = {"python -c pass": [], "dpsql --version": []}
         version = [dpsql, "--version"]
         loads = [os.getloadavg()[0]]
         for name in args.templates:
@@ -96,24 +107,29 @@ def main() -> None:
             for warm, tree in [(command, None), (version, None)] + ([(launched, before),
                                                                      (launched, now)] if before else []):
                 _timed(warm, bytecode=True, tree=tree)  # writes the bytecode a user's first run would
-            plain, engine, cached, previous, current, peak = [], [], [], [], [], 0.0
+            plain: list[Timing] = []
+            engine: list[Timing] = []
+            cached: list[Timing] = []
+            previous: list[Timing] = []
+            current: list[Timing] = []
             for _ in range(args.repeats):  # alternate, so all see the same machine
-                plain.append(_timed([sys.executable, "-c", PLAIN, str(data_path), sql])[0])
-                seconds, mb = _timed(command)
-                engine.append(seconds)
-                cached.append(_timed(command, bytecode=True)[0])
-                peak = max(peak, mb)
+                plain.append(_timed([sys.executable, "-c", PLAIN, str(data_path), sql]))
+                engine.append(_timed(command))
+                cached.append(_timed(command, bytecode=True))
                 if before:
-                    previous.append(_timed(launched, bytecode=True, tree=before)[0])
-                    current.append(_timed(launched, bytecode=True, tree=now)[0])
-                starts["python -c pass"].append(_timed([sys.executable, "-c", "pass"])[0])
-                starts["dpsql --version"].append(_timed(version, bytecode=True)[0])
-            p, e, c = statistics.median(plain), statistics.median(engine), statistics.median(cached)
+                    previous.append(_timed(launched, bytecode=True, tree=before))
+                    current.append(_timed(launched, bytecode=True, tree=now))
+                starts["python -c pass"].append(_timed([sys.executable, "-c", "pass"]).seconds)
+                starts["dpsql --version"].append(_timed(version, bytecode=True).seconds)
+            p, e, c = (statistics.median(t.seconds for t in runs) for runs in (plain, engine, cached))
+            pc, cc = (statistics.median(t.cpu for t in runs) for runs in (plain, cached))
             rows.append(f"| {name} | {p:.2f} | {e:.2f} | {e / p:.2f} | {c:.2f} | {c / p:.2f} | "
-                        f"{peak:,.0f} |")
+                        f"{pc:.2f} | {cc:.2f} | {cc / pc:.2f} | {max(t.mb for t in engine):,.0f} |")
             if before:
-                b, n = statistics.median(previous), statistics.median(current)
-                compared.append(f"| {name} | {p:.2f} | {b:.2f} | {b / p:.2f} | {n:.2f} | {n / p:.2f} |")
+                b, n = (statistics.median(t.seconds for t in runs) for runs in (previous, current))
+                bc, nc = (statistics.median(t.cpu for t in runs) for runs in (previous, current))
+                compared.append(f"| {name} | {p:.2f} | {b:.2f} | {b / p:.2f} | {n:.2f} | {n / p:.2f} | "
+                                f"{pc:.2f} | {bc:.2f} | {bc / pc:.2f} | {nc:.2f} | {nc / pc:.2f} |")
             loads.append(os.getloadavg()[0])
         offenders = _offenders(["-c", CLI, *asked], now, before, args.repeats)
     table_mb = data_path.stat().st_size / 2**20
@@ -127,11 +143,13 @@ def main() -> None:
     print(f"* `dpsql prepare` (once, by the owner) took {prepared_s:.1f} s, peak {prepare_mb:,.0f} MB; "
           f"the copy takes {disk:,.0f} MB on disk against {table_mb:,.0f} MB for the whole data file.\n")
     print("| template | plain DuckDB process, s | dpsql, no bytecode cache, s | ratio | "
-          "dpsql, bytecode cached, s | ratio | dpsql peak MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "dpsql, bytecode cached, s | ratio | plain CPU s | dpsql cached CPU s | CPU ratio | "
+          "dpsql peak MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
     print(f"\nMedians of {args.repeats} runs, alternating; each is a new Python process "
-          "(interpreter start and imports included on both sides); `--format json`; load average "
+          "(interpreter start and imports included on both sides); CPU is user + system time; "
+          "`--format json`; load average "
           f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores.\n")
     print("| process (bytecode cached) | median s |")
     print("|---|---:|")
@@ -140,8 +158,9 @@ def main() -> None:
     if compared:
         print(f"\nThe same rounds, the query process of `{args.compare}` (before) and of this "
               "checkout (now), both started as `python -c` on the package's layout:\n")
-        print("| template | plain DuckDB process, s | before, s | ratio | now, s | ratio |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| template | plain DuckDB process, s | before, s | ratio | now, s | ratio | "
+              "plain CPU s | before CPU s | ratio | now CPU s | ratio |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         print("\n".join(compared))
     print("\nImport time of one `dpsql query` process by package (`python -X importtime`, each "
           f"module's own time summed per top-level package, median of {args.repeats} runs, "

@@ -28,11 +28,11 @@ from ..watchdog import WATCHDOG
 from . import bounded_store
 from .bounding import kept_rows, own_rows, with_clamps
 from .chain_units import bounded_rows, link_columns, unit_column
+from .duckdb_catalog import Catalog, catalog_of, keep, read_catalog
 from .duckdb_schema import (
     DECLARED_TYPES,
     FLOAT_TYPES,
     check_schema,
-    columns,
     duckdb_identifier,
     read_as_declared,
 )
@@ -94,9 +94,9 @@ def _share_instance(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy)
             index = len(_POLICIES) - 1
         conn.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {BOUNDED_CATALOG} (COMPRESS, READ_WRITE)")
         conn.execute(f"CREATE TABLE IF NOT EXISTS {_OPENED_UNDER} (policy INTEGER)")
-        others = {row[0] for row in conn.execute(f"SELECT DISTINCT policy FROM {_OPENED_UNDER}")
-                  .fetchall()} - {index}
-        if others:
+        found = {row[0] for row in conn.execute(f"SELECT DISTINCT policy FROM {_OPENED_UNDER}")
+                 .fetchall()}
+        if found - {index}:
             conn.close()
             raise InputError(
                 f"data file {path} is already open in this process under a policy with other "
@@ -104,8 +104,8 @@ def _share_instance(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy)
                 "instance of a file within a process, so the two policies' bounded copies would "
                 "replace each other; close the other connection to it first, or open a copy of "
                 "the file", path=str(path))
-        conn.execute(f"INSERT INTO {_OPENED_UNDER} SELECT ? WHERE NOT EXISTS "
-                     f"(SELECT 1 FROM {_OPENED_UNDER} WHERE policy = ?)", [index, index])
+        if index not in found:  # under the lock: no other connection of this process between
+            conn.execute(f"INSERT INTO {_OPENED_UNDER} VALUES (?)", [index])
 
 
 def open_data(path: str | Path, policy: Policy, store: Path | None = None,
@@ -136,8 +136,9 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
             conn = duckdb.connect(str(path), read_only=True, config=config)
             _share_instance(conn, path, policy)
         _load_public(conn, policy)
+        catalog = read_catalog(conn)  # the data's schema, for the rest of the connection's life
         copies = {} if store is None or hash_key is None else \
-            _attach_copies(conn, path, policy, store, hash_key)
+            _attach_copies(conn, catalog, path, policy, store, hash_key)
         _lock_down(conn)
     except duckdb.OutOfMemoryException:
         raise ResourceLimitExceeded(
@@ -154,9 +155,15 @@ def open_data(path: str | Path, policy: Policy, store: Path | None = None,
         first = str(exc).splitlines()[0]
         raise InputError(f"cannot open data file {path}: {first}") from None
     _GUARDS[conn] = _Guard(limits, copies=copies, policy=policy)
-    check_schema(conn, policy)
-    read_as_declared(conn, policy)
+    _check(conn, policy, catalog)
     return conn
+
+
+def _check(conn: duckdb.DuckDBPyConnection, policy: Policy, catalog: Catalog) -> None:
+    """Check the opened data against the policy and read it as declared; what `conn` then reads
+    is kept as its catalog (engine/backends/duckdb_catalog.py)."""
+    check_schema(conn, policy, catalog)
+    keep(conn, read_as_declared(conn, policy, catalog))
 
 
 def _config(limits: Limits) -> dict[str, str | bool | int | float | list[str]]:
@@ -193,8 +200,7 @@ def open_frames(frames: Mapping[str, Any], policy: Policy) -> duckdb.DuckDBPyCon
         conn.close()
         raise
     _GUARDS[conn] = _Guard(policy.limits, policy=policy)
-    check_schema(conn, policy)
-    read_as_declared(conn, policy)
+    _check(conn, policy, read_catalog(conn))
     return conn
 
 
@@ -411,7 +417,7 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
                          f"{with_clamps(rows, table).sql('duckdb')}")
             return
         policy = None if guard is None else guard.policy
-        unit_type = _unit_type(conn, table).split("(")[0].upper()
+        unit_type = _unit_type(catalog_of(conn), table).split("(")[0].upper()
         with progress.step(f"bounding rows per {table.unit} in {table.name}", _probe(conn)):
             conn.execute(bounded_copy_sql(table, hash_key, unit_type in FLOAT_TYPES, scope, policy))
             conn.execute(f"CHECKPOINT {BOUNDED_CATALOG}")
@@ -432,26 +438,27 @@ def _read_as(conn: duckdb.DuckDBPyConnection, name: str) -> exp.Table:
     return exp.table_(name, "main", catalog, quoted=True)
 
 
-def _unit_type(conn: duckdb.DuckDBPyConnection, table: TableSpec) -> str:
-    """The data type of `table`'s unit: its column's, or for a chained table the type of the
-    column it is derived from (engine/backends/chain_units.py)."""
+def _unit_type(schema: Catalog, table: TableSpec) -> str:
+    """The data type of `table`'s unit in the data's `schema`: its column's, or for a chained
+    table the type of the column it is derived from (engine/backends/chain_units.py)."""
     if not table.chain:
-        return columns(conn, table.name)[table.unit]
+        return schema.columns(table.name)[table.unit]
     holder, column = unit_column(table)
-    return columns(conn, holder)[column]
+    return schema.columns(holder)[column]
 
 
-def _attach_copies(conn: duckdb.DuckDBPyConnection, path: Path, policy: Policy, store: Path,
-                   hash_key: str) -> dict[tuple[str, frozenset[str] | None], str]:
+def _attach_copies(conn: duckdb.DuckDBPyConnection, schema: Catalog, path: Path, policy: Policy,
+                   store: Path, hash_key: str) -> dict[tuple[str, frozenset[str] | None], str]:
     """Attach each prepared copy (of a table with a privacy unit, for one column set) whose
-    fingerprint matches (only file facts and the schema are read); (table, set) -> catalog."""
+    fingerprint matches (only file facts and the data's `schema` are read); (table, set) ->
+    catalog."""
     copies = {}
     for name, table in policy.tables.items():
         if not bounded_store.worth_preparing(table):
             continue
         try:
-            types = columns(conn, name) if table.privacy_unit is None else \
-                {**columns(conn, name), table.unit: _unit_type(conn, table)}
+            types = schema.columns(name) if table.privacy_unit is None else \
+                {**schema.columns(name), table.unit: _unit_type(schema, table)}
         except KeyError:  # a table or unit column missing: the schema check names it next
             continue
         for number, scope in enumerate(bounded_store.prepared_scopes(policy, table)):
