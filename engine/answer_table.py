@@ -45,6 +45,21 @@ class Table:
         return cls(held, dict(kinds), rows, None)
 
     @classmethod
+    def of_stored(cls, rows: list[list], columns: list[str], numbers: bool = False) -> Table:
+        """Rows as an answer's JSON stores them, as the frame pandas builds of them holds them:
+        built without pandas when each column's values are all booleans, all integers, numbers
+        of which some are floats or missing, or all text (the BOOLEAN, BIGINT, DOUBLE and
+        VARCHAR a frame infers), else through pandas. `numbers`: every cell read as a float."""
+        values = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
+        kinds = {name: ("DOUBLE" if all(v is None or _number(v) for v in column) else None)
+                 if numbers else _stored_kind(column) for name, column in values.items()}
+        if rows and all(kind is not None for kind in kinds.values()):
+            return cls.of_columns(values, kinds, len(rows))  # type: ignore[arg-type]
+        import pandas as pd  # other columns: their types are read as pandas reads them
+
+        return cls.of_frame(pd.DataFrame(rows, columns=columns, dtype=float if numbers else None))
+
+    @classmethod
     def of_frame(cls, frame: pd.DataFrame) -> Table:
         """A frame as it is (its values read through pandas)."""
         return cls(None, None, len(frame), frame)
@@ -94,6 +109,28 @@ class Table:
                 {name: pd.Series(values, dtype=dtypes[self._kinds[name]])
                  for name, values in self._columns.items()}, index=range(self._rows))
         return self._frame
+
+
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _stored_kind(column: list) -> str | None:
+    """The DuckDB type whose column holds what pandas infers from these JSON values, or None
+    when it infers something else (all missing, text with a missing value, mixed kinds)."""
+    if all(type(v) is bool for v in column):
+        return "BOOLEAN"
+    if all(type(v) is int and _INT64[0] <= v <= _INT64[1] for v in column):
+        return "BIGINT"
+    if all(v is None or _number(v) for v in column) and any(v is not None for v in column) \
+            and all(type(v) is not int or abs(v) <= 2 ** 53 for v in column):
+        return "DOUBLE"
+    if all(type(v) is str for v in column):
+        return "VARCHAR"
+    return None
 
 
 def value_rows(frame: pd.DataFrame) -> list[list]:

@@ -259,15 +259,11 @@ class QueryResult:
     @classmethod
     def from_dict(cls, answer: dict, id: int | None = None) -> QueryResult:
         """Rebuild a result from its stored JSON form (as `history` returns it)."""
-        import pandas as pd  # the stored rows' types are read as pandas reads them
-
         columns = answer["columns"]
-        ci95 = pd.DataFrame(answer["ci95"], columns=columns, dtype=float)
-        simultaneous = pd.DataFrame(answer["ci95_simultaneous"],
-                                    columns=columns, dtype=float)
         return cls(
-            table=Table.of_frame(pd.DataFrame(answer["rows"], columns=columns)),
-            ci95_table=Table.of_frame(ci95), simultaneous_table=Table.of_frame(simultaneous),
+            table=Table.of_stored(answer["rows"], columns),
+            ci95_table=Table.of_stored(answer["ci95"], columns, numbers=True),
+            simultaneous_table=Table.of_stored(answer["ci95_simultaneous"], columns, numbers=True),
             selection_adjusted=answer["selection_adjusted"], sql=answer["sql"],
             epsilon=answer["epsilon"], epsilon_dp=answer["epsilon_dp"], mode=answer["mode"],
             k=answer["k"], eta=answer["eta"],
