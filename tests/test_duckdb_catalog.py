@@ -94,10 +94,7 @@ def test_only_a_stored_integer_type_bigint_may_not_hold_is_scanned_when_opened(
     policy = adversarial.write_policy(tmp_path / "policy.yaml")
     data = adversarial.write_dataset(tmp_path / "people.duckdb", _rows(),
                                      _schema("BIGINT", stored, "DOUBLE"))
-    executed: list[str] = []
-    real = duckdb.connect
-    monkeypatch.setattr(duckdb_execute.duckdb, "connect",
-                        lambda *args, **kwargs: _Recorder(real(*args, **kwargs), executed))
+    executed = _record(monkeypatch)
     conn = duckdb_execute.open_data(data, load_policy(policy))
     try:
         assert catalog_of(conn).columns("people")["level"] == "BIGINT"
@@ -112,10 +109,7 @@ def test_opening_the_data_reads_its_catalog_twice_whatever_asks_it(tmp_path, mon
     statements for a backend, where each used to ask DuckDB again."""
     policy = write_policy(tmp_path / "policy.yaml")
     people = make_people(tmp_path / "people.duckdb")
-    executed: list[str] = []
-    real = duckdb.connect
-    monkeypatch.setattr(duckdb_execute.duckdb, "connect",
-                        lambda *args, **kwargs: _Recorder(real(*args, **kwargs), executed))
+    executed = _record(monkeypatch)
     backend = DuckDBBackend.open(people, load_policy(policy))
     try:
         assert set(backend.data_columns()) == {"people"}
@@ -125,6 +119,15 @@ def test_opening_the_data_reads_its_catalog_twice_whatever_asks_it(tmp_path, mon
                if any(name in sql for name in ("duckdb_columns", "information_schema", "duckdb_tables",
                                                "current_database"))]
     assert len(catalog) == 2, catalog
+
+
+def _record(monkeypatch) -> list[str]:
+    """Every statement the connections the engine opens from now on run, in order."""
+    statements: list[str] = []
+    real = duckdb.connect
+    monkeypatch.setattr(duckdb_execute.duckdb, "connect",
+                        lambda *args, **kwargs: _Recorder(real(*args, **kwargs), statements))
+    return statements
 
 
 class _Recorder:
