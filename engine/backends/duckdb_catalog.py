@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import duckdb
 
 _TABLES_SQL = (
-    "SELECT current_database(), lower(table_name), table_type FROM information_schema.tables "
+    "SELECT current_database(), lower(table_name), table_type, table_catalog = 'temp' "
+    "FROM information_schema.tables "
     "WHERE table_schema = 'main' AND table_catalog IN (current_database(), 'temp') "
     "ORDER BY table_catalog = 'temp'")
 _COLUMNS_SQL = (
@@ -35,12 +36,19 @@ class Catalog:
     """Each table in the data's main schema (lower-cased names): its kind and whether it is
     temporary (as the data was opened, before the casting views), its columns with their DuckDB
     types as queries read them (a temporary table or view shadows a stored table of the same
-    name); `database` is the data's catalog."""
+    name); `database` is the data's catalog; `shadowed`, the tables a temporary view casting
+    them to their declared types shadows."""
 
     database: str
     kinds: Mapping[str, str]  # table -> BASE TABLE, VIEW or LOCAL TEMPORARY
     tables: Mapping[str, Mapping[str, str]]  # table -> column -> type
     temporary: frozenset[str]
+    shadowed: frozenset[str] = frozenset()
+
+    def holder(self, table: str) -> str:
+        """The catalog holding what queries read as `table`: the temporary one when a casting
+        view shadows it, else the data's (so a view in another catalog reads the same)."""
+        return "temp" if table in self.shadowed else self.database
 
     def columns(self, table: str) -> dict[str, str]:
         """Lower-cased column name -> DuckDB type of `table` (empty if the data has none)."""
@@ -51,19 +59,21 @@ class Catalog:
         there as the types given, and the others as stored (`SELECT * REPLACE (CAST ...)`)."""
         tables = {name: {col: casts.get(name, {}).get(col, kind) for col, kind in cols.items()}
                   for name, cols in self.tables.items()}
-        return Catalog(self.database, self.kinds, tables, self.temporary)
+        return Catalog(self.database, self.kinds, tables, self.temporary,
+                       self.shadowed | frozenset(casts))
 
 
 def read_catalog(conn: duckdb.DuckDBPyConnection) -> Catalog:
     """The catalog as `conn` sees it now: two statements, whatever the number of tables."""
     rows = conn.execute(_TABLES_SQL).fetchall()
     database = rows[0][0] if rows else conn.execute("SELECT current_database()").fetchall()[0][0]
-    kinds = {name: kind for _, name, kind in rows}  # a temporary table shadows a stored one
-    temporary = {name for _, name, kind in rows if kind == "LOCAL TEMPORARY"}
+    kinds = {name: kind for _, name, kind, _ in rows}  # a temporary table shadows a stored one
+    temporary = {name for _, name, kind, _ in rows if kind == "LOCAL TEMPORARY"}
+    shadowed = {name for _, name, kind, temp in rows if temp and kind == "VIEW"}
     tables: dict[str, dict[str, str]] = {}
     for name, column, kind in conn.execute(_COLUMNS_SQL).fetchall():
         tables.setdefault(name, {})[column] = kind
-    return Catalog(database, kinds, tables, frozenset(temporary))
+    return Catalog(database, kinds, tables, frozenset(temporary), frozenset(shadowed))
 
 
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

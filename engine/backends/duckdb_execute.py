@@ -412,7 +412,8 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
                          f"{exp.table_(table.name, 'main', copy, quoted=True).sql('duckdb')}")
             return
         if table.privacy_unit is None:
-            rows = own_rows(table, _read_as(conn, table.name))
+            source = exp.table_(table.name, "main", catalog_of(conn).holder(table.name), quoted=True)
+            rows = own_rows(table, source)
             conn.execute(f"CREATE OR REPLACE VIEW {bounded_table(table).sql('duckdb')} AS "
                          f"{with_clamps(rows, table).sql('duckdb')}")
             return
@@ -426,16 +427,6 @@ def bound_units(conn: duckdb.DuckDBPyConnection, table: TableSpec, hash_key: str
         if cancelled is not None:
             raise cancelled from None
         raise DataFailure("bounding rows per privacy unit failed on the data") from None
-
-
-def _read_as(conn: duckdb.DuckDBPyConnection, name: str) -> exp.Table:
-    """Table `name` as queries read it, qualified so that a view in another catalog reads the
-    same: the temporary view casting it to the declared types, if one was made, else the table
-    in the data's catalog."""
-    cast = conn.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND "
-                        "lower(view_name) = ?", [name]).fetchall()[0][0]
-    catalog = "temp" if cast else conn.execute("SELECT current_database()").fetchall()[0][0]
-    return exp.table_(name, "main", catalog, quoted=True)
 
 
 def _unit_type(schema: Catalog, table: TableSpec) -> str:
