@@ -48,8 +48,7 @@ def rewrite(plan: QueryPlan) -> exp.Select:
         return _one_row(cells, source)
     if plain or len(plain) == len(plan.measurements):
         aggregates = (exp.alias_(sql, cell, quoted=True) for cell, sql in cells)
-        parts.append(("agg", _grouped(exp.select(*_keys(names), *aggregates).from_(
-            source.subquery("rows", copy=False), copy=False), names)))
+        parts.append(("agg", _grouped(_over_rows(source, [*_keys(names), *aggregates]), names)))
         where.update((m.name, "agg") for m in plain)
     for m in plan.measurements:
         if m.kind.binned:
@@ -80,9 +79,21 @@ def _one_row(cells: list[tuple[str, exp.Expr]], source: exp.Select) -> exp.Selec
     """An ungrouped query of plain aggregates: one SELECT of them over the rows, each that is
     NULL over no rows (all but COUNT) as COALESCE(aggregate, 0), the value the joined form
     gives; one level fewer to plan than that form (a tenth of a millisecond per query)."""
-    return exp.select(*(exp.alias_(sql if isinstance(sql, exp.Count) else exp.func(
-        "COALESCE", sql, exp.Literal.number(0)), cell, quoted=True) for cell, sql in cells)
-    ).from_(source.subquery("rows", copy=False), copy=False)
+    return _over_rows(source, [exp.alias_(sql if isinstance(sql, exp.Count) else exp.func(
+        "COALESCE", sql, exp.Literal.number(0)), cell, quoted=True) for cell, sql in cells])
+
+
+def _over_rows(source: exp.Select, projections: list[exp.Expr]) -> exp.Select:
+    """`projections` over the rows `source` selects: over its FROM and WHERE directly when it
+    selects only bare columns (or the literal 1), so they read the very same rows, else over it
+    as the subquery `rows`. The choice depends on the plan only; the flat form is one level
+    fewer for DuckDB to bind (about 0.08 ms of a warm COUNT(*), benchmarks/RESULTS.md)."""
+    if all((isinstance(item, exp.Column) and not item.table) or item == exp.Literal.number(1)
+           for item in source.expressions):
+        flat = source.copy()  # the binned parts still read `source` as it is
+        flat.set("expressions", projections)
+        return flat
+    return exp.select(*projections).from_(source.subquery("rows", copy=False), copy=False)
 
 
 def _keys(names: list[str]) -> list[exp.Expr]:

@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(p.age) FROM people AS p WHERE p.sick
 -- rewritten
-SELECT COUNT("age") AS "__m0" FROM (SELECT "age" FROM dpsql_bounded.main."people" WHERE "sick") AS rows
+SELECT COUNT("age") AS "__m0" FROM dpsql_bounded.main."people" WHERE "sick"
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

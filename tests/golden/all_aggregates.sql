@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(*), COUNT(DISTINCT person_id), SUM(age), AVG(income) FROM people
 -- rewritten
-SELECT COUNT(*) AS "__m0", COALESCE(CAST(COUNT(DISTINCT "person_id") AS DOUBLE) + (CAST(COUNT(*) AS DOUBLE) - CAST(COUNT("person_id") AS DOUBLE)), 0) AS "__m1", COALESCE(SUM("__clamped_age"), 0) AS "__m2", COALESCE(SUM("__clamped_income"), 0) AS "__m3", COUNT("__clamped_income") AS "__m4" FROM (SELECT "age", "__clamped_age", "income", "__clamped_income", "person_id" FROM dpsql_bounded.main."people") AS rows
+SELECT COUNT(*) AS "__m0", COALESCE(CAST(COUNT(DISTINCT "person_id") AS DOUBLE) + (CAST(COUNT(*) AS DOUBLE) - CAST(COUNT("person_id") AS DOUBLE)), 0) AS "__m1", COALESCE(SUM("__clamped_age"), 0) AS "__m2", COALESCE(SUM("__clamped_income"), 0) AS "__m3", COUNT("__clamped_income") AS "__m4" FROM dpsql_bounded.main."people"
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0", "__m1" AS "__o1", "__ci1", "__cs1", "__m2" AS "__o2", "__ci2", "__cs2", LEAST(GREATEST(TRY_CAST("__m3" AS DOUBLE) / TRY_CAST(GREATEST("__m4", 1) AS DOUBLE), 0.0), 1000.0) AS "__o3", "__ci3", "__cs3" FROM noisy
 -- noisy columns

@@ -1,7 +1,7 @@
 -- query
 SELECT AVG(income) FROM people
 -- rewritten
-SELECT COALESCE(SUM("__clamped_income"), 0) AS "__m0", COUNT("__clamped_income") AS "__m1" FROM (SELECT "income", "__clamped_income" FROM dpsql_bounded.main."people") AS rows
+SELECT COALESCE(SUM("__clamped_income"), 0) AS "__m0", COUNT("__clamped_income") AS "__m1" FROM dpsql_bounded.main."people"
 -- postprocess
 SELECT LEAST(GREATEST(TRY_CAST("__m0" AS DOUBLE) / TRY_CAST(GREATEST("__m1", 1) AS DOUBLE), 0.0), 1000.0) AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(DISTINCT person_id) FROM people
 -- rewritten
-SELECT COALESCE(CAST(COUNT(DISTINCT "person_id") AS DOUBLE) + (CAST(COUNT(*) AS DOUBLE) - CAST(COUNT("person_id") AS DOUBLE)), 0) AS "__m0" FROM (SELECT "person_id" FROM dpsql_bounded.main."people") AS rows
+SELECT COALESCE(CAST(COUNT(DISTINCT "person_id") AS DOUBLE) + (CAST(COUNT(*) AS DOUBLE) - CAST(COUNT("person_id") AS DOUBLE)), 0) AS "__m0" FROM dpsql_bounded.main."people"
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

@@ -1,7 +1,7 @@
 -- query
 SELECT sick, AVG(age) AS mean_age FROM people GROUP BY sick
 -- rewritten
-SELECT "domain"."sick" AS "sick", COALESCE("agg"."__m0", 0) AS "__m0", COALESCE("agg"."__m1", 0) AS "__m1" FROM (SELECT "d0"."sick" AS "sick" FROM (VALUES (FALSE), (TRUE)) AS d0(sick)) AS domain LEFT JOIN (SELECT "sick", SUM("__clamped_age") AS "__m0", COUNT("__clamped_age") AS "__m1" FROM (SELECT "sick", "age", "__clamped_age" FROM dpsql_bounded.main."people") AS rows GROUP BY "sick") AS agg ON "domain"."sick" = "agg"."sick" ORDER BY "domain"."sick"
+SELECT "domain"."sick" AS "sick", COALESCE("agg"."__m0", 0) AS "__m0", COALESCE("agg"."__m1", 0) AS "__m1" FROM (SELECT "d0"."sick" AS "sick" FROM (VALUES (FALSE), (TRUE)) AS d0(sick)) AS domain LEFT JOIN (SELECT "sick", SUM("__clamped_age") AS "__m0", COUNT("__clamped_age") AS "__m1" FROM dpsql_bounded.main."people" GROUP BY "sick") AS agg ON "domain"."sick" = "agg"."sick" ORDER BY "domain"."sick"
 -- postprocess
 SELECT "sick" AS "__o0", "__ci0", "__cs0", LEAST(GREATEST(TRY_CAST("__m0" AS DOUBLE) / TRY_CAST(GREATEST("__m1", 1) AS DOUBLE), 0), 100) AS "__o1", "__ci1", "__cs1" FROM noisy
 -- noisy columns

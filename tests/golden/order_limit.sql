@@ -1,7 +1,7 @@
 -- query
 SELECT state, SUM(age) AS s FROM people GROUP BY state ORDER BY s DESC LIMIT 2
 -- rewritten
-SELECT "domain"."state" AS "state", COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT "d0"."state" AS "state" FROM (VALUES ('CA'), ('NY'), ('TX'), ('WA')) AS d0(state)) AS domain LEFT JOIN (SELECT "state", SUM("__clamped_age") AS "__m0" FROM (SELECT "state", "age", "__clamped_age" FROM dpsql_bounded.main."people") AS rows GROUP BY "state") AS agg ON "domain"."state" = "agg"."state" ORDER BY "domain"."state"
+SELECT "domain"."state" AS "state", COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT "d0"."state" AS "state" FROM (VALUES ('CA'), ('NY'), ('TX'), ('WA')) AS d0(state)) AS domain LEFT JOIN (SELECT "state", SUM("__clamped_age") AS "__m0" FROM dpsql_bounded.main."people" GROUP BY "state") AS agg ON "domain"."state" = "agg"."state" ORDER BY "domain"."state"
 -- postprocess
 SELECT "state" AS "__o0", "__ci0", "__cs0", "__m0" AS "__o1", "__ci1", "__cs1" FROM noisy ORDER BY "__m0" DESC LIMIT 2
 -- noisy columns

@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(*) FROM visits
 -- rewritten
-SELECT COUNT(*) AS "__m0" FROM (SELECT 1 FROM visits) AS rows
+SELECT COUNT(*) AS "__m0" FROM visits
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

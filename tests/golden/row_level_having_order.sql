@@ -1,7 +1,7 @@
 -- query
 SELECT clinic, COUNT(*) AS n FROM visits GROUP BY clinic HAVING n >= 1 ORDER BY clinic DESC LIMIT 1
 -- rewritten
-SELECT "domain"."clinic" AS "clinic", COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT "d0"."clinic" AS "clinic" FROM (VALUES ('north'), ('south')) AS d0(clinic)) AS domain LEFT JOIN (SELECT "clinic", COUNT(*) AS "__m0" FROM (SELECT "clinic" FROM visits) AS rows GROUP BY "clinic") AS agg ON "domain"."clinic" = "agg"."clinic" ORDER BY "domain"."clinic"
+SELECT "domain"."clinic" AS "clinic", COALESCE("agg"."__m0", 0) AS "__m0" FROM (SELECT "d0"."clinic" AS "clinic" FROM (VALUES ('north'), ('south')) AS d0(clinic)) AS domain LEFT JOIN (SELECT "clinic", COUNT(*) AS "__m0" FROM visits GROUP BY "clinic") AS agg ON "domain"."clinic" = "agg"."clinic" ORDER BY "domain"."clinic"
 -- postprocess
 SELECT "clinic" AS "__o0", "__ci0", "__cs0", "__m0" AS "__o1", "__ci1", "__cs1" FROM noisy WHERE "__m0" >= 1 ORDER BY "clinic" DESC LIMIT 1
 -- noisy columns

@@ -1,7 +1,7 @@
 -- query
 SELECT SUM(income) AS total FROM people
 -- rewritten
-SELECT COALESCE(SUM("__clamped_income"), 0) AS "__m0" FROM (SELECT "income", "__clamped_income" FROM dpsql_bounded.main."people") AS rows
+SELECT COALESCE(SUM("__clamped_income"), 0) AS "__m0" FROM dpsql_bounded.main."people"
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

@@ -1,7 +1,7 @@
 -- query
 SELECT SUM(age) FROM people
 -- rewritten
-SELECT COALESCE(SUM("__clamped_age"), 0) AS "__m0" FROM (SELECT "age", "__clamped_age" FROM dpsql_bounded.main."people") AS rows
+SELECT COALESCE(SUM("__clamped_age"), 0) AS "__m0" FROM dpsql_bounded.main."people"
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

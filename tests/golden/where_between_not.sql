@@ -1,7 +1,7 @@
 -- query
 SELECT SUM(income) FROM people WHERE NOT (age BETWEEN 20 AND 30)
 -- rewritten
-SELECT COALESCE(SUM("__clamped_income"), 0) AS "__m0" FROM (SELECT "income", "__clamped_income" FROM dpsql_bounded.main."people" WHERE NOT (("age" >= 20 AND "age" <= 30))) AS rows
+SELECT COALESCE(SUM("__clamped_income"), 0) AS "__m0" FROM dpsql_bounded.main."people" WHERE NOT (("age" >= 20 AND "age" <= 30))
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

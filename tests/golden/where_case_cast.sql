@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(*) FROM people WHERE CASE WHEN sick THEN CAST(age AS DOUBLE) ELSE COALESCE(income, 0) END > 10
 -- rewritten
-SELECT COUNT(*) AS "__m0" FROM (SELECT 1 FROM dpsql_bounded.main."people" WHERE CASE WHEN "sick" THEN TRY_CAST("age" AS DOUBLE) ELSE COALESCE("income", 0) END > 10) AS rows
+SELECT COUNT(*) AS "__m0" FROM dpsql_bounded.main."people" WHERE CASE WHEN "sick" THEN TRY_CAST("age" AS DOUBLE) ELSE COALESCE("income", 0) END > 10
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

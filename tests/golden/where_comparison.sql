@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(*) FROM people WHERE age >= 18 AND income < 500.5
 -- rewritten
-SELECT COUNT(*) AS "__m0" FROM (SELECT 1 FROM dpsql_bounded.main."people" WHERE "age" >= 18 AND "income" < TRY_CAST(500.5 AS DOUBLE)) AS rows
+SELECT COUNT(*) AS "__m0" FROM dpsql_bounded.main."people" WHERE "age" >= 18 AND "income" < TRY_CAST(500.5 AS DOUBLE)
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns

@@ -1,7 +1,7 @@
 -- query
 SELECT COUNT(*) FROM people WHERE state IN ('CA', 'NY') OR note LIKE 'r%'
 -- rewritten
-SELECT COUNT(*) AS "__m0" FROM (SELECT 1 FROM dpsql_bounded.main."people" WHERE "state" IN ('CA', 'NY') OR "note" LIKE 'r%') AS rows
+SELECT COUNT(*) AS "__m0" FROM dpsql_bounded.main."people" WHERE "state" IN ('CA', 'NY') OR "note" LIKE 'r%'
 -- postprocess
 SELECT "__m0" AS "__o0", "__ci0", "__cs0" FROM noisy
 -- noisy columns
