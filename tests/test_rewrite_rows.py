@@ -1,6 +1,7 @@
 """Aggregates over rows that select only bare columns read those rows' FROM and WHERE directly
 (`engine/rewrite.py`, `_over_rows`): the same exact values as reading them through the `rows`
-subquery, on data with NULL, NaN, ±inf and out-of-bound values, grouped or not, joined or not."""
+subquery, on data with NULL, NaN, ±inf and out-of-bound values, grouped or not, joined or not;
+and they count as reading the same columns."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import pytest
 from dpsql.engine import rewrite as rewriting
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.sql.bind import build_plan
+from dpsql.engine.sql.columns import columns_read
 from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlglot import exp, parse_one
 
 from tests.support import BASE_POLICY, REGIONS, STATES, bound_plans, with_regions
 
@@ -50,9 +53,11 @@ rows_strategy = st.lists(
 )
 
 
-def _policy():
+def _policy(row_level: bool = False):
     raw = with_regions()
     raw.update({k: v for k, v in BASE_POLICY.items() if k != "tables"})
+    if row_level:  # each row one individual: the row-level copy and its stored clamps (§34)
+        del raw["tables"]["people"]["privacy_unit"], raw["tables"]["people"]["max_rows_per_unit"]
     return parse_policy(raw)
 
 
@@ -89,6 +94,21 @@ def test_only_rows_of_bare_columns_are_read_directly(sql, flat):
     policy = _policy()
     text = rewriting.rewrite(build_plan(parse_select(sql), policy, sql)).sql("duckdb")
     assert ("AS rows" not in text) == flat, text
+
+
+def test_a_row_level_query_reads_the_columns_its_nested_form_names(monkeypatch):
+    """The columns whose eta calibrates a query are those its SQL names (§11): a flat query
+    summing a stored clamp (`__clamped_age`) no longer names `age` among the rows, and still
+    reads it, as the nested form did."""
+    policy = _policy(row_level=True)
+    for sql, _ in QUERIES:
+        if "person_id" in sql:  # no unit to count without a privacy unit
+            continue
+        plan = build_plan(parse_select(sql), policy, sql)
+        nested = parse_one(_nested(monkeypatch, plan), dialect="duckdb")
+        named = {column.name.lower() for column in nested.find_all(exp.Column)}
+        assert columns_read(plan) == {f"people.{name}" for name in policy.tables["people"].columns
+                                      if name in named}, sql
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

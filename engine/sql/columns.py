@@ -11,6 +11,7 @@ from sqlglot import exp
 
 from ..plan import QueryPlan
 from ..rewrite import rewrite
+from ..stored_clamps import PREFIX
 
 
 def columns_read(plan: QueryPlan) -> frozenset[str]:
@@ -18,7 +19,8 @@ def columns_read(plan: QueryPlan) -> frozenset[str]:
 
     That is the WHERE filter, the GROUP BY keys and each aggregate's argument: every policy
     column named anywhere in the query that runs (`rewrite(plan)`), so a new query form cannot
-    read a column this misses. A table with a privacy unit is read through its bounded copy,
+    read a column this misses; a column's stored clamped value (`__clamped_<column>`, §34)
+    reads that column. A table with a privacy unit is read through its bounded copy,
     whose choice of rows hashes every policy column of a unit's rows (engine/rewrite.py), so
     such a query reads them all. A join to a parent table reads every parent column too: the
     one row kept per key is chosen by all of them (engine/rewrite.py), and a join of private
@@ -35,4 +37,5 @@ def columns_read(plan: QueryPlan) -> frozenset[str]:
     if table.privacy_unit is not None:
         return joined | frozenset(f"{table.name}.{name}" for name in table.columns)
     named = {col.name.lower() for col in rewrite(plan).find_all(exp.Column)}
+    named |= {name[len(PREFIX):] for name in named if name.startswith(PREFIX)}  # a stored clamp
     return joined | frozenset(f"{table.name}.{name}" for name in table.columns if name in named)
