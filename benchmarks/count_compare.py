@@ -21,10 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import duckdb
 import yaml
 
 from benchmarks.cli_imports import layout
+from benchmarks.generate import patterned
 from benchmarks.workload import policy_dict
 
 WORKER = """import inspect, statistics, sys, time
@@ -66,11 +66,7 @@ def main() -> None:
     loads = [os.getloadavg()[0]]
     results: dict[str, list[list[float]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory() as work:
-        data, policy = Path(work) / "people.duckdb", Path(work) / "policy.yaml"
-        with duckdb.connect(str(data)) as conn:
-            conn.execute("CREATE TABLE people AS SELECT 'R' || lpad((i % 50)::VARCHAR, 2, '0') "
-                         "AS region, (i % 111) - 5 AS age, (i % 997) * 13.0 AS income "
-                         f"FROM range({args.rows}) t(i)")
+        data, policy = patterned(Path(work) / "people.duckdb", args.rows), Path(work) / "policy.yaml"
         policy.write_text(yaml.safe_dump(policy_dict("row_level")))
         for round_ in range(args.rounds):
             order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]

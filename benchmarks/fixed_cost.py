@@ -27,6 +27,7 @@ from dpsql.engine import postprocess
 from dpsql.engine.noise import release
 from dpsql.engine.prepare import _all_keys
 
+from benchmarks.generate import patterned
 from benchmarks.workload import policy_dict
 from dpsql import PrivateDatabase
 
@@ -68,11 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         _compare(args.compare.resolve(), args.repeats, args.rounds)
         return
     with tempfile.TemporaryDirectory() as work:
-        data = Path(work) / "people.duckdb"
-        with duckdb.connect(str(data)) as conn:
-            conn.execute("CREATE TABLE people AS SELECT i // 2 AS person_id, "
-                         "'R' || lpad((i % 50)::VARCHAR, 2, '0') AS region, (i % 111) - 5 AS age, "
-                         "(i % 997) * 13.0 AS income FROM range(10000) t(i)")
+        data = patterned(Path(work) / "people.duckdb", 10_000, unit=True)
         copy = Path(work) / "plain.duckdb"
         shutil.copyfile(data, copy)
         rows, post = [], []

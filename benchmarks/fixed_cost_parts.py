@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import duckdb
 import yaml
 from dpsql.engine.accounting.ledger import Ledger
 from dpsql.engine.noise import build_mechanism, release
 
+from benchmarks.generate import patterned
 from benchmarks.workload import policy_dict
 from dpsql import PrivateDatabase
 
@@ -43,11 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as work:
-        data = Path(work) / "people.duckdb"
-        with duckdb.connect(str(data)) as conn:
-            conn.execute("CREATE TABLE people AS SELECT i // 2 AS person_id, 'R' || lpad((i % 50)"
-                         "::VARCHAR, 2, '0') AS region, (i % 111) - 5 AS age, (i % 997) * 13.0 "
-                         f"AS income FROM range({args.rows}) t(i)")
+        data = patterned(Path(work) / "people.duckdb", args.rows, unit=True)
         policy = Path(work) / "policy.yaml"
         policy.write_text(yaml.safe_dump(policy_dict("row_level")))
         with PrivateDatabase.connect(data, policy, Path(work) / "ledger.sqlite", create=True,

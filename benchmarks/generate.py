@@ -85,6 +85,18 @@ def dataset(rows: int) -> Dataset:
     return generate(rows, path)
 
 
+def patterned(path: Path, rows: int, unit: bool = False) -> Path:
+    """A `people` table of `rows` rows in a fixed pattern (no draw), for timing the fixed cost of
+    a query: region R00 to R49, age -5 to 105, income a multiple of 13, and with `unit` two rows
+    per person_id."""
+    person = "i // 2 AS person_id, " if unit else ""
+    with duckdb.connect(str(path)) as conn:
+        conn.execute(f"CREATE TABLE people AS SELECT {person}'R' || lpad((i % 50)::VARCHAR, 2, '0') "
+                     "AS region, (i % 111) - 5 AS age, (i % 997) * 13.0 AS income "
+                     f"FROM range({rows}) t(i)")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("rows", type=int, nargs="+")

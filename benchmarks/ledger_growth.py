@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
 import yaml
 from dpsql.engine.accounting.ledger import Charge, Ledger
 
+from benchmarks.generate import patterned
 from benchmarks.workload import policy_dict
 from dpsql import PrivateDatabase
 
@@ -45,11 +45,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        data = Path(work) / "people.duckdb"
-        with duckdb.connect(str(data)) as conn:
-            conn.execute("CREATE TABLE people AS SELECT 'R' || lpad((i % 50)::VARCHAR, 2, '0') "
-                         "AS region, (i % 111) - 5 AS age, (i % 997) * 13.0 AS income "
-                         f"FROM range({args.rows}) t(i)")
+        data = patterned(Path(work) / "people.duckdb", args.rows)
         policy = Path(work) / "policy.yaml"
         policy.write_text(yaml.safe_dump(policy_dict("row_level")))
         ledger = Path(work) / "ledger.sqlite"
