@@ -66,6 +66,17 @@ REGIONS_TABLE = {
 }
 
 
+def people_in_memory(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with BASE_POLICY's `people` table holding `rows` of (person_id,
+    state, age, income, sick), each with the note 'row'."""
+    conn = duckdb.connect(":memory:")
+    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age INTEGER, "
+                 "income DOUBLE, sick BOOLEAN, note VARCHAR)")
+    if rows:
+        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, 'row')", rows)
+    return conn
+
+
 def add_regions(path: Path, rows: list[tuple] = REGIONS) -> Path:
     """Add the public `regions` table to a DuckDB database (a copy: the file is written)."""
     with duckdb.connect(str(path)) as conn:

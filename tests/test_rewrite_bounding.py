@@ -9,7 +9,6 @@ import math
 import random
 from dataclasses import replace
 
-import duckdb
 from dpsql.engine.backends import duckdb_execute as execute
 from dpsql.engine.policy_yaml import parse_policy
 from dpsql.engine.rewrite import bounded_table, read_columns, rewrite
@@ -18,7 +17,7 @@ from dpsql.engine.sql.parse import parse_select
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import BASE_POLICY, STATES, bound_plans
+from tests.support import BASE_POLICY, STATES, bound_plans, people_in_memory
 
 rows_strategy = st.lists(
     st.tuples(
@@ -34,15 +33,6 @@ COLUMNS = "person_id, state, age, income, sick, note"
 INDEX = {"person_id": 0, "state": 1, "age": 2, "income": 3, "sick": 4, "note": 5}
 POLICY_COLUMNS = sorted(set(INDEX) - {"person_id"})
 scopes = st.sets(st.sampled_from(POLICY_COLUMNS)).map(frozenset)
-
-
-def _table(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
-    conn = duckdb.connect(":memory:")
-    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age INTEGER, "
-                 "income DOUBLE, sick BOOLEAN, note VARCHAR)")
-    if rows:
-        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, 'row')", rows)
-    return conn
 
 
 def _table_spec(limit: int):
@@ -65,7 +55,7 @@ def _kept(conn, limit: int, key: str, scope: frozenset[str] | None = None) -> li
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=rows_strategy, limit=st.integers(1, 4), key=st.text("abcdef0123456789", min_size=1, max_size=8))
 def test_each_unit_keeps_min_of_its_rows_and_the_limit(rows, limit, key):
-    conn = _table(rows)
+    conn = people_in_memory(rows)
     kept = _kept(conn, limit, key)
     for unit in {r[0] for r in rows}:
         have = sum(1 for r in rows if r[0] == unit)
@@ -116,7 +106,7 @@ def _reference(rows: list[tuple], limit: int, key: str,
 def test_a_column_sets_copy_keeps_the_rows_its_rule_names(rows, limit, key, scope):
     """The copy for the columns a query reads keeps, per unit, min(rows, limit) rows chosen by
     the keyed hash of the unit and those columns only."""
-    kept = _kept(_table(rows), limit, key, scope)
+    kept = _kept(people_in_memory(rows), limit, key, scope)
     for unit in {r[0] for r in rows}:
         have = sum(1 for r in rows if r[0] == unit)
         assert sum(1 for r in kept if r[0] == unit) == (have if unit is None else min(have, limit))
@@ -138,7 +128,8 @@ def test_what_a_column_sets_copy_holds_depends_only_on_those_columns(rows, limit
     what the query sees is a function of the units and the columns read (docs/theory.md §28)."""
     rng = random.Random(seed)
     redrawn = [_redraw(row, scope, rng) for row in rows]
-    assert _kept(_table(redrawn), limit, "k", scope) == _kept(_table(rows), limit, "k", scope)
+    assert _kept(people_in_memory(redrawn), limit, "k", scope) == \
+        _kept(people_in_memory(rows), limit, "k", scope)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -148,8 +139,8 @@ def test_what_a_unit_keeps_does_not_depend_on_other_units(rows, other, limit, sc
     """Adding another unit's rows anywhere (shifting every rowid) leaves each unit's kept rows
     alone, under the rule of every column set."""
     intruder = [(99, *r[1:]) for r in other]
-    alone = _kept(_table(rows), limit, "k", scope)
-    mixed = _kept(_table(intruder + rows), limit, "k", scope)
+    alone = _kept(people_in_memory(rows), limit, "k", scope)
+    mixed = _kept(people_in_memory(intruder + rows), limit, "k", scope)
     assert [r for r in mixed if r[0] != 99] == alone
 
 
@@ -160,7 +151,7 @@ def _exact(conn, policy, sql: str) -> list:
 
 
 def test_each_null_unit_row_is_a_unit_of_its_own_and_queries_skip_dropped_rows():
-    conn = _table([(None, "CA", 1, 1.0, True)] * 5 + [(1, "NY", 2, 2.0, False)] * 4
+    conn = people_in_memory([(None, "CA", 1, 1.0, True)] * 5 + [(1, "NY", 2, 2.0, False)] * 4
                   + [(2, "TX", 3, 3.0, False)] * 2)
     policy = _table_spec(3)
     assert _exact(conn, policy, "SELECT COUNT(*) FROM people") == [5 + 3 + 2]
@@ -172,7 +163,7 @@ def test_each_null_unit_row_is_a_unit_of_its_own_and_queries_skip_dropped_rows()
 
 def test_the_bounded_copy_is_read_even_when_no_unit_is_over_the_limit():
     """The SQL never says whether some unit is over the bound: it always reads the copy."""
-    conn = _table([(1, "CA", 1, 1.0, True), (2, "NY", 2, 2.0, False)])
+    conn = people_in_memory([(1, "CA", 1, 1.0, True), (2, "NY", 2, 2.0, False)])
     policy = _table_spec(1)
     sql = "SELECT COUNT(*) FROM people"
     assert "dpsql_bounded" in rewrite(build_plan(parse_select(sql), policy, sql)).sql("duckdb")
@@ -195,5 +186,5 @@ def test_a_query_reads_the_copy_of_exactly_the_columns_it_names():
         assert read_columns(plan) == read, sql
         copy = bounded_table(table, None if read == set(POLICY_COLUMNS) else read).sql("duckdb")
         assert copy in rewrite(plan).sql("duckdb"), sql
-    conn = _table([(1, "CA", 1, 1.0, True)] * 3 + [(2, "NY", 2, 2.0, False)])
+    conn = people_in_memory([(1, "CA", 1, 1.0, True)] * 3 + [(2, "NY", 2, 2.0, False)])
     assert _exact(conn, policy, "SELECT COUNT(*) FROM people WHERE sick") == [2]

@@ -18,7 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp, parse_one
 
-from tests.support import BASE_POLICY, REGIONS, STATES, bound_plans, with_regions
+from tests.support import (
+    BASE_POLICY,
+    REGIONS,
+    STATES,
+    bound_plans,
+    people_in_memory,
+    with_regions,
+)
 
 QUERIES = [  # (query, whether its rows select only bare columns: an expression key or a
     # quantile's clamped value is a named row value, read through the subquery)
@@ -62,11 +69,7 @@ def _policy(row_level: bool = False):
 
 
 def _connection(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
-    conn = duckdb.connect(":memory:")
-    conn.execute("CREATE TABLE people (person_id BIGINT, state VARCHAR, age BIGINT, "
-                 "income DOUBLE, sick BOOLEAN, note VARCHAR)")
-    if rows:
-        conn.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, 'row')", rows)
+    conn = people_in_memory(rows)
     conn.execute("CREATE TABLE regions (state VARCHAR, region VARCHAR, population BIGINT)")
     conn.executemany("INSERT INTO regions VALUES (?, ?, ?)", REGIONS)
     return conn
